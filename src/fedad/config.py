@@ -1,0 +1,242 @@
+"""Experiment configuration: the TOML contract of DESIGN.md, validated with pydantic.
+
+Every section forbids unknown keys, so a typo is an error that names the key, never a
+silently ignored setting. :func:`load_config` turns any validation problem into a one-line
+:class:`~fedad.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from fedad.errors import ConfigError
+
+SchemeName = Literal["iid", "dirichlet", "dominant", "one-class", "by-source"]
+EngineName = Literal["inprocess", "flower-simulation", "flower-deployment"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class DataConfig(_Strict):
+    """Which data, which classes are normal, and how much of it to use."""
+
+    name: str
+    path: str | None = None
+    normal: list[int] | None = None
+    anomaly: list[int] | None = None
+    anomaly_source: str = ""
+    anomaly_source_path: str | None = None
+    sources: list[str] = Field(default_factory=list)
+    size: int | None = Field(default=None, ge=4, le=512)
+    max_train_per_client: int | None = Field(default=None, ge=1)
+    max_test: int | None = Field(default=None, ge=2)
+    test_fraction: float = Field(default=0.3, gt=0.0, lt=1.0)
+    server_normal: int = Field(default=0, ge=0)
+    standardize: bool = True
+
+
+class PartitionConfig(_Strict):
+    """How the normal training data are split over clients (see docs/data.md)."""
+
+    scheme: SchemeName = "iid"
+    clients: int = Field(default=10, ge=1)
+    alpha: float = Field(default=0.5, gt=0.0)
+    dominant_fraction: float = Field(default=0.9, ge=0.0, le=1.0)
+    contamination: float = 0.0
+    min_per_client: int = Field(default=2, ge=1)
+
+    @field_validator("contamination")
+    @classmethod
+    def _contamination_range(cls, v: float) -> float:
+        if not 0.0 <= v < 1.0:
+            raise ValueError("must be in [0, 1), e.g. 0.01 for 1% anomalies in training data")
+        return v
+
+
+class EngineConfig(_Strict):
+    """Which engine runs the federation."""
+
+    name: EngineName = "inprocess"
+    fraction: float = Field(default=1.0, gt=0.0, le=1.0)
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    min_clients: int = Field(default=1, ge=1)
+    timeout: float | None = Field(default=None, gt=0.0)
+    progress: bool = True
+
+
+class MethodConfig(_Strict):
+    """One method to run on the federation."""
+
+    name: str
+    label: str | None = None
+    detector: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class ExperimentConfig(_Strict):
+    """A whole experiment: one federation, one or more methods."""
+
+    seed: int = 0
+    rounds: int = Field(default=10, ge=1)
+    data: DataConfig
+    partition: PartitionConfig = Field(default_factory=PartitionConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    methods: list[MethodConfig] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check_classes(self) -> ExperimentConfig:
+        d = self.data
+        if d.normal is not None and d.anomaly is not None:
+            both = sorted(set(d.normal) & set(d.anomaly))
+            if both:
+                raise ValueError(
+                    f"data.normal and data.anomaly share classes {both}; "
+                    "a class is one or the other"
+                )
+        return self
+
+    def labels(self) -> list[str]:
+        """Keys in metrics.json: label, else name[-detector]; repeats get -2, -3 ..."""
+        raw = [
+            m.label or (f"{m.name}-{m.detector}" if m.detector else m.name) for m in self.methods
+        ]
+        out: list[str] = []
+        for i, lab in enumerate(raw):
+            if raw.count(lab) > 1:
+                k = raw[:i].count(lab)
+                lab = lab if k == 0 else f"{lab}-{k + 1}"
+            out.append(lab)
+        return out
+
+
+def _format_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "config"
+    kind = first["type"]
+    msg = first["msg"]
+    if kind == "extra_forbidden":
+        return f"unknown key '{loc}' in the config (remove it or check its spelling; see DESIGN.md)"
+    if kind == "missing":
+        return f"missing key '{loc}' in the config (add it; see configs/quickstart.toml)"
+    msg = msg.removeprefix("Value error, ")
+    given = first.get("input")
+    shown = "" if isinstance(given, dict | list) else f" (got {given!r})"
+    return f"invalid value for '{loc}'{shown}: {msg}"
+
+
+def parse_config(raw: dict[str, Any]) -> ExperimentConfig:
+    """Validate a config dict; raise a one-line :class:`ConfigError` on any problem."""
+    try:
+        return ExperimentConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err)) from None
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key=value`` overrides (dotted keys, TOML values; ``methods.0.params.lr=0.01``)."""
+    out = copy.deepcopy(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set '{item}' is not key=value (write e.g. --set rounds=3)")
+        key, value = item.split("=", 1)
+        parts = key.strip().split(".")
+        node: Any = out
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise ConfigError(
+                        f"--set '{key}': '{part}' is not an index of a list of {len(node)} items"
+                    )
+                if last:
+                    node[int(part)] = _parse_value(value)
+                else:
+                    node = node[int(part)]
+            else:
+                if last:
+                    node[part] = _parse_value(value)
+                else:
+                    node = node.setdefault(part, {})
+                    if not isinstance(node, dict | list):
+                        raise ConfigError(f"--set '{key}': '{part}' holds a value, not a table")
+    return out
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML file, turning a missing file or a syntax error into a one-line error."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file '{p}' does not exist (give the path of a TOML file)")
+    try:
+        with p.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"config file '{p}' is not valid TOML: {err}") from None
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read, override and validate an experiment config."""
+    return parse_config(apply_overrides(read_toml(path), overrides or []))
+
+
+def dump_toml(data: dict[str, Any]) -> str:
+    """Write a (nested) dict of plain values as TOML: enough for the resolved config."""
+    lines: list[str] = []
+
+    def val(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int | float):
+            return repr(v)
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, list):
+            return "[" + ", ".join(val(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{k} = {val(x)}" for k, x in v.items()) + "}"
+        raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+    def table(prefix: str, d: dict[str, Any]) -> None:
+        scalars = {k: v for k, v in d.items() if v is not None and not _is_table(v)}
+        if prefix:
+            lines.append(f"[{prefix}]")
+        lines.extend(f"{k} = {val(v)}" for k, v in scalars.items())
+        lines.append("")
+        for k, v in d.items():
+            if isinstance(v, dict) and v is not None and _is_table(v):
+                table(f"{prefix}.{k}" if prefix else k, v)
+            elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+                for item in v:
+                    lines.append(f"[[{prefix}.{k}]]" if prefix else f"[[{k}]]")
+                    inner = {a: b for a, b in item.items() if b is not None and not _is_table(b)}
+                    lines.extend(f"{a} = {val(b)}" for a, b in inner.items())
+                    lines.append("")
+                    for a, b in item.items():
+                        if isinstance(b, dict):
+                            sub = f"{prefix}.{k}.{a}" if prefix else f"{k}.{a}"
+                            lines.append(f"[{sub}]")
+                            lines.extend(f"{x} = {val(y)}" for x, y in b.items() if y is not None)
+                            lines.append("")
+
+    table("", data)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _is_table(v: Any) -> bool:
+    return isinstance(v, dict) or (
+        isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
+    )

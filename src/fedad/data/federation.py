@@ -1,0 +1,657 @@
+"""Build a :class:`~fedad.data.types.Federation` from an experiment config.
+
+The protocol (also in ``docs/data.md``); every random step draws from its own stream of
+``numpy.random.SeedSequence(cfg.seed)``, so the result is a function of the config alone:
+
+1. **Load.** ``data.name`` (with ``data.path``, ``data.size``), every extra entry of
+   ``data.sources`` (``"name"`` or ``"name@path"``) and ``data.anomaly_source`` (with
+   ``data.anomaly_source_path``). All must have the same kind and feature shape.
+   Classes of data sets other than ``data.name`` get ids after it (``name:class``).
+2. **Normal and anomaly.** A class data set needs ``data.normal``; ``data.anomaly`` lists
+   its anomaly classes and may be empty only when ``data.anomaly_source`` is set. Classes in
+   neither list are not used. Data sets with a fixed definition (ODDS) must omit both:
+   0 is normal, 1 anomaly. The ``normal``/``anomaly`` ids apply to every entry of
+   ``data.sources``. **Every** sample of ``data.anomaly_source`` is an anomaly (its own
+   classes are kept, offset, in ``c_train``); it adds to the anomaly classes of the main set.
+3. **Test hold-out, before anything else.** The official test split where a data set has
+   one, otherwise a seeded class-stratified ``data.test_fraction`` share. Pooled test =
+   held-out normals + held-out anomalies, capped at ``data.max_test`` by a seeded
+   subsample that keeps the normal/anomaly ratio. The rest is the training part.
+4. **Server data.** ``data.server_normal`` normal samples of the training part go to
+   ``Federation.server_normal`` (never test data).
+5. **Partition** the remaining normal training samples over ``partition.clients`` with
+   ``partition.scheme`` (see :mod:`fedad.data.partition`); ``by-source`` groups by data set
+   and needs at least two (``data.sources``). Then cap each client at
+   ``data.max_train_per_client`` (seeded subsample).
+6. **Contamination.** ``round_half_up(contamination * n_k)`` of client ``k``'s samples are
+   replaced by anomalies drawn without replacement from the training part's anomalies
+   (disjoint from the test anomalies), so every client gets its share; ``y_train`` marks
+   them 1.
+7. **Local test sets** split the pooled test set exactly (disjoint, union = pooled): a test
+   normal of class ``c`` goes to client ``k`` with probability proportional to ``k``'s
+   training count of ``c`` (uniformly if no client holds ``c``); test anomalies are dealt
+   evenly in random order. A client left without a test normal takes one from a client with
+   several (preferring its own classes) when possible.
+8. **Standardization** (``kind == "vector"`` and ``data.standardize``): z-score with the
+   mean and standard deviation of the union of the clients' training data (what a server
+   gets from the clients' counts, sums and sums of squares), applied to training, test and
+   server data; a zero deviation becomes 1. Images stay in [0, 1].
+
+Impossible requests raise a one-line :class:`~fedad.errors.FedadError` that names the key.
+``Federation.notes`` records sizes and counts (plain ints, floats, strings, lists, dicts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from fedad.config import ExperimentConfig
+from fedad.data.partition import partition, round_half_up
+from fedad.data.registry import load_dataset, normalize_name
+from fedad.data.types import ClientData, DataKind, Dataset, Federation
+from fedad.errors import ConfigError, DataError
+
+__all__ = [
+    "FederationPlan",
+    "build_federation",
+    "materialize",
+    "parse_source",
+    "plan_federation",
+    "pooled_mean_std",
+]
+
+_STREAMS = ("split", "test_cap", "server", "partition", "cap", "contamination", "local_test")
+
+
+# --------------------------------------------------------------------------- sample catalog
+
+
+class _Catalog:
+    """Blocks of samples addressed by one global integer id (no copies until gathered)."""
+
+    def __init__(self) -> None:
+        self.blocks: list[np.ndarray] = []
+        self.starts: list[int] = []
+        self._classes: list[np.ndarray] = []
+        self._members: list[np.ndarray] = []
+        self.total = 0
+
+    def add(self, x: np.ndarray, classes: np.ndarray, member: int) -> np.ndarray:
+        """Append a block; return its global ids."""
+        ids = np.arange(self.total, self.total + len(x), dtype=np.int64)
+        self.blocks.append(x)
+        self.starts.append(self.total)
+        self._classes.append(np.asarray(classes, dtype=np.int64))
+        self._members.append(np.full(len(x), member, dtype=np.int64))
+        self.total += len(x)
+        return ids
+
+    @property
+    def classes(self) -> np.ndarray:
+        return np.concatenate(self._classes) if self._classes else np.empty(0, np.int64)
+
+    @property
+    def members(self) -> np.ndarray:
+        return np.concatenate(self._members) if self._members else np.empty(0, np.int64)
+
+    def gather(self, ids: np.ndarray) -> np.ndarray:
+        """The samples with global ``ids``, in that order, as a new float32 array."""
+        shape = self.blocks[0].shape[1:]
+        out = np.empty((len(ids), *shape), dtype=np.float32)
+        if len(ids) == 0:
+            return out
+        block_of = np.searchsorted(np.asarray(self.starts), ids, side="right") - 1
+        for b in np.unique(block_of):
+            mask = block_of == b
+            out[mask] = self.blocks[b][ids[mask] - self.starts[b]]
+        return out
+
+
+# --------------------------------------------------------------------------- members
+
+
+@dataclass(frozen=True)
+class _Member:
+    name: str
+    dataset: Dataset
+    offset: int
+    role: Literal["source", "anomaly_source"]
+    normal: tuple[int, ...]
+    anomaly: tuple[int, ...]
+
+
+def parse_source(entry: str) -> tuple[str, str | None]:
+    """``"name"`` or ``"name@path"`` from ``data.sources`` as ``(name, path or None)``."""
+    name, sep, path = entry.partition("@")
+    if not name.strip() or (sep and not path.strip()):
+        raise ConfigError(
+            f"data.sources entry '{entry}' is not 'name' or 'name@path'",
+            'write e.g. sources = ["mnist", "kmnist@/data/kmnist"]',
+        )
+    return name.strip(), (path.strip() if sep else None)
+
+
+def _class_list(ds: Dataset, name: str) -> str:
+    shown = ", ".join(f"{i}={c}" for i, c in enumerate(ds.classes))
+    return f"'{name}' has classes 0..{len(ds.classes) - 1} ({shown})"
+
+
+def _class_ids(ids: list[int] | None, key: str, ds: Dataset, name: str) -> tuple[int, ...]:
+    out = tuple(dict.fromkeys(ids or []))
+    bad = [c for c in out if not 0 <= c < len(ds.classes)]
+    if bad:
+        raise DataError(f"{key} has class {bad[0]}, but {_class_list(ds, name)}", f"fix {key}")
+    return out
+
+
+def _roles(cfg: ExperimentConfig, ds: Dataset, name: str) -> tuple[tuple[int, ...], ...]:
+    d = cfg.data
+    if ds.fixed_split:
+        given = [k for k, v in (("normal", d.normal), ("anomaly", d.anomaly)) if v is not None]
+        if given:
+            raise ConfigError(
+                f"data.{given[0]} must be omitted for '{name}': its normal/anomaly split is "
+                "fixed by its definition (0 normal, 1 anomaly)",
+                f"remove data.{given[0]}",
+            )
+        return (0,), (1,)
+    if not d.normal:
+        raise ConfigError(
+            f"data.normal is missing or empty: {_class_list(ds, name)}",
+            "set data.normal to the classes treated as normal, e.g. normal = [0]",
+        )
+    normal = _class_ids(d.normal, "data.normal", ds, name)
+    anomaly = _class_ids(d.anomaly, "data.anomaly", ds, name)
+    if not anomaly and not d.anomaly_source:
+        raise ConfigError(
+            "data.anomaly is missing or empty and no data.anomaly_source is set",
+            f"list anomaly classes ({_class_list(ds, name)}) or set data.anomaly_source",
+        )
+    return normal, anomaly
+
+
+def _load(
+    name: str, path: str | None, size: int | None, where: str = "", hint: str = ""
+) -> Dataset:
+    """Load a data set; errors about a secondary one say which key it came from."""
+    try:
+        return load_dataset(name, path, size)
+    except DataError as err:
+        if not where:
+            raise
+        raise DataError(f"{where} '{name}': {err}; {hint}") from None
+
+
+def _load_members(cfg: ExperimentConfig) -> list[_Member]:
+    d = cfg.data
+    main = normalize_name(d.name)
+    wanted: list[tuple[str, str | None]] = [(main, d.path)]
+    for entry in d.sources:
+        name, path = parse_source(entry)
+        key = normalize_name(name)
+        if key == main:
+            if path is not None:
+                wanted[0] = (main, path)
+        elif key not in [w[0] for w in wanted]:
+            wanted.append((key, path))
+    members: list[_Member] = []
+    offset = 0
+    for i, (name, path) in enumerate(wanted):
+        where = "" if i == 0 else "data.sources entry"
+        ds = _load(name, path, d.size, where, f"give its path as '{name}@PATH'")
+        normal, anomaly = _roles(cfg, ds, name)
+        members.append(_Member(name, ds, offset, "source", normal, anomaly))
+        offset += len(ds.classes)
+    fixed = {m.dataset.fixed_split for m in members}
+    if len(fixed) > 1:
+        raise ConfigError(
+            "data.sources mixes data sets with a fixed normal/anomaly definition and class "
+            f"data sets ({', '.join(m.name for m in members)})",
+            "use sources of one kind",
+        )
+    if d.anomaly_source:
+        key = normalize_name(d.anomaly_source)
+        if key in [m.name for m in members]:
+            raise ConfigError(
+                f"data.anomaly_source '{d.anomaly_source}' is also a normal source",
+                "use data.anomaly for anomaly classes of the same data set",
+            )
+        hint = "its path is data.anomaly_source_path"
+        ds = _load(key, d.anomaly_source_path, d.size, "data.anomaly_source", hint)
+        every = tuple(range(len(ds.classes)))
+        members.append(_Member(key, ds, offset, "anomaly_source", (), every))
+    first = members[0]
+    for m in members[1:]:
+        what = "data.anomaly_source" if m.role == "anomaly_source" else "data.sources entry"
+        if m.dataset.kind != first.dataset.kind:
+            raise DataError(
+                f"{what} '{m.name}' holds {m.dataset.kind} data but '{first.name}' holds "
+                f"{first.dataset.kind} data",
+                "use data sets of one kind",
+            )
+        if m.dataset.feature_shape != first.dataset.feature_shape:
+            raise DataError(
+                f"{what} '{m.name}' has feature shape {m.dataset.feature_shape} but "
+                f"'{first.name}' has {first.dataset.feature_shape}",
+                "use data sets of the same shape (data.size resizes images)",
+            )
+    return members
+
+
+# --------------------------------------------------------------------------- plan
+
+
+@dataclass
+class FederationPlan:
+    """Which sample (a global id into the loaded data) goes where; no feature arrays copied.
+
+    ``train_ids[k]``, ``train_anomaly[k]`` (1 = contamination), ``test_ids[k]`` and
+    ``test_anomaly[k]`` per client; ``server_ids`` for the server; ``classes`` maps a
+    global id to its class in the federation's class space.
+    """
+
+    name: str
+    kind: DataKind
+    feature_shape: tuple[int, ...]
+    class_names: tuple[str, ...]
+    normal_classes: list[int]
+    anomaly_classes: list[int]
+    client_sources: list[str]
+    train_ids: list[np.ndarray]
+    train_anomaly: list[np.ndarray]
+    test_ids: list[np.ndarray]
+    test_anomaly: list[np.ndarray]
+    server_ids: np.ndarray
+    classes: np.ndarray
+    standardize: bool
+    catalog: _Catalog = field(repr=False)
+    notes: dict[str, object] = field(default_factory=dict)
+
+
+def _split_block(
+    ids: np.ndarray, classes: np.ndarray, fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Class-stratified ``(train ids, test ids)``; every class with >= 2 samples in both."""
+    train, test = [], []
+    for c in np.unique(classes):
+        members = rng.permutation(ids[classes == c])
+        n = len(members)
+        k = round_half_up(fraction * n)
+        k = min(max(k, 1), n - 1) if n >= 2 else 0
+        test.append(members[:k])
+        train.append(members[k:])
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
+
+
+def _cap_pair(
+    normals: np.ndarray, anomalies: np.ndarray, cap: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    n_n, n_a = len(normals), len(anomalies)
+    if n_n + n_a <= cap:
+        return normals, anomalies
+    k_a = round_half_up(cap * n_a / (n_n + n_a))
+    k_a = min(max(k_a, 1 if n_a else 0), cap - (1 if n_n else 0))
+    k_n = cap - k_a
+    pick_n = np.sort(rng.choice(normals, size=k_n, replace=False))
+    pick_a = np.sort(rng.choice(anomalies, size=k_a, replace=False))
+    return pick_n, pick_a
+
+
+def _assign_local_tests(
+    test_normals: np.ndarray,
+    test_anomalies: np.ndarray,
+    classes: np.ndarray,
+    counts: dict[int, np.ndarray],
+    num_clients: int,
+    rng: np.random.Generator,
+) -> tuple[list[np.ndarray], list[np.ndarray], int]:
+    """Split the pooled test set over clients (see the module docstring, step 7).
+
+    ``counts[c]`` is the per-client training count of class ``c``. Returns the per-client
+    test normals, test anomalies, and how many test normals went uniformly (class unheld).
+    """
+    owner = np.empty(len(test_normals), dtype=np.int64)
+    test_classes = classes[test_normals]
+    uniform = 0
+    for c in np.unique(test_classes):
+        where = np.flatnonzero(test_classes == c)
+        w = counts.get(int(c), np.zeros(num_clients)).astype(np.float64)
+        if w.sum() == 0:
+            w = np.ones(num_clients)
+            uniform += len(where)
+        owner[where] = rng.choice(num_clients, size=len(where), p=w / w.sum())
+    # A client without a test normal takes one from a client with several.
+    for k in range(num_clients):
+        per_client = np.bincount(owner, minlength=num_clients)
+        if per_client[k] > 0:
+            continue
+        donors = np.flatnonzero(per_client[owner] >= 2)
+        if len(donors) == 0:
+            break
+        held = [
+            int(c) for c in np.unique(test_classes[donors])
+            if int(c) in counts and counts[int(c)][k] > 0
+        ]  # fmt: skip
+        preferred = donors[np.isin(test_classes[donors], held)] if held else donors
+        owner[rng.choice(preferred if len(preferred) else donors)] = k
+    normals = [test_normals[owner == k] for k in range(num_clients)]
+    # Anomalies: dealt like cards in random order, to clients in random order.
+    dealt = test_anomalies[rng.permutation(len(test_anomalies))]
+    anomalies: list[np.ndarray] = [np.empty(0, np.int64)] * num_clients
+    for slot, k in enumerate(rng.permutation(num_clients)):
+        anomalies[int(k)] = np.sort(dealt[slot::num_clients])
+    return normals, anomalies, uniform
+
+
+def _mix(
+    normals: np.ndarray, anomalies: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Normals and anomalies in one random order, with 0/1 anomaly flags."""
+    ids = np.concatenate([normals, anomalies])
+    flag = np.r_[np.zeros(len(normals), np.int64), np.ones(len(anomalies), np.int64)]
+    order = rng.permutation(len(ids))
+    return ids[order], flag[order]
+
+
+def _contaminate(
+    train_normals: list[np.ndarray],
+    anomaly_pool: np.ndarray,
+    contamination: float,
+    rng: np.random.Generator,
+) -> tuple[list[np.ndarray], list[np.ndarray], list[int]]:
+    """Replace ``round_half_up(contamination * n_k)`` of each client's samples by anomalies.
+
+    Anomalies are drawn without replacement from ``anomaly_pool``; every client gets its own
+    share. Returns per-client ids, 0/1 contamination flags, and the counts replaced.
+    """
+    n_bad = [round_half_up(contamination * len(t)) for t in train_normals]
+    if sum(n_bad) > len(anomaly_pool):
+        raise DataError(
+            f"partition.contamination={contamination:g} needs {sum(n_bad)} training "
+            f"anomalies but only {len(anomaly_pool)} are available outside the test set",
+            "lower partition.contamination or data.max_train_per_client, or add anomaly classes",
+        )
+    drawn = rng.permutation(anomaly_pool)
+    ids, flags = [], []
+    start = 0
+    for t, n_a in zip(train_normals, n_bad, strict=True):
+        kept = rng.permutation(t)[: len(t) - n_a]
+        mine, flag = _mix(kept, drawn[start : start + n_a], rng)
+        start += n_a
+        ids.append(mine)
+        flags.append(flag)
+    return ids, flags, n_bad
+
+
+def _seed_sequence(seed: int) -> np.random.SeedSequence:
+    """The root of all random streams; negative seeds map to distinct non-negative ones."""
+    return np.random.SeedSequence(seed % (1 << 128))
+
+
+def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
+    """Decide, by global sample id, the data of every client, the server and the tests."""
+    d, p = cfg.data, cfg.partition
+    rngs = {
+        name: np.random.default_rng(s)
+        for name, s in zip(_STREAMS, _seed_sequence(cfg.seed).spawn(len(_STREAMS)), strict=True)
+    }
+    members = _load_members(cfg)
+    main = members[0]
+    class_names: list[str] = []
+    for m in members:
+        prefix = "" if m is main else f"{m.name}:"
+        class_names.extend(prefix + c for c in m.dataset.classes)
+
+    catalog = _Catalog()
+    normal_classes: list[int] = []
+    anomaly_classes: list[int] = []
+    train_parts: list[np.ndarray] = []
+    test_parts: list[np.ndarray] = []
+    split_notes: dict[str, str] = {}
+    for j, m in enumerate(members):
+        ds, off = m.dataset, m.offset
+        normal_classes.extend(off + c for c in m.normal)
+        anomaly_classes.extend(off + c for c in m.anomaly)
+        if ds.x_test is not None and ds.y_test is not None:
+            train_parts.append(catalog.add(ds.x, ds.y + off, j))
+            test_parts.append(catalog.add(ds.x_test, ds.y_test + off, j))
+            split_notes[m.name] = "official"
+        else:
+            ids = catalog.add(ds.x, ds.y + off, j)
+            tr, te = _split_block(ids, ds.y.astype(np.int64) + off, d.test_fraction, rngs["split"])
+            train_parts.append(tr)
+            test_parts.append(te)
+            split_notes[m.name] = f"stratified {d.test_fraction:g}"
+    classes = catalog.classes
+    source_of = catalog.members
+    train_all = np.concatenate(train_parts)
+    test_all = np.concatenate(test_parts)
+    normal_set = np.asarray(normal_classes, dtype=np.int64)
+    anomaly_set = np.asarray(anomaly_classes, dtype=np.int64)
+
+    # 3. pooled test set
+    test_normals = test_all[np.isin(classes[test_all], normal_set)]
+    test_anomalies = test_all[np.isin(classes[test_all], anomaly_set)]
+    if len(test_normals) == 0 or len(test_anomalies) == 0:
+        which = "normal" if len(test_normals) == 0 else "anomalous"
+        raise DataError(
+            f"the held-out test set has no {which} samples",
+            "raise data.test_fraction or check data.normal / data.anomaly",
+        )
+    n_test_before = len(test_normals) + len(test_anomalies)
+    if d.max_test is not None:
+        test_normals, test_anomalies = _cap_pair(
+            test_normals, test_anomalies, d.max_test, rngs["test_cap"]
+        )
+    normal_pool = train_all[np.isin(classes[train_all], normal_set)]
+    anomaly_pool = train_all[np.isin(classes[train_all], anomaly_set)]
+
+    # 4. server data
+    k_clients = p.clients
+    server_ids = np.empty(0, dtype=np.int64)
+    if d.server_normal > 0:
+        left = len(normal_pool) - d.server_normal
+        if left < k_clients * p.min_per_client:
+            raise DataError(
+                f"data.server_normal={d.server_normal} leaves {max(left, 0)} of "
+                f"{len(normal_pool)} normal training samples for {k_clients} clients "
+                f"(partition.min_per_client={p.min_per_client} each)",
+                "lower data.server_normal or partition.clients",
+            )
+        pick = rngs["server"].permutation(len(normal_pool))
+        server_ids = np.sort(normal_pool[pick[: d.server_normal]])
+        normal_pool = np.sort(normal_pool[pick[d.server_normal :]])
+
+    # 5. partition + cap
+    if len(normal_pool) < k_clients * p.min_per_client:
+        raise DataError(
+            f"partition.clients={k_clients} needs at least {k_clients * p.min_per_client} "
+            f"normal training samples (partition.min_per_client={p.min_per_client} each) but "
+            f"only {len(normal_pool)} are available",
+            "lower partition.clients or partition.min_per_client, or use more normal classes",
+        )
+    if p.scheme == "by-source" and sum(m.role == "source" for m in members) < 2:
+        raise ConfigError(
+            "partition.scheme='by-source' needs data.sources to list at least two data sets",
+            'set e.g. data.sources = ["mnist", "kmnist@/data/kmnist"], or use another scheme',
+        )
+    if d.max_train_per_client is not None and d.max_train_per_client < p.min_per_client:
+        raise ConfigError(
+            f"data.max_train_per_client={d.max_train_per_client} is below "
+            f"partition.min_per_client={p.min_per_client}",
+            "raise data.max_train_per_client",
+        )
+    parts = partition(
+        p.scheme,
+        classes[normal_pool],
+        k_clients,
+        rngs["partition"],
+        groups=source_of[normal_pool],
+        classes=normal_classes,
+        alpha=p.alpha,
+        dominant_fraction=p.dominant_fraction,
+        min_per_client=p.min_per_client,
+    )
+    train_normals = [normal_pool[part] for part in parts]
+    if d.max_train_per_client is not None:
+        cap = d.max_train_per_client
+        train_normals = [
+            rngs["cap"].choice(t, size=cap, replace=False) if len(t) > cap else t
+            for t in train_normals
+        ]
+
+    # 6. contamination
+    train_ids, train_anomaly, n_bad = _contaminate(
+        train_normals, anomaly_pool, p.contamination, rngs["contamination"]
+    )
+
+    # 7. local test sets
+    counts = {
+        c: np.array([int(np.sum(classes[ids[flag == 0]] == c))
+                     for ids, flag in zip(train_ids, train_anomaly, strict=True)])
+        for c in normal_classes
+    }  # fmt: skip
+    local_n, local_a, uniform = _assign_local_tests(
+        test_normals, test_anomalies, classes, counts, k_clients, rngs["local_test"]
+    )
+    mixed = [_mix(nn, aa, rngs["local_test"]) for nn, aa in zip(local_n, local_a, strict=True)]
+    test_ids = [ids for ids, _ in mixed]
+    test_anomaly = [flag for _, flag in mixed]
+
+    client_sources = []
+    for ids, flag in zip(train_ids, train_anomaly, strict=True):
+        used = np.unique(source_of[ids[flag == 0]])
+        client_sources.append(members[int(used[0])].name if len(used) == 1 else "mixed")
+
+    names = tuple(class_names)
+    used_classes = set(normal_classes) | set(anomaly_classes)
+    notes: dict[str, object] = {
+        "dataset": main.name,
+        "sources": [m.name for m in members if m.role == "source"],
+        "anomaly_source": next((m.name for m in members if m.role == "anomaly_source"), ""),
+        "scheme": p.scheme,
+        "clients": k_clients,
+        "test_split": split_notes,
+        "n_test": int(len(test_normals) + len(test_anomalies)),
+        "n_test_normal": len(test_normals),
+        "n_test_anomaly": len(test_anomalies),
+        "n_test_before_cap": int(n_test_before),
+        "n_train": int(sum(len(t) for t in train_ids)),
+        "n_train_per_client": [len(t) for t in train_ids],
+        "contamination_per_client": list(n_bad),
+        "anomaly_pool": len(anomaly_pool),
+        "normal_pool": len(normal_pool),
+        "normal_pool_unused": int(len(normal_pool) - sum(len(t) for t in train_normals)),
+        "server_normal": len(server_ids),
+        "train_class_counts": [
+            {names[c]: int(counts[c][k]) for c in normal_classes if counts[c][k]}
+            for k in range(k_clients)
+        ],
+        "local_test_sizes": [[len(nn), len(aa)] for nn, aa in zip(local_n, local_a, strict=True)],
+        "test_normals_unheld_class": int(uniform),
+        "unused_classes": [n for i, n in enumerate(names) if i not in used_classes],
+    }
+    return FederationPlan(
+        name=main.name,
+        kind=main.dataset.kind,
+        feature_shape=main.dataset.feature_shape,
+        class_names=names,
+        normal_classes=normal_classes,
+        anomaly_classes=anomaly_classes,
+        client_sources=client_sources,
+        train_ids=train_ids,
+        train_anomaly=train_anomaly,
+        test_ids=test_ids,
+        test_anomaly=test_anomaly,
+        server_ids=server_ids,
+        classes=classes,
+        standardize=d.standardize and main.dataset.kind == "vector",
+        catalog=catalog,
+        notes=notes,
+    )
+
+
+# --------------------------------------------------------------------------- materialize
+
+
+def pooled_mean_std(
+    blocks: list[np.ndarray], floor: float = 1e-12
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature mean and (population) std of the union of ``blocks``, merged per block.
+
+    The merge (Chan et al.) uses only each block's count, mean and sum of squared
+    deviations, i.e. what clients could send; it equals the statistics of the concatenation.
+    A std at or below ``floor`` (relative to ``max(1, |mean|)``) becomes 1.
+    """
+    n = 0
+    mean: np.ndarray | None = None
+    m2: np.ndarray | None = None
+    for b in blocks:
+        if len(b) == 0:
+            continue
+        x = b.reshape(len(b), -1).astype(np.float64)
+        nb, mb = len(x), x.mean(axis=0)
+        m2b = ((x - mb) ** 2).sum(axis=0)
+        if mean is None or m2 is None:
+            n, mean, m2 = nb, mb, m2b
+            continue
+        delta = mb - mean
+        tot = n + nb
+        mean = mean + delta * (nb / tot)
+        m2 = m2 + m2b + delta**2 * (n * nb / tot)
+        n = tot
+    if mean is None or m2 is None:
+        raise DataError("cannot standardize: the clients hold no training data")
+    std = np.sqrt(m2 / n)
+    std = np.where(std <= floor * np.maximum(1.0, np.abs(mean)), 1.0, std)
+    return mean, std
+
+
+def materialize(plan: FederationPlan) -> Federation:
+    """Copy the planned samples into a :class:`Federation` (and standardize vectors)."""
+    cat = plan.catalog
+    clients = []
+    for k in range(len(plan.train_ids)):
+        clients.append(
+            ClientData(
+                client_id=k,
+                x_train=cat.gather(plan.train_ids[k]),
+                y_train=plan.train_anomaly[k].copy(),
+                c_train=plan.classes[plan.train_ids[k]],
+                x_test=cat.gather(plan.test_ids[k]),
+                y_test=plan.test_anomaly[k].copy(),
+                source=plan.client_sources[k],
+            )
+        )
+    server = cat.gather(plan.server_ids) if len(plan.server_ids) else None
+    notes = dict(plan.notes)
+    if plan.standardize:
+        mean, std = pooled_mean_std([c.x_train for c in clients])
+        mu, sd = mean.astype(np.float32), std.astype(np.float32)
+        for c in clients:
+            c.x_train = (c.x_train - mu) / sd
+            c.x_test = (c.x_test - mu) / sd
+        if server is not None:
+            server = (server - mu) / sd
+        notes["standardize_mean"] = [float(v) for v in mean]
+        notes["standardize_std"] = [float(v) for v in std]
+    notes["standardized"] = plan.standardize
+    return Federation(
+        name=plan.name,
+        kind=plan.kind,
+        feature_shape=plan.feature_shape,
+        clients=clients,
+        normal_classes=list(plan.normal_classes),
+        anomaly_classes=list(plan.anomaly_classes),
+        class_names=plan.class_names,
+        server_normal=server,
+        notes=notes,
+    )
+
+
+def build_federation(cfg: ExperimentConfig) -> Federation:
+    """The federation ``cfg`` describes: :func:`plan_federation` then :func:`materialize`."""
+    return materialize(plan_federation(cfg))

@@ -1,0 +1,167 @@
+"""The data set registry: names to loaders.
+
+A loader is a callable ``loader(path=None, size=None) -> Dataset``. Built-in loaders live in
+:mod:`fedad.data.sources` and register themselves on import; :func:`load_dataset` and
+:func:`list_datasets` import them on first use, so ``import fedad.data.registry`` stays cheap.
+
+Register your own::
+
+    from fedad.data.registry import register_dataset
+
+    @register_dataset("my_set", description="my sensors, 12 features", kind="vector")
+    def load_my_set(path=None, size=None):
+        ...
+        return Dataset(...)
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, overload
+
+from fedad.data.types import DataKind, Dataset
+from fedad.errors import DataError
+
+__all__ = [
+    "DatasetInfo",
+    "Loader",
+    "dataset_info",
+    "list_datasets",
+    "load_dataset",
+    "normalize_name",
+    "register_dataset",
+    "unregister_dataset",
+]
+
+# Modules whose import registers the built-in data sets.
+_BUILTIN_MODULES: tuple[str, ...] = ("fedad.data.sources",)
+
+
+class Loader(Protocol):
+    """What a registered loader looks like."""
+
+    def __call__(self, path: str | None = None, size: int | None = None) -> Dataset: ...
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """A registry entry: the loader plus what ``fedad list datasets`` shows."""
+
+    name: str
+    loader: Loader
+    description: str
+    kind: DataKind
+
+
+_REGISTRY: dict[str, DatasetInfo] = {}
+_builtins_loaded = False
+
+
+def normalize_name(name: str) -> str:
+    """Registry key of a name: case-insensitive, ``-`` and ``_`` are the same."""
+    return name.strip().lower().replace("-", "_")
+
+
+@overload
+def register_dataset(
+    name: str,
+    loader: None = None,
+    description: str = "",
+    kind: DataKind = "vector",
+    *,
+    overwrite: bool = False,
+) -> Callable[[Loader], Loader]: ...
+
+
+@overload
+def register_dataset(
+    name: str,
+    loader: Loader,
+    description: str = "",
+    kind: DataKind = "vector",
+    *,
+    overwrite: bool = False,
+) -> Loader: ...
+
+
+def register_dataset(
+    name: str,
+    loader: Loader | None = None,
+    description: str = "",
+    kind: DataKind = "vector",
+    *,
+    overwrite: bool = False,
+) -> Loader | Callable[[Loader], Loader]:
+    """Register ``loader`` under ``name``; without ``loader`` return a decorator.
+
+    ``description`` is one line (shown by :func:`list_datasets`); ``kind`` is the
+    :data:`~fedad.data.types.DataKind` of what the loader returns. Registering a taken name
+    is a programming error (``ValueError``) unless ``overwrite`` is true.
+    """
+    key = normalize_name(name)
+    if "\n" in description:
+        raise ValueError(f"description of data set '{name}' must be one line")
+
+    def add(fn: Loader) -> Loader:
+        if key in _REGISTRY and not overwrite:
+            raise ValueError(f"data set '{key}' is already registered (pass overwrite=True)")
+        _REGISTRY[key] = DatasetInfo(key, fn, description, kind)
+        return fn
+
+    if loader is None:
+        return add
+    return add(loader)
+
+
+def unregister_dataset(name: str) -> None:
+    """Remove a registered data set (no error if it is not there)."""
+    _REGISTRY.pop(normalize_name(name), None)
+
+
+def _load_builtins() -> None:
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    _builtins_loaded = True
+    for module in _BUILTIN_MODULES:
+        importlib.import_module(module)
+
+
+def dataset_info(name: str) -> DatasetInfo:
+    """The registry entry of ``name``; unknown names raise a one-line :class:`DataError`."""
+    _load_builtins()
+    key = normalize_name(name)
+    if key not in _REGISTRY:
+        names = sorted(_REGISTRY)
+        close = difflib.get_close_matches(key, names, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise DataError(
+            f"unknown data set '{name}'",
+            f"{hint}available: {', '.join(names)}; see `fedad list datasets`",
+        )
+    return _REGISTRY[key]
+
+
+def list_datasets() -> list[tuple[str, str]]:
+    """``(name, one-line description)`` of every registered data set, sorted by name."""
+    _load_builtins()
+    return [(k, _REGISTRY[k].description) for k in sorted(_REGISTRY)]
+
+
+def load_dataset(name: str, path: str | None = None, size: int | None = None) -> Dataset:
+    """Load a registered data set.
+
+    ``path`` is where its files are (loaders that need one say so when it is missing);
+    ``size`` resizes images to ``size x size`` and is an error for non-image data sets.
+    """
+    info = dataset_info(name)
+    if size is not None and info.kind != "image":
+        raise DataError(
+            f"data.size={size} applies to image data sets only, but '{info.name}' holds "
+            f"{info.kind} data",
+            "remove data.size",
+        )
+    return info.loader(path=path, size=size)

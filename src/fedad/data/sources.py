@@ -1,0 +1,39 @@
+"""The built-in real data sets: importing this module registers them all.
+
+========================= ======== =============================================================
+name                      kind     where the files come from
+========================= ======== =============================================================
+``fashion_mnist``         image    Debian ``dataset-fashion-mnist`` or ``data.path`` (IDX)
+``mnist``, ``kmnist``     image    ``data.path`` (IDX files)
+``digits``                image    scikit-learn (8x8; ``data.size`` upsamples)
+``cifar10``               image    ``data.path`` (python pickle batches)
+``odds_shuttle`` ...      vector   Debian ``r-cran-mlbench`` or ``data.path`` (``.rda``)
+========================= ======== =============================================================
+
+See :mod:`fedad.data.idx`, :mod:`fedad.data.digits`, :mod:`fedad.data.cifar` and
+:mod:`fedad.data.odds` for the formats. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+from fedad.data.cifar import load_cifar10
+from fedad.data.digits import load_digits
+from fedad.data.idx import load_fashion_mnist, load_kmnist, load_mnist
+from fedad.data.odds import (
+    load_odds_breastw,
+    load_odds_ionosphere,
+    load_odds_satellite,
+    load_odds_shuttle,
+)
+
+__all__ = [
+    "load_cifar10",
+    "load_digits",
+    "load_fashion_mnist",
+    "load_kmnist",
+    "load_mnist",
+    "load_odds_breastw",
+    "load_odds_ionosphere",
+    "load_odds_satellite",
+    "load_odds_shuttle",
+]

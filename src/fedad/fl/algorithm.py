@@ -1,0 +1,205 @@
+"""Federated algorithms: client handlers + a server program, no networking.
+
+An :class:`Algorithm` owns both sides of a method. Client handlers are named functions
+``(state, data, message) -> message``; the server program is plain Python that drives a
+:class:`~fedad.fl.grid.Grid` through a :class:`~fedad.fl.context.ServerContext` and reduces
+replies with the pure functions of :mod:`fedad.fl.aggregate`. Engines (in-process, Flower)
+deliver the messages.
+
+Every algorithm also answers the ``"evaluate"`` phase the same way: the client builds its
+final detector from its state and the server's last message, sets the threshold from its own
+*training* scores (unless the server sent one), scores its local test set and replies with
+the scores. The test data never leave the client except as scores.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fedad.data.types import ClientData, DataKind
+from fedad.detector import BaseDetector, quantile_threshold
+from fedad.errors import ConfigError
+from fedad.fl.context import ServerContext
+from fedad.fl.messages import Message, prefixed
+
+ClientState = dict[str, np.ndarray]
+Handler = Callable[[ClientState, ClientData, Message], Message]
+
+EVALUATE = "evaluate"
+
+
+class Params(BaseModel):
+    """Base of every method's ``[methods.params]`` model: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    contamination: float | None = Field(
+        default=None,
+        ge=0.0,
+        lt=1.0,
+        description="threshold quantile; default: partition.contamination, else 0.05",
+    )
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Facts about the run an algorithm is built for."""
+
+    kind: DataKind
+    feature_shape: tuple[int, ...]
+    rounds: int
+    seed: int
+    contamination: float
+    num_clients: int
+
+
+@dataclass
+class ServerResult:
+    """What a server program hands to the evaluation phase."""
+
+    arrays: dict[str, np.ndarray]
+    scalars: dict[str, Any]
+
+
+class Algorithm(ABC):
+    """Base class of every federated method."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str] = ""
+    detectors: ClassVar[tuple[str, ...]] = ()
+    default_detector: ClassVar[str | None] = None
+    kinds: ClassVar[tuple[DataKind, ...]] = ("vector", "image")
+    personalized: ClassVar[bool] = False
+    ParamsModel: ClassVar[type[Params]] = Params
+
+    def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
+        self.params = params
+        self.setup = setup
+        self.detector = detector
+
+    @property
+    def contamination(self) -> float:
+        c = self.params.contamination
+        return self.setup.contamination if c is None else c
+
+    # -- the two sides ---------------------------------------------------------------------
+    def handlers(self) -> dict[str, Handler]:
+        """Phase name -> client handler. Subclasses add their phases to this."""
+        return {EVALUATE: self.client_evaluate}
+
+    @abstractmethod
+    def server(self, ctx: ServerContext) -> ServerResult:
+        """The server program: run ``ctx.rounds`` rounds, return the final global state."""
+
+    @abstractmethod
+    def client_detector(self, state: ClientState, data: ClientData, msg: Message) -> BaseDetector:
+        """The client's final detector, from its state and the evaluate message."""
+
+    # -- evaluation ------------------------------------------------------------------------
+    def client_evaluate(self, state: ClientState, data: ClientData, msg: Message) -> Message:
+        """Score the local test set with the final detector; threshold from training data."""
+        det = self.client_detector(state, data, msg)
+        train_scores = det.score(data.x_train)
+        if "threshold" in msg.scalars:
+            det.threshold_ = float(msg.scalars["threshold"])
+        else:
+            det.threshold_ = quantile_threshold(train_scores, self.contamination)
+        scores = det.score(data.x_test)
+        arrays: dict[str, np.ndarray] = {
+            "score": scores.astype(np.float64),
+            "label": data.y_test.astype(np.int64),
+            "pred": (scores > det.threshold_).astype(np.int64),
+        }
+        if self.personalized:
+            arrays.update(prefixed(det.get_arrays(), "detector"))
+        return Message(
+            EVALUATE,
+            arrays,
+            {"threshold": float(det.threshold_), "num_examples": data.n_train},
+        )
+
+    def detector_config(self) -> dict[str, Any]:
+        """How to rebuild this method's detectors (:func:`fedad.detector.detector_from_config`)."""
+        return self.make_detector().to_config()
+
+    @abstractmethod
+    def make_detector(self) -> BaseDetector:
+        """A fresh, unfitted detector as this method configures it."""
+
+
+# -- registry ----------------------------------------------------------------------------------
+
+_REGISTRY: dict[str, type[Algorithm]] = {}
+
+
+def register(cls: type[Algorithm]) -> type[Algorithm]:
+    """Class decorator adding an algorithm to the registry under ``cls.name``."""
+    if cls.name in _REGISTRY:
+        raise ValueError(f"method '{cls.name}' registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _load_builtin() -> None:
+    import fedad.methods  # noqa: F401  (registers the built-in methods)
+
+
+def registry() -> dict[str, type[Algorithm]]:
+    """All registered algorithms by name."""
+    _load_builtin()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def build_algorithm(
+    name: str,
+    params: dict[str, Any],
+    setup: Setup,
+    detector: str | None = None,
+    where: str = "methods",
+) -> Algorithm:
+    """Instantiate a registered method, with one-line errors for every user mistake."""
+    reg = registry()
+    if name not in reg:
+        raise ConfigError(
+            f"unknown method '{name}' at {where}.name",
+            f"available: {', '.join(reg)}; see `fedad list methods`",
+        )
+    cls = reg[name]
+    if setup.kind not in cls.kinds:
+        raise ConfigError(
+            f"method '{name}' does not handle {setup.kind} data",
+            f"it handles {', '.join(cls.kinds)}",
+        )
+    if cls.detectors:
+        detector = detector or cls.default_detector or cls.detectors[0]
+        if detector not in cls.detectors:
+            raise ConfigError(
+                f"unknown detector '{detector}' at {where}.detector for method '{name}'",
+                f"choose one of: {', '.join(cls.detectors)}",
+            )
+    elif detector is not None:
+        raise ConfigError(
+            f"method '{name}' has its own detector; remove {where}.detector",
+        )
+    try:
+        p = cls.ParamsModel.model_validate(params)
+    except ValidationError as err:
+        e = err.errors()[0]
+        key = ".".join(str(x) for x in e["loc"])
+        if e["type"] == "extra_forbidden":
+            known = ", ".join(cls.ParamsModel.model_fields)
+            raise ConfigError(
+                f"unknown parameter '{key}' at {where}.params for method '{name}'",
+                f"known: {known}",
+            ) from None
+        raise ConfigError(
+            f"invalid {where}.params.{key} for method '{name}': "
+            f"{e['msg'].removeprefix('Value error, ')} (got {e.get('input')!r})"
+        ) from None
+    return cls(p, setup, detector)

@@ -1,0 +1,125 @@
+"""Server-side context: client sampling, reply checks, per-round history.
+
+The same :class:`ServerContext` is used by every engine, so sampling, rejection of malformed
+replies and the history rows are identical in-process and on Flower.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from fedad.fl.grid import Grid
+from fedad.fl.messages import Message
+from fedad.fl.validate import ArraySpec, check_reply
+
+log = logging.getLogger("fedad")
+
+
+class ServerContext:
+    """Everything a server program needs besides the grid itself."""
+
+    def __init__(
+        self,
+        grid: Grid,
+        rounds: int,
+        seed: int,
+        fraction: float = 1.0,
+        min_clients: int = 1,
+        on_round: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.grid = grid
+        self.rounds = rounds
+        self.seed = seed
+        self.fraction = fraction
+        self.min_clients = min_clients
+        self.rng = np.random.default_rng([seed, 0x5A3])
+        self.history: list[dict[str, Any]] = []
+        self.events: list[str] = []
+        self._on_round = on_round
+        self._row: dict[str, Any] = {}
+        self._t0 = time.perf_counter()
+        self._b0 = (grid.bytes_up, grid.bytes_down)
+        self._missing: set[int] = set()
+
+    # -- sampling ---------------------------------------------------------------------
+    def sample(self, node_ids: Sequence[int] | None = None) -> list[int]:
+        """A seeded sample of ``ceil(fraction * n)`` nodes (at least ``min_clients``), sorted."""
+        ids = sorted(self.grid.get_node_ids() if node_ids is None else node_ids)
+        k = min(len(ids), max(self.min_clients, math.ceil(self.fraction * len(ids))))
+        if k == len(ids):
+            return ids
+        chosen = self.rng.choice(len(ids), size=k, replace=False)
+        return sorted(ids[i] for i in chosen)
+
+    # -- communication ---------------------------------------------------------------
+    def send(
+        self,
+        messages: Mapping[int, Message],
+        arrays: Mapping[str, ArraySpec] | None = None,
+        scalars: Sequence[str] = (),
+    ) -> dict[int, Message]:
+        """Send, receive and keep only well-formed replies (rejections are logged)."""
+        replies = self.grid.send_and_receive(messages)
+        missing = sorted(set(messages) - set(replies))
+        self._missing.update(missing)
+        self._row["clients_sampled"] = self._row.get("clients_sampled", 0) + len(messages)
+        self._row["clients_missing"] = self._row.get("clients_missing", 0) + len(missing)
+        if missing:
+            self.event(f"no reply from node(s) {missing}")
+        good: dict[int, Message] = {}
+        for nid in sorted(replies):
+            kind = next(iter(messages.values())).kind if messages else None
+            why = check_reply(replies[nid], arrays, scalars, kind=kind)
+            if why is None:
+                good[nid] = replies[nid]
+            else:
+                self._row["clients_rejected"] = self._row.get("clients_rejected", 0) + 1
+                self.event(f"rejected reply of node {nid}: {why}")
+        self._row["clients_replied"] = self._row.get("clients_replied", 0) + len(good)
+        return good
+
+    # -- history ------------------------------------------------------------------------
+    def event(self, text: str) -> None:
+        """Record (and log) something worth a line in the report."""
+        round_no = self._row.get("round", len(self.history) + 1)
+        self.events.append(f"round {round_no}: {text}")
+        log.warning("round %s: %s", round_no, text)
+
+    def log(self, **values: Any) -> None:
+        """Add values (losses, anything) to the current round's history row."""
+        self._row.update(values)
+
+    def end_round(self, round_no: int) -> dict[str, Any]:
+        """Close the row of round ``round_no``: bytes and seconds since the previous one."""
+        now = time.perf_counter()
+        up, down = self.grid.bytes_up, self.grid.bytes_down
+        row: dict[str, Any] = {
+            "round": round_no,
+            "clients_sampled": 0,
+            "clients_replied": 0,
+            "clients_rejected": 0,
+            "clients_missing": 0,
+        }
+        row.update(self._row)
+        row["round"] = round_no
+        row["bytes_up"] = up - self._b0[0]
+        row["bytes_down"] = down - self._b0[1]
+        row["seconds"] = now - self._t0
+        self.history.append(row)
+        self._row = {}
+        self._t0 = now
+        self._b0 = (up, down)
+        if self._on_round is not None:
+            self._on_round(row)
+        return row
+
+    @property
+    def missing_nodes(self) -> list[int]:
+        """Nodes that failed to answer at least once."""
+        return sorted(self._missing)

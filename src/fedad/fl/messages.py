@@ -1,0 +1,79 @@
+"""Typed messages between the server program and client handlers.
+
+A :class:`Message` is a frozen record of named numpy arrays and named scalars, tagged with
+the phase it belongs to (``kind``: ``"train"``, ``"stats"``, ``"evaluate"`` ...). It is what
+crosses the network in a real federation, so it knows its exact payload size in bytes and
+converts losslessly to and from Flower ``RecordDict`` s (see :mod:`fedad.fl.flower`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+Scalar = int | float | str | bool
+
+SCALAR_BYTES = 8
+"""Bytes charged for one numeric or boolean scalar (an int64/float64 on the wire)."""
+
+
+def scalar_nbytes(value: Scalar) -> int:
+    """Payload size of one scalar: 8 bytes for numbers and booleans, UTF-8 length for text."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8"))
+    return SCALAR_BYTES
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message: a phase name, named arrays and named scalars.
+
+    The mappings are read-only views; build a new message instead of mutating one.
+    """
+
+    kind: str
+    arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
+    scalars: Mapping[str, Scalar] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        arrays = {str(k): np.asarray(v) for k, v in dict(self.arrays).items()}
+        scalars = dict(self.scalars)
+        for k, v in scalars.items():
+            if not isinstance(v, int | float | str | bool | np.integer | np.floating | np.bool_):
+                raise TypeError(f"scalar '{k}' of message '{self.kind}' is a {type(v).__name__}")
+            if isinstance(v, np.generic):
+                scalars[k] = v.item()
+        object.__setattr__(self, "arrays", MappingProxyType(arrays))
+        object.__setattr__(self, "scalars", MappingProxyType(scalars))
+
+    @property
+    def nbytes(self) -> int:
+        """Exact payload size: the arrays' ``nbytes`` plus each scalar's size."""
+        return sum(int(a.nbytes) for a in self.arrays.values()) + sum(
+            scalar_nbytes(v) for v in self.scalars.values()
+        )
+
+    def copy(self) -> Message:
+        """A deep copy, as a receiver sees it after serialisation."""
+        return Message(
+            self.kind, {k: np.array(v, copy=True) for k, v in self.arrays.items()}, self.scalars
+        )
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """A scalar by name."""
+        return self.scalars.get(name, default)
+
+
+def prefixed(arrays: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """Prefix array names (``prefix/name``) so several groups can share one message."""
+    return {f"{prefix}/{k}": v for k, v in arrays.items()}
+
+
+def unprefixed(arrays: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """The arrays whose names start with ``prefix/``, with the prefix removed."""
+    p = prefix + "/"
+    return {k[len(p) :]: v for k, v in arrays.items() if k.startswith(p)}

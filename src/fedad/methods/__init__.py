@@ -1,0 +1,3 @@
+"""Built-in methods; importing this package registers them."""
+
+from fedad.methods.baselines import federated as _baselines  # noqa: F401

@@ -1,0 +1,1 @@
+"""Generic baselines: local, centralized, FedAvg, FedProx with autoencoder / Deep SVDD."""

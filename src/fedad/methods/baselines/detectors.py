@@ -1,0 +1,198 @@
+"""Baseline detectors (autoencoder, Deep SVDD) under the detector contract.
+
+Each wraps a network from :mod:`.model` and the loop from :mod:`.train`. Federated
+algorithms drive the same object through :meth:`TorchDetector.build`,
+:meth:`TorchDetector.train_epochs`, :meth:`get_arrays` and :meth:`set_arrays`; ``fit`` is the
+stand-alone (centralised) use.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from contextlib import contextmanager
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector
+from fedad.methods.baselines.model import AutoEncoder, DeepSVDDNet, fix_center, latent_size
+from fedad.methods.baselines.train import batched, train_epochs
+
+
+@contextmanager
+def _seeded(seed: int) -> Any:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+class TorchDetector(BaseDetector):
+    """Common machinery of the torch baseline detectors."""
+
+    name: ClassVar[str]
+    default_weight_decay: ClassVar[float] = 0.0
+
+    def __init__(
+        self,
+        kind: str = "vector",
+        input_shape: tuple[int, ...] | list[int] = (1,),
+        latent_dim: int | None = None,
+        lr: float = 1e-3,
+        epochs: int = 10,
+        batch_size: int = 64,
+        weight_decay: float | None = None,
+        contamination: float = DEFAULT_CONTAMINATION,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(contamination=contamination)
+        self.kind = kind
+        self.input_shape = input_shape
+        self.latent_dim = latent_dim
+        self.lr = lr
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.weight_decay = weight_decay
+        self.seed = seed
+
+    def get_params(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "input_shape": [int(s) for s in self.input_shape],
+            "latent_dim": self.latent_dim,
+            "lr": self.lr,
+            "epochs": self.epochs,
+            "batch_size": self.batch_size,
+            "weight_decay": self.weight_decay,
+            "contamination": self.contamination,
+            "seed": self.seed,
+        }
+
+    # -- model ------------------------------------------------------------------------------
+    @abstractmethod
+    def _make_model(self, latent: int) -> nn.Module: ...
+
+    @abstractmethod
+    def loss(self, batch: torch.Tensor) -> torch.Tensor:
+        """Mean training objective over a batch."""
+
+    def build(self) -> Self:
+        """Create ``model_`` with seeded initial weights (identical for equal seeds)."""
+        latent = latent_size(self.kind, tuple(self.input_shape), self.latent_dim)
+        with _seeded(self.seed):
+            self.model_ = self._make_model(latent)
+        self.model_.eval()
+        return self
+
+    def _ensure_built(self) -> None:
+        if not hasattr(self, "model_"):
+            self.build()
+
+    def train_epochs(
+        self, x: np.ndarray, epochs: int, rng: np.random.Generator, prox_mu: float = 0.0
+    ) -> float:
+        """Train in place for ``epochs``; return the last epoch's mean loss."""
+        self._ensure_built()
+        return train_epochs(
+            self.model_,
+            self.loss,
+            x,
+            epochs=epochs,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            rng=rng,
+            weight_decay=(
+                self.default_weight_decay if self.weight_decay is None else self.weight_decay
+            ),
+            prox_mu=prox_mu,
+        )
+
+    def prepare(self, x: np.ndarray) -> Self:
+        """Anything to do on the data before training (Deep SVDD sets its centre)."""
+        return self
+
+    def fit(self, x: np.ndarray) -> Self:
+        self.build()
+        self.prepare(x)
+        self.train_epochs(x, self.epochs, np.random.default_rng(self.seed))
+        return self.set_threshold(x)
+
+    # -- persistence ------------------------------------------------------------------------
+    def get_arrays(self) -> dict[str, np.ndarray]:
+        self._ensure_built()
+        out = {k: v.detach().cpu().numpy().copy() for k, v in self.model_.state_dict().items()}
+        if hasattr(self, "threshold_"):
+            out["threshold_"] = np.asarray(self.threshold_, dtype=np.float64)
+        return out
+
+    def model_arrays(self) -> dict[str, np.ndarray]:
+        """Only the network's state (what federated rounds exchange)."""
+        return {k: v for k, v in self.get_arrays().items() if k != "threshold_"}
+
+    def set_arrays(self, arrays: dict[str, np.ndarray]) -> Self:
+        self._ensure_built()
+        state = {
+            k: torch.from_numpy(np.array(v, copy=True))
+            for k, v in arrays.items()
+            if k != "threshold_"
+        }
+        self.model_.load_state_dict(state, strict=True)
+        if "threshold_" in arrays:
+            self.threshold_ = float(arrays["threshold_"])
+        return self
+
+
+class AutoEncoderDetector(TorchDetector):
+    """Reconstruction-error detector; score :math:`\\lVert x - g(f(x)) \\rVert^2 / d`."""
+
+    name = "autoencoder"
+
+    def _make_model(self, latent: int) -> nn.Module:
+        return AutoEncoder(self.kind, tuple(self.input_shape), latent)
+
+    def loss(self, batch: torch.Tensor) -> torch.Tensor:
+        return self.model_.score(batch).mean()  # type: ignore[operator]
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        self._ensure_built()
+        return batched(self.model_.score, x)  # type: ignore[arg-type]
+
+
+class DeepSVDDDetector(TorchDetector):
+    """One-class Deep SVDD (Ruff et al., 2018): bias-free network, fixed centre, distance score."""
+
+    name = "deepsvdd"
+    default_weight_decay = 1e-6  # Ruff et al.'s lambda
+
+    def _make_model(self, latent: int) -> nn.Module:
+        return DeepSVDDNet(self.kind, tuple(self.input_shape), latent)
+
+    def embedding_sum(self, x: np.ndarray) -> np.ndarray:
+        """:math:`\\sum_i \\phi(x_i)` with the current weights (for a federated centre)."""
+        self._ensure_built()
+        return batched(self.model_.embed, x).sum(0)  # type: ignore[arg-type]
+
+    def set_center(self, center: np.ndarray) -> Self:
+        """Fix :math:`c` (after the :func:`fix_center` adjustment)."""
+        self._ensure_built()
+        c = torch.as_tensor(np.asarray(center), dtype=torch.float32)
+        self.model_.center.copy_(fix_center(c))  # type: ignore[operator]
+        return self
+
+    def prepare(self, x: np.ndarray) -> Self:
+        """Centre = mean embedding of the training data after an initial forward pass."""
+        return self.set_center(self.embedding_sum(x) / max(len(x), 1))
+
+    def loss(self, batch: torch.Tensor) -> torch.Tensor:
+        return self.model_.score(batch).mean()  # type: ignore[operator]
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        self._ensure_built()
+        return batched(self.model_.score, x)  # type: ignore[arg-type]
+
+
+DETECTORS: dict[str, type[TorchDetector]] = {
+    AutoEncoderDetector.name: AutoEncoderDetector,
+    DeepSVDDDetector.name: DeepSVDDDetector,
+}

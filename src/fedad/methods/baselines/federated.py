@@ -1,0 +1,270 @@
+"""The generic baselines as federated algorithms: local, centralized, FedAvg, FedProx.
+
+Each combines with a detector from :mod:`.detectors` (``autoencoder`` or ``deepsvdd``).
+
+* ``local``: every client trains alone for ``rounds x local_epochs`` epochs; nothing is sent
+  but round numbers. The lower reference: what a party gets without federation.
+* ``centralized``: clients upload their training data once, the server trains one model on
+  the pooled data for ``rounds x local_epochs`` epochs. The privacy-violating upper
+  reference; its ``bytes_up`` is the size of the data set.
+* ``fedavg``: McMahan et al. (2017): clients start from the global weights, train
+  ``local_epochs`` epochs, the server takes the example-weighted mean.
+* ``fedprox``: FedAvg with the proximal term :math:`\\frac{\\mu}{2}\\lVert w-w^t\\rVert^2` in
+  every client objective (Li et al., 2020).
+
+For Deep SVDD the centre is computed once before round 1: in ``fedavg``/``fedprox`` clients
+send :math:`\\sum_i \\phi(x_i)` and :math:`n_k` under the initial global weights and the server
+divides the sums (so the centre equals the pooled-data centre exactly); ``local`` clients use
+their own data; ``centralized`` uses the pooled data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import Field
+
+from fedad.data.types import ClientData
+from fedad.detector import quantile_threshold
+from fedad.fl.aggregate import weighted_mean, weighted_mean_dicts, weighted_sum
+from fedad.fl.algorithm import (
+    Algorithm,
+    ClientState,
+    Handler,
+    Params,
+    ServerResult,
+    register,
+)
+from fedad.fl.context import ServerContext
+from fedad.fl.messages import Message, prefixed, unprefixed
+from fedad.fl.validate import ArraySpec, spec_of
+from fedad.methods.baselines.detectors import DETECTORS, DeepSVDDDetector, TorchDetector
+
+TRAIN = "train"
+CENTER = "center"
+UPLOAD = "upload"
+
+
+class TrainParams(Params):
+    """Parameters shared by the baselines."""
+
+    lr: float = Field(default=1e-3, gt=0.0)
+    local_epochs: int = Field(default=1, ge=1, description="epochs per round")
+    batch_size: int = Field(default=64, ge=1)
+    latent_dim: int | None = Field(default=None, ge=1)
+    weight_decay: float | None = Field(default=None, ge=0.0)
+
+
+class ProxParams(TrainParams):
+    """FedProx adds the proximal coefficient."""
+
+    mu: float = Field(default=0.01, ge=0.0, description="proximal term coefficient")
+
+
+def client_rng(seed: int, round_no: int, client_id: int) -> np.random.Generator:
+    """The generator a client uses in a round: a pure function of (seed, round, client)."""
+    return np.random.default_rng([seed, round_no, client_id, 0xC11])
+
+
+class TorchBaseline(Algorithm):
+    """Shared parts of the baselines: detector construction and the deep SVDD centre."""
+
+    detectors = tuple(DETECTORS)
+    default_detector = "autoencoder"
+    params: TrainParams
+
+    def make_detector(self) -> TorchDetector:
+        cls = DETECTORS[self.detector or "autoencoder"]
+        extra = (
+            {} if self.params.weight_decay is None else {"weight_decay": self.params.weight_decay}
+        )
+        return cls(
+            kind=self.setup.kind,
+            input_shape=list(self.setup.feature_shape),
+            latent_dim=self.params.latent_dim,
+            lr=self.params.lr,
+            epochs=self.params.local_epochs,
+            batch_size=self.params.batch_size,
+            contamination=self.contamination,
+            seed=self.setup.seed,
+            **extra,
+        )
+
+    def _global_detector(self, arrays: dict[str, np.ndarray]) -> TorchDetector:
+        det = self.make_detector().build()
+        return det.set_arrays(dict(arrays)) if arrays else det
+
+
+class _GlobalModel(TorchBaseline):
+    """FedAvg-style algorithms: one global model, example-weighted mean each round."""
+
+    prox_mu: float = 0.0
+
+    def handlers(self) -> dict[str, Handler]:
+        return {**super().handlers(), TRAIN: self.client_train, CENTER: self.client_center}
+
+    # client side
+    def client_center(self, state: ClientState, data: ClientData, msg: Message) -> Message:
+        det = self._global_detector(dict(msg.arrays))
+        assert isinstance(det, DeepSVDDDetector)
+        return Message(
+            CENTER, {"sum": det.embedding_sum(data.x_train)}, {"num_examples": data.n_train}
+        )
+
+    def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
+        det = self._global_detector(dict(msg.arrays))
+        rng = client_rng(self.setup.seed, int(msg.get("round", 0)), data.client_id)
+        loss = det.train_epochs(data.x_train, self.params.local_epochs, rng, self.prox_mu)
+        return Message(TRAIN, det.model_arrays(), {"num_examples": data.n_train, "loss": loss})
+
+    def client_detector(self, state: ClientState, data: ClientData, msg: Message) -> TorchDetector:
+        return self._global_detector(dict(msg.arrays))
+
+    # server side
+    def _center_round(self, ctx: ServerContext, det: TorchDetector) -> None:
+        weights = det.model_arrays()
+        ids = ctx.grid.get_node_ids()
+        latent = det.model_.center.shape[0]  # type: ignore[index]
+        replies = ctx.send(
+            {i: Message(CENTER, weights) for i in ids},
+            arrays={"sum": ArraySpec((int(latent),), "float64")},
+            scalars=["num_examples"],
+        )
+        if not replies:
+            raise RuntimeError("no client answered the Deep SVDD centre phase")
+        total = weighted_sum([m.arrays["sum"] for m in replies.values()])
+        n = sum(float(m.scalars["num_examples"]) for m in replies.values())
+        assert isinstance(det, DeepSVDDDetector)
+        det.set_center(total / n)
+        ctx.end_round(0)
+
+    def server(self, ctx: ServerContext) -> ServerResult:
+        det = self.make_detector().build()
+        if isinstance(det, DeepSVDDDetector):
+            self._center_round(ctx, det)
+        weights = det.model_arrays()
+        spec = spec_of(weights)
+        for r in range(1, ctx.rounds + 1):
+            ids = ctx.sample()
+            msgs = {i: Message(TRAIN, weights, {"round": r}) for i in ids}
+            replies = ctx.send(msgs, arrays=spec, scalars=["num_examples", "loss"])
+            if replies:
+                n = [float(m.scalars["num_examples"]) for m in replies.values()]
+                weights = weighted_mean_dicts([dict(m.arrays) for m in replies.values()], n)
+                loss = float(
+                    weighted_mean([np.asarray(m.scalars["loss"]) for m in replies.values()], n)
+                )
+                ctx.log(loss=loss)
+            else:
+                ctx.event("no valid replies; the global model is unchanged")
+            ctx.end_round(r)
+        return ServerResult(arrays=weights, scalars={})
+
+
+@register
+class FedAvg(_GlobalModel):
+    """FedAvg (McMahan et al., 2017) over a baseline detector."""
+
+    name = "fedavg"
+    summary = "FedAvg: example-weighted mean of client models each round"
+    ParamsModel = TrainParams
+
+
+@register
+class FedProx(_GlobalModel):
+    """FedProx (Li et al., 2020): FedAvg plus a proximal term on the client side."""
+
+    name = "fedprox"
+    summary = "FedProx: FedAvg with a proximal term mu/2 ||w - w_global||^2 on clients"
+    ParamsModel = ProxParams
+    params: ProxParams
+
+    @property
+    def prox_mu(self) -> float:  # type: ignore[override]
+        return self.params.mu
+
+
+@register
+class Local(TorchBaseline):
+    """Each client trains its own detector; no model is shared."""
+
+    name = "local"
+    summary = "Local: each client trains alone (no federation), lower reference"
+    personalized = True
+    ParamsModel = TrainParams
+
+    def handlers(self) -> dict[str, Handler]:
+        return {**super().handlers(), TRAIN: self.client_train}
+
+    def _own_detector(self, state: ClientState, data: ClientData) -> TorchDetector:
+        det = self.make_detector().build()
+        own = unprefixed(state, "model")
+        if own:
+            return det.set_arrays(own)
+        return det.prepare(data.x_train)
+
+    def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
+        det = self._own_detector(state, data)
+        rng = client_rng(self.setup.seed, int(msg.get("round", 0)), data.client_id)
+        loss = det.train_epochs(data.x_train, self.params.local_epochs, rng)
+        state.update(prefixed(det.model_arrays(), "model"))
+        return Message(TRAIN, {}, {"num_examples": data.n_train, "loss": loss})
+
+    def client_detector(self, state: ClientState, data: ClientData, msg: Message) -> TorchDetector:
+        return self._own_detector(state, data)
+
+    def server(self, ctx: ServerContext) -> ServerResult:
+        for r in range(1, ctx.rounds + 1):
+            ids = ctx.sample()
+            replies = ctx.send(
+                {i: Message(TRAIN, {}, {"round": r}) for i in ids},
+                scalars=["num_examples", "loss"],
+            )
+            if replies:
+                n = [float(m.scalars["num_examples"]) for m in replies.values()]
+                losses = [np.asarray(m.scalars["loss"]) for m in replies.values()]
+                ctx.log(loss=float(weighted_mean(losses, n)))
+            ctx.end_round(r)
+        return ServerResult(arrays={}, scalars={})
+
+
+@register
+class Centralized(TorchBaseline):
+    """All training data pooled on the server: the privacy-violating upper reference."""
+
+    name = "centralized"
+    summary = "Centralized: clients upload their data, one model on the pool (upper reference)"
+    ParamsModel = TrainParams
+
+    def handlers(self) -> dict[str, Handler]:
+        return {**super().handlers(), UPLOAD: self.client_upload}
+
+    def client_upload(self, state: ClientState, data: ClientData, msg: Message) -> Message:
+        x = np.ascontiguousarray(data.x_train, dtype=np.float32)
+        return Message(UPLOAD, {"x": x}, {"num_examples": data.n_train})
+
+    def client_detector(self, state: ClientState, data: ClientData, msg: Message) -> TorchDetector:
+        return self._global_detector(dict(msg.arrays))
+
+    def server(self, ctx: ServerContext) -> ServerResult:
+        replies = ctx.send(
+            {i: Message(UPLOAD) for i in ctx.grid.get_node_ids()}, scalars=["num_examples"]
+        )
+        shape = tuple(self.setup.feature_shape)
+        parts = []
+        for nid, m in replies.items():
+            x = m.arrays.get("x")
+            if x is None or tuple(x.shape[1:]) != shape or x.dtype != np.float32:
+                ctx.event(f"rejected upload of node {nid}: wrong shape or dtype")
+                continue
+            parts.append(x)
+        if not parts:
+            raise RuntimeError("no client uploaded usable data")
+        pooled = np.concatenate(parts)
+        det = self.make_detector().build()
+        det.prepare(pooled)
+        for r in range(1, ctx.rounds + 1):
+            rng = np.random.default_rng([self.setup.seed, r, 0xCE7])
+            ctx.log(loss=det.train_epochs(pooled, self.params.local_epochs, rng))
+            ctx.end_round(r)
+        threshold = quantile_threshold(det.score(pooled), self.contamination)
+        return ServerResult(arrays=det.model_arrays(), scalars={"threshold": threshold})

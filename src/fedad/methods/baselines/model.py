@@ -1,0 +1,96 @@
+"""The networks of the generic baseline detectors (the math, no training loop).
+
+* :class:`AutoEncoder`: reconstruction :math:`\\hat x = g(f(x))`; anomaly score
+  :math:`\\lVert x - \\hat x \\rVert_2^2 / d` (mean squared reconstruction error).
+* :class:`DeepSVDDNet`: bias-free encoder :math:`\\phi(\\cdot; W)`; one-class Deep SVDD
+  (Ruff et al., ICML 2018, eq. 4) minimises
+  :math:`\\frac{1}{n} \\sum_i \\lVert \\phi(x_i; W) - c \\rVert^2
+  + \\frac{\\lambda}{2} \\lVert W \\rVert^2`
+  with the centre :math:`c` fixed to the mean of :math:`\\phi` over the training data after
+  an initial forward pass; the score is :math:`\\lVert \\phi(x; W^*) - c \\rVert^2` (eq. 5).
+
+The backbone follows the data: an MLP for vectors, a small CNN for images.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fedad.nn.cnn import ConvDecoder, ConvEncoder
+from fedad.nn.mlp import MLP, default_latent, flatten
+
+IMAGE_LATENT = 32
+
+
+def latent_size(kind: str, shape: tuple[int, ...], latent: int | None) -> int:
+    """The bottleneck size: the user's, else 32 for images, else :func:`default_latent`."""
+    if latent is not None:
+        return latent
+    if kind == "image":
+        return IMAGE_LATENT
+    return default_latent(int(torch.tensor(shape).prod()))
+
+
+class AutoEncoder(nn.Module):
+    """An autoencoder whose backbone follows the data kind."""
+
+    def __init__(self, kind: str, shape: tuple[int, ...], latent: int) -> None:
+        super().__init__()
+        self.kind = kind
+        self.shape = tuple(shape)
+        if kind == "image":
+            c, h, w = self.shape
+            self.encoder: nn.Module = ConvEncoder((c, h, w), latent)
+            self.decoder: nn.Module = ConvDecoder(latent, (c, h, w))
+        else:
+            d = int(torch.tensor(self.shape).prod())
+            hidden = max(2 * latent, min(128, 2 * d))
+            self.encoder = MLP([d, hidden, latent])
+            self.decoder = MLP([latent, hidden, d])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "image":
+            return self.decoder(self.encoder(x))
+        return self.decoder(self.encoder(flatten(x))).view_as(x)
+
+    def score(self, x: torch.Tensor) -> torch.Tensor:
+        """Mean squared reconstruction error per sample."""
+        return (self(x) - x).pow(2).flatten(1).mean(1)
+
+
+class DeepSVDDNet(nn.Module):
+    """Bias-free encoder :math:`\\phi` with a fixed centre buffer ``center``."""
+
+    def __init__(self, kind: str, shape: tuple[int, ...], latent: int) -> None:
+        super().__init__()
+        self.kind = kind
+        if kind == "image":
+            c, h, w = shape
+            self.phi: nn.Module = ConvEncoder((c, h, w), latent, bias=False)
+        else:
+            d = int(torch.tensor(tuple(shape)).prod())
+            hidden = max(2 * latent, min(128, 2 * d))
+            self.phi = MLP([d, hidden, latent], bias=False, act=nn.LeakyReLU)
+        self.register_buffer("center", torch.zeros(latent))
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        return self.phi(x if self.kind == "image" else flatten(x))
+
+    def score(self, x: torch.Tensor) -> torch.Tensor:
+        """Squared distance to the centre (eq. 5)."""
+        center: torch.Tensor = self.center  # type: ignore[assignment]
+        return (self.embed(x) - center).pow(2).sum(1)
+
+
+def fix_center(center: torch.Tensor, eps: float = 0.1) -> torch.Tensor:
+    """Push near-zero centre coordinates to :math:`\\pm\\epsilon`.
+
+    A coordinate of :math:`c` at zero can be matched trivially by zero weights; Ruff et al.'s
+    reference implementation moves coordinates with :math:`|c_j| < \\epsilon` to
+    :math:`\\pm\\epsilon`, and so do we.
+    """
+    c = center.clone()
+    c[(c.abs() < eps) & (c < 0)] = -eps
+    c[(c.abs() < eps) & (c >= 0)] = eps
+    return c

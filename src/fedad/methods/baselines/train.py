@@ -1,0 +1,74 @@
+"""The training loop shared by the baseline detectors (no model math, no federation).
+
+FedProx (Li et al., MLSys 2020, eq. 2) adds the proximal term
+:math:`\\frac{\\mu}{2} \\lVert w - w^t \\rVert^2` to each client's local objective, keeping
+local models near the global model :math:`w^t` they started from; ``prox_mu = 0`` is plain
+local SGD as in FedAvg.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def iterate_batches(n: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """A seeded shuffle of ``range(n)`` cut into batches (the last one may be smaller)."""
+    order = rng.permutation(n)
+    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
+
+
+def train_epochs(
+    model: nn.Module,
+    loss_fn: Callable[[torch.Tensor], torch.Tensor],
+    x: np.ndarray,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    rng: np.random.Generator,
+    weight_decay: float = 0.0,
+    prox_mu: float = 0.0,
+) -> float:
+    """Run ``epochs`` of Adam over ``x``; return the mean loss of the last epoch.
+
+    ``loss_fn`` maps a batch to the mean loss of the detector's objective. With ``prox_mu > 0``
+    the FedProx term is taken around the parameters the model had on entry.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    anchor = [p.detach().clone() for p in params] if prox_mu > 0 else []
+    opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    model.train()
+    last = float("nan")
+    for _ in range(max(1, epochs)):
+        total, count = 0.0, 0
+        for idx in iterate_batches(len(xt), batch_size, rng):
+            batch = xt[torch.from_numpy(idx)]
+            loss = loss_fn(batch)
+            objective = loss
+            if prox_mu > 0:
+                prox = sum(((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
+                objective = loss + 0.5 * prox_mu * prox
+            opt.zero_grad(set_to_none=True)
+            objective.backward()
+            opt.step()
+            total += float(loss.detach()) * len(idx)
+            count += len(idx)
+        last = total / max(count, 1)
+    model.eval()
+    return last
+
+
+@torch.no_grad()
+def batched(
+    fn: Callable[[torch.Tensor], torch.Tensor], x: np.ndarray, batch_size: int = 1024
+) -> np.ndarray:
+    """Apply ``fn`` to ``x`` in batches without gradients; concatenate as float64 numpy."""
+    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    outs = [fn(xt[i : i + batch_size]) for i in range(0, len(xt), batch_size)]
+    if not outs:
+        return np.zeros((0,), dtype=np.float64)
+    return torch.cat(outs).double().numpy()

@@ -1,0 +1,399 @@
+"""A single self-contained HTML report of a run directory.
+
+:func:`write_report` reads ``metrics.json`` (required), ``history.csv``, ``scores.npz`` and
+``config.toml`` (all optional) and writes ``report.html`` next to them: experiment facts, a
+summary table, the figures of :mod:`fedad.report.plots` embedded as base64 PNG, a per-client
+table, the evaluation protocol and the resolved config. The page has no external CSS, JS or
+images, so it can be mailed or archived as one file. Every piece of text taken from the run
+directory is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+import fedad
+from fedad.metrics import evaluate_clients
+from fedad.report import plots
+from fedad.report.rundir import (
+    MethodScores,
+    read_config_text,
+    read_history,
+    read_metrics,
+    read_scores,
+)
+
+__all__ = ["render_report", "write_report"]
+
+DASH = "–"
+
+#: Summary columns: (metrics.json key, header, kind, better) with better = "max" | "min" | "".
+SUMMARY_COLUMNS: tuple[tuple[str, str, str, str], ...] = (
+    ("auroc", "AUROC", "ratio", "max"),
+    ("aupr", "AUPR", "ratio", "max"),
+    ("eer", "EER", "ratio", "min"),
+    ("f1", "F1", "ratio", "max"),
+    ("precision", "Precision", "ratio", "max"),
+    ("recall", "Recall", "ratio", "max"),
+    ("fe", "FE", "ratio", "min"),
+    ("me", "ME", "ratio", "min"),
+    ("bytes_up", "Bytes up", "bytes", ""),
+    ("bytes_down", "Bytes down", "bytes", ""),
+    ("seconds", "Seconds", "seconds", ""),
+    ("rounds", "Rounds", "int", ""),
+)
+
+PROTOCOL_NOTE = (
+    "Thresholds and any model selection come from training data only; the test set is never "
+    "used to pick a threshold or a round. The model evaluated is the last round's. Pooled "
+    "metrics are computed over the union of all clients' local test sets; per-client metrics "
+    "over each client's own test set (the per-client mean is unweighted). AUROC, AUPR and EER "
+    "are threshold-free; F1, precision, recall, FE and ME use each detector's own threshold, "
+    "with the anomaly as the positive class. FE = FP / (TP + FP) is the share of false alarms "
+    "among predicted anomalies, ME = FN / (TP + FN) the share of anomalies missed. "
+    f"“{DASH}” marks a metric that is undefined (e.g. a test set with one class, or 0/0) or "
+    "does not apply."
+)
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto;
+       max-width: 1200px; padding: 0 1rem; color: #222; line-height: 1.45; }
+h1 { margin-bottom: 0.2rem; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2rem;
+       margin-top: 2.2rem; }
+table { border-collapse: collapse; margin: 0.6rem 0; font-size: 0.9rem; }
+th, td { border: 1px solid #ddd; padding: 0.25rem 0.55rem; }
+th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.best { font-weight: bold; } tr.mean td { border-top: 2px solid #999; font-style: italic; }
+.facts th { text-align: left; } .muted { color: #777; } .scroll { overflow-x: auto; }
+figure { margin: 1rem 0; } figcaption { color: #555; font-size: 0.88rem; max-width: 60rem; }
+img { max-width: 100%; height: auto; }
+pre { background: #f7f7f7; border: 1px solid #e3e3e3; padding: 0.8rem; overflow-x: auto; }
+.note { background: #f4f8fc; border-left: 4px solid #4C72B0; padding: 0.6rem 0.9rem; }
+"""
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _num(value: object) -> float | None:
+    """A finite float, or ``None`` for null, booleans, non-numbers, nan and inf."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    x = float(value)
+    return x if math.isfinite(x) else None
+
+
+def _fmt(value: object, kind: str) -> str:
+    x = _num(value)
+    if x is None:
+        return DASH
+    if kind == "ratio":
+        return f"{x:.3f}"
+    if kind == "bytes":
+        for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+            if abs(x) >= size:
+                return f"{x / size:.2f} {unit}"
+        return f"{x:.0f} B"
+    if kind == "seconds":
+        return f"{x:.2f}" if abs(x) < 10 else f"{x:.1f}"
+    if kind == "int":
+        return f"{x:.0f}" if x == round(x) else f"{x:g}"
+    return f"{x:g}"
+
+
+def _fact(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return DASH
+    if isinstance(value, dict | list | tuple):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def _figure_html(fig: Figure, alt: str, caption: str) -> str:
+    data = plots.figure_to_png_base64(fig)
+    return (
+        f'<figure><img src="data:image/png;base64,{data}" alt="{_e(alt)}">'
+        f"<figcaption>{_e(caption)}</figcaption></figure>"
+    )
+
+
+# --------------------------------------------------------------------------- data helpers
+
+
+def _method_entries(metrics: Mapping[str, Any], notes: list[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for label, entry in metrics["methods"].items():
+        if isinstance(entry, dict):
+            out[str(label)] = entry
+        else:
+            notes.append(f"{label}: metrics entry is not an object; shown empty")
+            out[str(label)] = {}
+    return out
+
+
+def _threshold(entry: Mapping[str, Any]) -> float | None:
+    """The method's threshold: its pooled ``threshold``, else the mean of per-client ones."""
+    t = _num(entry.get("threshold"))
+    if t is not None:
+        return t
+    per_client = entry.get("per_client")
+    if not isinstance(per_client, list):
+        return None
+    values = [
+        v
+        for row in per_client
+        if isinstance(row, dict)
+        if (v := _num(row.get("threshold"))) is not None
+    ]
+    return sum(values) / len(values) if values else None
+
+
+def _per_client(
+    entries: Mapping[str, Mapping[str, Any]], scores: Mapping[str, MethodScores]
+) -> dict[str, dict[int, dict[str, Any]]]:
+    """``{label: {client: row}}`` from metrics.json, or computed from scores.npz if absent."""
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for label, entry in entries.items():
+        rows: dict[int, dict[str, Any]] = {}
+        listed = entry.get("per_client")
+        if isinstance(listed, list):
+            for row in listed:
+                if isinstance(row, dict) and (cid := _num(row.get("client"))) is not None:
+                    rows[int(cid)] = row
+        ms = scores.get(label)
+        if not rows and ms is not None and ms.client is not None:
+            for row in evaluate_clients(ms.label, ms.score, ms.pred, ms.client):
+                rows[int(row["client"] or 0)] = row
+        if rows:
+            out[label] = rows
+    return out
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def _facts_section(run_dir: Path, metrics: Mapping[str, Any], n_methods: int) -> str:
+    facts: list[tuple[str, str]] = [("run directory", str(run_dir.resolve()))]
+    facts += [(str(k), _fact(v)) for k, v in metrics["experiment"].items()]
+    facts.append(("methods", str(n_methods)))
+    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts)
+    return f'<h2>Experiment</h2><table class="facts">{rows}</table>'
+
+
+def _summary_section(entries: Mapping[str, Mapping[str, Any]]) -> str:
+    if not entries:
+        return '<h2>Summary</h2><p class="muted">No methods in metrics.json.</p>'
+    best: dict[str, float] = {}
+    if len(entries) > 1:
+        for key, _, _, better in SUMMARY_COLUMNS:
+            values = [v for e in entries.values() if (v := _num(e.get(key))) is not None]
+            if better and values:
+                best[key] = max(values) if better == "max" else min(values)
+    head = "".join(f"<th>{_e(h)}</th>" for _, h, _, _ in SUMMARY_COLUMNS)
+    body = []
+    for label, entry in entries.items():
+        kind_parts = [str(entry[k]) for k in ("method", "detector") if entry.get(k)]
+        cells = [f"<td>{_e(label)}</td>", f"<td>{_e(' / '.join(kind_parts) or DASH)}</td>"]
+        for key, _, kind, _ in SUMMARY_COLUMNS:
+            value = entry.get(key)
+            x = _num(value)
+            cls = "num best" if key in best and x is not None and x == best[key] else "num"
+            title = f' title="{_e(_fmt(value, "int"))} bytes"' if kind == "bytes" and x else ""
+            cells.append(f'<td class="{cls}"{title}>{_e(_fmt(value, kind))}</td>')
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    return (
+        "<h2>Summary</h2>"
+        '<p class="muted">Pooled test-set metrics of the last round\'s model; the best value '
+        "of each metric is in bold.</p>"
+        f'<div class="scroll"><table><thead><tr><th>Label</th><th>Method / detector</th>{head}'
+        f"</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+def _per_client_section(per_client: Mapping[str, Mapping[int, Mapping[str, Any]]]) -> str:
+    title = "<h2>Per-client metrics</h2>"
+    if not per_client:
+        return title + '<p class="muted">No per-client metrics in this run.</p>'
+    labels = list(per_client)
+    clients = sorted({c for rows in per_client.values() for c in rows})
+    top = "".join(f'<th colspan="2">{_e(lab)}</th>' for lab in labels)
+    sub = "<th>AUROC</th><th>F1</th>" * len(labels)
+    body = []
+    for c in clients:
+        first = next(rows[c] for rows in per_client.values() if c in rows)
+        cells = [
+            f'<td class="num">{c}</td>',
+            f'<td class="num">{_e(_fmt(first.get("n"), "int"))}</td>',
+            f'<td class="num">{_e(_fmt(first.get("n_anomalies"), "int"))}</td>',
+        ]
+        for lab in labels:
+            row = per_client[lab].get(c, {})
+            cells += [
+                f'<td class="num">{_e(_fmt(row.get(k), "ratio"))}</td>' for k in ("auroc", "f1")
+            ]
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    mean_cells = ['<td colspan="3">mean over clients</td>']
+    for lab in labels:
+        for key in ("auroc", "f1"):
+            values = [
+                v for row in per_client[lab].values() if (v := _num(row.get(key))) is not None
+            ]
+            mean = sum(values) / len(values) if values else None
+            mean_cells.append(f'<td class="num">{_e(_fmt(mean, "ratio"))}</td>')
+    body.append(f'<tr class="mean">{"".join(mean_cells)}</tr>')
+    return (
+        title
+        + '<div class="scroll"><table class="per-client"><thead>'
+        + '<tr><th rowspan="2">Client</th><th rowspan="2">n</th><th rowspan="2">anomalies</th>'
+        + f"{top}</tr><tr>{sub}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+def _figures_section(
+    entries: Mapping[str, Mapping[str, Any]],
+    scores: Mapping[str, MethodScores],
+    history: Mapping[str, Any],
+    per_client: Mapping[str, Mapping[int, Mapping[str, Any]]],
+    notes: list[str],
+) -> str:
+    pairs = {lab: (ms.label, ms.score) for lab, ms in scores.items()}
+    thresholds = {lab: _threshold(entries.get(lab, {})) for lab in pairs}
+    has_loss = any(
+        "loss" in table and any(math.isfinite(v) for v in table["loss"])
+        for table in history.values()
+    )
+    has_bytes = any(("bytes_up" in t or "bytes_down" in t) for t in history.values())
+    auroc_by_client = {
+        lab: {c: _num(row.get("auroc")) for c, row in rows.items()}
+        for lab, rows in per_client.items()
+    }
+    specs: list[tuple[bool, str, Callable[[], Figure], str]] = [
+        (
+            bool(pairs),
+            "ROC curves",
+            lambda: plots.roc_figure(pairs),
+            "ROC curves of all methods on the pooled test set (anomaly = positive class).",
+        ),
+        (
+            bool(pairs),
+            "Score histograms",
+            lambda: plots.score_histograms(pairs, thresholds),
+            "Test-score distributions of normal and anomalous samples (each normalised to unit "
+            "area); the dashed line is the method's threshold (pooled, or the mean of the "
+            "clients' thresholds), fixed on training data.",
+        ),
+        (
+            has_loss,
+            "Loss per round",
+            lambda: plots.loss_figure(history),
+            "Training loss reported in each round.",
+        ),
+        (
+            has_bytes,
+            "Communication",
+            lambda: plots.bytes_figure(history),
+            "Cumulative bytes sent (server to clients plus clients to server) after each round.",
+        ),
+        (
+            bool(per_client),
+            "Per-client AUROC",
+            lambda: plots.per_client_auroc_figure(auroc_by_client),
+            "AUROC on each client's local test set; the dashed line is chance level.",
+        ),
+    ]
+    parts = ["<h2>Figures</h2>"]
+    for available, title, make, caption in specs:
+        parts.append(f"<h3>{_e(title)}</h3>")
+        if not available:
+            parts.append('<p class="muted">Not available for this run.</p>')
+            continue
+        try:
+            parts.append(_figure_html(make(), title, caption))
+        except Exception as exc:  # a broken figure must not cost the rest of the report
+            notes.append(f"figure '{title}' could not be drawn: {type(exc).__name__}: {exc}")
+            parts.append('<p class="muted">Could not be drawn (see notes).</p>')
+    return "".join(parts)
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def render_report(run_dir: str | Path) -> str:
+    """The HTML text of the report of ``run_dir`` (see :func:`write_report`)."""
+    run = Path(run_dir)
+    notes: list[str] = []
+    metrics = read_metrics(run / "metrics.json")
+    entries = _method_entries(metrics, notes)
+    history = read_history(run / "history.csv")
+    if not (run / "history.csv").is_file():
+        notes.append("no history.csv: per-round figures are left out")
+    elif not history:
+        notes.append("history.csv has no rows: per-round figures are left out")
+    if (run / "scores.npz").is_file():
+        scores, score_notes = read_scores(run / "scores.npz", list(entries))
+        notes += score_notes
+    else:
+        scores = {}
+        notes.append("no scores.npz: ROC curves and histograms are left out")
+    per_client = _per_client(entries, scores)
+    config = read_config_text(run / "config.toml")
+
+    dataset = metrics["experiment"].get("dataset")
+    title = f"fedad report: {run.resolve().name}"
+    subtitle = f"dataset {dataset}" if dataset is not None else ""
+    sections = [
+        _facts_section(run, metrics, len(entries)),
+        _summary_section(entries),
+        _figures_section(entries, scores, history, per_client, notes),
+        _per_client_section(per_client),
+        f'<h2>Evaluation protocol</h2><p class="note">{_e(PROTOCOL_NOTE)}</p>',
+    ]
+    if notes:
+        items = "".join(f"<li>{_e(n)}</li>" for n in notes)
+        sections.append(f"<h2>Notes</h2><ul>{items}</ul>")
+    sections.append("<h2>Configuration</h2>")
+    sections.append(
+        f"<pre>{_e(config)}</pre>"
+        if config is not None
+        else '<p class="muted">No config.toml in the run directory.</p>'
+    )
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>{_e(title)}</h1>"
+        + (f'<p class="muted">{_e(subtitle)}</p>' if subtitle else "")
+        + "".join(sections)
+        + f'<p class="muted">Generated by fedad {_e(fedad.__version__)}.</p>'
+        + "</body></html>\n"
+    )
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Write ``report.html`` into ``run_dir`` and return its path.
+
+    Requires ``metrics.json``; ``history.csv``, ``scores.npz`` and ``config.toml`` are used
+    when present (what is missing is listed in the report's notes). Per-client metrics come
+    from ``metrics.json``'s ``per_client`` lists, or are computed from ``scores.npz`` with
+    :func:`fedad.metrics.evaluate_clients` when a method has none. Raises
+    :class:`~fedad.errors.FedadError` when ``metrics.json`` is missing or malformed.
+    """
+    run = Path(run_dir)
+    text = render_report(run)
+    out = run / "report.html"
+    out.write_text(text, encoding="utf-8")
+    return out

@@ -1,0 +1,277 @@
+"""Figures for the run report: pure functions from arrays to :class:`matplotlib.figure.Figure`.
+
+The figures are created with :class:`~matplotlib.figure.Figure` and an Agg canvas directly,
+not through :mod:`matplotlib.pyplot`: no global figure registry is touched, no GUI backend is
+needed, and a figure is freed as soon as it is no longer referenced (``plt.close`` is never
+needed). Every function accepts empty input and then draws a figure that says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from collections.abc import Mapping
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter, MaxNLocator
+from numpy.typing import ArrayLike, NDArray
+
+from fedad.metrics import auroc, roc_curve
+
+__all__ = [
+    "bytes_figure",
+    "figure_to_png_base64",
+    "loss_figure",
+    "per_client_auroc_figure",
+    "roc_figure",
+    "score_histograms",
+]
+
+#: ``history[method][column]``: one float per round (``nan`` = missing), see ``rundir.History``.
+HistoryLike = Mapping[str, Mapping[str, NDArray[np.float64]]]
+
+_NORMAL_COLOR = "#4C72B0"
+_ANOMALY_COLOR = "#DD8452"
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _empty(ax: Axes, message: str) -> None:
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="0.4")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _two_class(y: ArrayLike, s: ArrayLike) -> tuple[NDArray[np.int8], NDArray[np.float64]]:
+    yy = np.asarray(y).reshape(-1).astype(np.int8)
+    ss = np.asarray(s, dtype=np.float64).reshape(-1)
+    keep = np.isfinite(ss)
+    return yy[keep], ss[keep]
+
+
+def figure_to_png_base64(fig: Figure, dpi: int = 100) -> str:
+    """Render ``fig`` as a PNG and return it base64-encoded (ASCII), ready for a data URI."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def roc_figure(scores: Mapping[str, tuple[ArrayLike, ArrayLike]]) -> Figure:
+    """ROC curves (TPR against FPR) of all methods in one axes.
+
+    ``scores[label] = (y, s)`` with 0/1 labels (1 = anomaly) and scores (higher = more
+    anomalous). The legend gives each method's AUROC; a method whose test set holds one class
+    only has no ROC curve and is listed as such. The dashed diagonal is a random ranking.
+    """
+    fig = _new_figure(5.5, 5.0)
+    ax = fig.add_subplot()
+    drawn = 0
+    for label, (y, s) in scores.items():
+        yy, ss = _two_class(y, s)
+        area = auroc(yy, ss) if len(yy) else None
+        if area is None:
+            ax.plot([], [], " ", label=f"{label} (one class: no ROC)")
+            continue
+        fpr, tpr, _ = roc_curve(yy, ss)
+        ax.plot(fpr, tpr, lw=1.6, label=f"{label} (AUROC {area:.3f})")
+        drawn += 1
+    ax.plot([0, 1], [0, 1], ls="--", lw=0.8, color="0.6")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.01)
+    ax.set_xlabel("false positive rate")
+    ax.set_ylabel("true positive rate")
+    ax.set_title("ROC on the pooled test set")
+    if scores:
+        ax.legend(loc="lower right", fontsize="small")
+    if not drawn:
+        ax.text(0.5, 0.55, "no ROC curve to draw", ha="center", color="0.4")
+    return fig
+
+
+def score_histograms(
+    scores: Mapping[str, tuple[ArrayLike, ArrayLike]],
+    thresholds: Mapping[str, float | None] | None = None,
+    ncols: int = 3,
+) -> Figure:
+    """A grid of per-method histograms of test scores, normal and anomalous apart.
+
+    ``scores[label] = (y, s)`` as in :func:`roc_figure`. Both classes share the bins of one
+    method (40 equal bins over the method's score range) and are normalised to unit area, so
+    their overlap shows how separable they are whatever the class sizes. A finite
+    ``thresholds[label]`` is drawn as a vertical line (the method's decision threshold).
+    """
+    thresholds = thresholds or {}
+    n = max(len(scores), 1)
+    ncols = max(1, min(ncols, n))
+    nrows = math.ceil(n / ncols)
+    fig = _new_figure(3.6 * ncols, 2.8 * nrows)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    flat = list(axes.ravel())
+    if not scores:
+        _empty(flat[0], "no test scores")
+    for ax, (label, (y, s)) in zip(flat, scores.items(), strict=False):
+        yy, ss = _two_class(y, s)
+        ax.set_title(label, fontsize="medium")
+        if len(ss) == 0:
+            _empty(ax, "no scores")
+            continue
+        lo, hi = float(ss.min()), float(ss.max())
+        if lo == hi:
+            lo, hi = lo - 0.5, hi + 0.5
+        bins = np.linspace(lo, hi, 41)
+        for cls, name, color in ((0, "normal", _NORMAL_COLOR), (1, "anomaly", _ANOMALY_COLOR)):
+            part = ss[yy == cls]
+            if len(part):
+                ax.hist(
+                    part,
+                    bins=bins,
+                    density=True,
+                    alpha=0.55,
+                    color=color,
+                    label=f"{name} ({len(part)})",
+                )
+        t = thresholds.get(label)
+        if t is not None and math.isfinite(t):
+            ax.axvline(t, color="k", ls="--", lw=1.0, label="threshold")
+        ax.set_xlabel("score")
+        ax.set_ylabel("density")
+        ax.legend(fontsize="x-small")
+    for ax in flat[len(scores) :]:
+        ax.set_visible(False)
+    return fig
+
+
+def _rounds(table: Mapping[str, NDArray[np.float64]], length: int) -> NDArray[np.float64]:
+    r = table.get("round")
+    if r is None or len(r) != length or not np.all(np.isfinite(r)):
+        return np.arange(1, length + 1, dtype=np.float64)
+    return np.asarray(r, dtype=np.float64)
+
+
+def loss_figure(history: HistoryLike, column: str = "loss") -> Figure:
+    """The training loss ``history[method][column]`` against the round, one line per method.
+
+    Missing (``nan``) rounds are left out; methods that never logged the column are skipped.
+    """
+    fig = _new_figure(6.0, 3.8)
+    ax = fig.add_subplot()
+    drawn = 0
+    for method, table in history.items():
+        values = table.get(column)
+        if values is None:
+            continue
+        v = np.asarray(values, dtype=np.float64)
+        x = _rounds(table, len(v))
+        keep = np.isfinite(v)
+        if not keep.any():
+            continue
+        ax.plot(x[keep], v[keep], marker="o", ms=3, lw=1.4, label=method)
+        drawn += 1
+    if not drawn:
+        _empty(ax, f"no '{column}' logged")
+        return fig
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("round")
+    ax.set_ylabel(column)
+    ax.set_title(f"{column} per round")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def bytes_figure(history: HistoryLike) -> Figure:
+    """Cumulative communication, ``sum over rounds <= r of (bytes_up + bytes_down)``, per method.
+
+    A missing cell counts as 0 bytes; a method that logged no bytes at all is skipped. The
+    y-axis is logarithmic when the positive values span more than two orders of magnitude.
+    """
+    fig = _new_figure(6.0, 3.8)
+    ax = fig.add_subplot()
+    positive: list[float] = []
+    drawn = 0
+    for method, table in history.items():
+        parts = [
+            np.asarray(table[c], dtype=np.float64) for c in ("bytes_up", "bytes_down") if c in table
+        ]
+        if not parts or not any(np.isfinite(p).any() for p in parts):
+            continue
+        total = np.nansum(np.vstack(parts), axis=0)
+        cumulative = np.cumsum(total)
+        x = _rounds(table, len(cumulative))
+        ax.plot(x, cumulative, marker="o", ms=3, lw=1.4, label=method)
+        positive += [float(c) for c in cumulative if c > 0]
+        drawn += 1
+    if not drawn:
+        _empty(ax, "no bytes logged")
+        return fig
+    if positive and max(positive) / min(positive) > 100.0:
+        ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(EngFormatter(unit="B"))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("round")
+    ax.set_ylabel("cumulative bytes (up + down)")
+    ax.set_title("communication")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def per_client_auroc_figure(
+    per_client: Mapping[str, Mapping[int, float | None]], max_bars: int = 60
+) -> Figure:
+    """Per-client AUROC of each method: grouped bars, or a heatmap for many clients.
+
+    ``per_client[label][client] = auroc`` (``None``: undefined, e.g. a one-class local test
+    set). With at most ``max_bars`` bars in total a grouped bar chart is drawn (clients on the
+    x-axis, one bar per method); otherwise a methods-by-clients heatmap on ``[0, 1]`` with
+    undefined cells in grey.
+    """
+    methods = list(per_client)
+    clients = sorted({c for m in methods for c in per_client[m]})
+    if not methods or not clients:
+        fig = _new_figure(6.0, 3.0)
+        _empty(fig.add_subplot(), "no per-client metrics")
+        return fig
+    grid = np.full((len(methods), len(clients)), np.nan)
+    for i, m in enumerate(methods):
+        for j, c in enumerate(clients):
+            v = per_client[m].get(c)
+            if v is not None and math.isfinite(v):
+                grid[i, j] = v
+    if len(methods) * len(clients) <= max_bars:
+        fig = _new_figure(max(5.0, 0.35 * len(methods) * len(clients) + 2.0), 3.8)
+        ax = fig.add_subplot()
+        width = 0.8 / len(methods)
+        x = np.arange(len(clients))
+        for i, m in enumerate(methods):
+            ax.bar(x - 0.4 + width * (i + 0.5), np.nan_to_num(grid[i], nan=0.0), width, label=m)
+            for k in np.flatnonzero(np.isnan(grid[i])):
+                ax.text(x[k] - 0.4 + width * (i + 0.5), 0.02, "n/a", ha="center", fontsize=7)
+        ax.axhline(0.5, ls="--", lw=0.8, color="0.6")
+        ax.set_xticks(x, [str(c) for c in clients])
+        ax.set_ylim(0, 1.05)
+        ax.set_xlabel("client")
+        ax.set_ylabel("AUROC")
+        fig.legend(fontsize="small", ncols=min(len(methods), 4), loc="outside lower center")
+    else:
+        fig = _new_figure(min(16.0, 2.5 + 0.3 * len(clients)), 1.2 + 0.45 * len(methods))
+        ax = fig.add_subplot()
+        masked = np.ma.masked_invalid(grid)
+        cmap = colormaps["viridis"].with_extremes(bad="0.85")
+        image = ax.imshow(
+            masked, aspect="auto", vmin=0.0, vmax=1.0, cmap=cmap, interpolation="nearest"
+        )
+        ax.set_yticks(np.arange(len(methods)), methods)
+        step = max(1, len(clients) // 30)
+        ax.set_xticks(np.arange(0, len(clients), step), [str(c) for c in clients[::step]])
+        ax.set_xlabel("client")
+        fig.colorbar(image, ax=ax, label="AUROC")
+    ax.set_title("per-client AUROC")
+    return fig

@@ -1,0 +1,183 @@
+"""Readers for the files of a run directory (DESIGN.md, "Experiment config and outputs").
+
+Each reader is tolerant of the optional pieces: a missing ``history.csv`` gives an empty
+history, a method without arrays in ``scores.npz`` is simply absent from the result, and
+problems that do not stop a report are returned as one-line notes the report shows.
+Only ``metrics.json`` is required.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fedad.errors import FedadError
+
+__all__ = [
+    "History",
+    "MethodScores",
+    "read_config_text",
+    "read_history",
+    "read_metrics",
+    "read_scores",
+]
+
+#: ``history[method][column]``: a float array with one entry per round, sorted by round;
+#: empty or non-numeric cells are ``nan``.
+History = dict[str, dict[str, NDArray[np.float64]]]
+
+
+@dataclass(frozen=True)
+class MethodScores:
+    """One method's pooled test-set arrays from ``scores.npz``.
+
+    ``score`` holds finite floats (higher = more anomalous), ``label`` 0/1 ground truth,
+    ``client`` the local test set each sample came from and ``pred`` the detector's 0/1
+    decisions; ``client`` and ``pred`` are ``None`` when the file lacks them.
+    """
+
+    score: NDArray[np.float64]
+    label: NDArray[np.int8]
+    client: NDArray[np.int64] | None = None
+    pred: NDArray[np.int8] | None = None
+
+
+def read_metrics(path: str | Path) -> dict[str, Any]:
+    """Load ``metrics.json`` as ``{"methods": {LABEL: {...}}, "experiment": {...}}``.
+
+    Missing top-level sections become empty dicts. Raises :class:`~fedad.errors.FedadError`
+    when the file is missing or is not a JSON object.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FedadError(f"no metrics file at {p}", "point at a directory written by `fedad run`")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise FedadError(f"{p} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise FedadError(f"{p} must hold a JSON object, found {type(data).__name__}")
+    methods = data.get("methods")
+    experiment = data.get("experiment")
+    data["methods"] = methods if isinstance(methods, dict) else {}
+    data["experiment"] = experiment if isinstance(experiment, dict) else {}
+    return data
+
+
+def _to_float(cell: str | None) -> float:
+    if cell is None:
+        return math.nan
+    try:
+        return float(cell)
+    except ValueError:
+        return math.nan
+
+
+def read_history(path: str | Path) -> History:
+    """Load ``history.csv`` (one row per method and round) grouped by method.
+
+    Rows are sorted by the ``round`` column when present (file order otherwise). Every column
+    other than ``method`` is parsed as float; empty or non-numeric cells become ``nan``.
+    A missing or empty file gives ``{}``.
+    """
+    p = Path(path)
+    if not p.is_file():
+        return {}
+    with p.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        columns = [c for c in (reader.fieldnames or []) if c and c != "method"]
+        rows: dict[str, list[dict[str, str | None]]] = {}
+        for row in reader:
+            method = (row.get("method") or "").strip()
+            rows.setdefault(method, []).append(dict(row))
+    history: History = {}
+    for method, method_rows in rows.items():
+        table = {c: np.array([_to_float(r.get(c)) for r in method_rows]) for c in columns}
+        if "round" in table:
+            order = np.argsort(table["round"], kind="stable")
+            table = {c: v[order] for c, v in table.items()}
+        history[method] = table
+    return history
+
+
+def read_scores(
+    path: str | Path, labels: list[str] | None = None
+) -> tuple[dict[str, MethodScores], list[str]]:
+    """Load ``scores.npz``: arrays ``LABEL/score``, ``LABEL/label``, ``LABEL/client``,
+    ``LABEL/pred``.
+
+    ``labels`` lists the methods to look for (all labels found in the file when ``None``;
+    labels present in the file but not in ``labels`` are appended). Returns the methods whose
+    ``score`` and ``label`` arrays are usable, and notes on those that are not: missing,
+    of different lengths, non-0/1 labels. Non-finite scores are dropped with a note.
+    """
+    p = Path(path)
+    notes: list[str] = []
+    if not p.is_file():
+        return {}, []
+    try:
+        npz = np.load(p, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        return {}, [f"scores.npz could not be read: {exc}"]
+    with npz:
+        arrays = {k: npz[k] for k in npz.files}
+    in_file = sorted({k.rsplit("/", 1)[0] for k in arrays if "/" in k})
+    wanted = list(labels) if labels is not None else []
+    wanted += [lab for lab in in_file if lab not in wanted]
+    out: dict[str, MethodScores] = {}
+    for label in wanted:
+        score = arrays.get(f"{label}/score")
+        y = arrays.get(f"{label}/label")
+        if score is None or y is None:
+            notes.append(f"{label}: no test scores in scores.npz")
+            continue
+        score = np.asarray(score, dtype=np.float64).reshape(-1)
+        y = np.asarray(y).reshape(-1)
+        optional = {k: arrays.get(f"{label}/{k}") for k in ("client", "pred")}
+        flat = {k: None if v is None else np.asarray(v).reshape(-1) for k, v in optional.items()}
+        lengths = {len(score), len(y)} | {len(v) for v in flat.values() if v is not None}
+        if len(lengths) != 1:
+            notes.append(f"{label}: arrays in scores.npz differ in length; scores skipped")
+            continue
+        if not np.all(np.isin(y, (0, 1))):
+            notes.append(f"{label}: labels in scores.npz are not 0/1; scores skipped")
+            continue
+        pred = flat["pred"]
+        if pred is not None and not np.all(np.isin(pred, (0, 1))):
+            notes.append(f"{label}: predictions in scores.npz are not 0/1; ignored")
+            pred = None
+        client = flat["client"]
+        if client is not None and not (
+            np.issubdtype(client.dtype, np.integer)
+            or (np.issubdtype(client.dtype, np.floating) and np.all(client == np.round(client)))
+        ):
+            notes.append(f"{label}: client ids in scores.npz are not integers; ignored")
+            client = None
+        finite = np.isfinite(score)
+        if not np.all(finite):
+            notes.append(
+                f"{label}: {int((~finite).sum())} non-finite test score(s) left out of the plots"
+            )
+        out[label] = MethodScores(
+            score=score[finite],
+            label=y[finite].astype(np.int8),
+            client=None if client is None else client[finite].astype(np.int64),
+            pred=None if pred is None else pred[finite].astype(np.int8),
+        )
+    return out, notes
+
+
+def read_config_text(path: str | Path) -> str | None:
+    """The text of ``config.toml`` verbatim, or ``None`` when the file is missing."""
+    p = Path(path)
+    if not p.is_file():
+        return None
+    return p.read_text(encoding="utf-8", errors="replace")

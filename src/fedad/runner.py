@@ -1,0 +1,270 @@
+"""Run an experiment: one federation, every configured method, the outputs of DESIGN.md.
+
+``run_experiment`` builds the federation once, validates every method before training any,
+runs each on the configured engine, evaluates each client's final (last-round) detector on
+its local test set with a threshold from training data, and writes ``config.toml``,
+``metrics.json``, ``history.csv``, ``scores.npz``, ``checkpoints/`` and ``report.html``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedad.config import ExperimentConfig, dump_toml
+from fedad.data.federation import build_federation
+from fedad.data.types import Federation
+from fedad.detector import DEFAULT_CONTAMINATION
+from fedad.errors import ConfigError
+from fedad.fl.algorithm import Algorithm, Setup, build_algorithm
+from fedad.fl.engine import RunOutcome, run_inprocess
+from fedad.fl.messages import unprefixed
+from fedad.metrics import evaluate, evaluate_clients
+
+HISTORY_COLUMNS = [
+    "method",
+    "round",
+    "clients_sampled",
+    "clients_replied",
+    "clients_rejected",
+    "clients_missing",
+    "bytes_up",
+    "bytes_down",
+    "seconds",
+    "loss",
+]
+TIMING_KEYS = ("seconds", "client_seconds")
+"""metrics.json keys that measure wall time, and so differ between identical runs."""
+
+RoundCallback = Callable[[str, dict[str, Any]], None]
+
+
+def make_setup(cfg: ExperimentConfig, fed: Federation) -> Setup:
+    contamination = cfg.partition.contamination or DEFAULT_CONTAMINATION
+    return Setup(
+        kind=fed.kind,
+        feature_shape=tuple(fed.feature_shape),
+        rounds=cfg.rounds,
+        seed=cfg.seed,
+        contamination=contamination,
+        num_clients=len(fed.clients),
+    )
+
+
+def build_algorithms(cfg: ExperimentConfig, fed: Federation) -> dict[str, Algorithm]:
+    """Every configured method, validated before anything trains."""
+    setup = make_setup(cfg, fed)
+    return {
+        label: build_algorithm(m.name, m.params, setup, m.detector, where=f"methods.{i}")
+        for i, (label, m) in enumerate(zip(cfg.labels(), cfg.methods, strict=True))
+    }
+
+
+def run_method(
+    cfg: ExperimentConfig,
+    algorithm: Algorithm,
+    fed: Federation,
+    on_round: Callable[[dict[str, Any]], None] | None = None,
+) -> RunOutcome:
+    """Run one algorithm on the configured engine."""
+    e = cfg.engine
+    if e.name == "inprocess":
+        return run_inprocess(
+            algorithm,
+            fed,
+            rounds=cfg.rounds,
+            seed=cfg.seed,
+            fraction=e.fraction,
+            dropout=e.dropout,
+            min_clients=e.min_clients,
+            on_round=on_round,
+        )
+    raise ConfigError(
+        f"engine.name = '{e.name}' is not available in this version",
+        "use engine.name = 'inprocess'",
+    )
+
+
+def _clean(v: Any) -> Any:
+    """JSON-safe: NaN/Inf -> null, numpy scalars -> Python."""
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_clean(x) for x in v]
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def summarize(
+    label: str, cfg_method: Any, algorithm: Algorithm, outcome: RunOutcome
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Pooled and per-client metrics of one method, plus its pooled score arrays."""
+    ids = sorted(outcome.evaluations)
+    ev = [outcome.evaluations[i] for i in ids]
+    score = np.concatenate([m.arrays["score"] for m in ev]) if ev else np.zeros(0)
+    label_arr = np.concatenate([m.arrays["label"] for m in ev]) if ev else np.zeros(0, np.int64)
+    pred = np.concatenate([m.arrays["pred"] for m in ev]) if ev else np.zeros(0, np.int64)
+    client = (
+        np.concatenate(
+            [
+                np.full(len(m.arrays["score"]), i, dtype=np.int64)
+                for i, m in zip(ids, ev, strict=True)
+            ]
+        )
+        if ev
+        else np.zeros(0, np.int64)
+    )
+    pooled = evaluate(label_arr, score, pred)
+    per_client = evaluate_clients(label_arr, score, pred, client)
+    thresholds = {i: float(m.scalars["threshold"]) for i, m in zip(ids, ev, strict=True)}
+    for row in per_client:
+        row["threshold"] = thresholds.get(int(row["client"] or 0))
+    n_train = [float(m.scalars.get("num_examples", 1)) for m in ev]
+    mean_threshold = (
+        float(np.average(list(thresholds.values()), weights=n_train)) if thresholds else None
+    )
+    last_loss = next(
+        (r["loss"] for r in reversed(outcome.history) if r.get("loss") is not None), None
+    )
+    metrics: dict[str, Any] = {
+        **pooled,
+        "bytes_up": outcome.bytes_up,
+        "bytes_down": outcome.bytes_down,
+        "seconds": outcome.seconds,
+        "client_seconds": outcome.client_seconds,
+        "rounds": max((int(r["round"]) for r in outcome.history), default=0),
+        "threshold": mean_threshold,
+        "final_loss": last_loss,
+        "method": algorithm.name,
+        "detector": algorithm.detector,
+        "params": algorithm.params.model_dump(),
+        "personalized": algorithm.personalized,
+        "missing_nodes": outcome.missing_nodes,
+        "events": outcome.events,
+        "per_client": per_client,
+    }
+    arrays = {
+        f"{label}/score": score,
+        f"{label}/label": label_arr,
+        f"{label}/client": client,
+        f"{label}/pred": pred,
+    }
+    return _clean(metrics), arrays
+
+
+def save_npz(path: Path, arrays: dict[str, np.ndarray], compressed: bool = False) -> None:
+    """``np.savez`` of named arrays (a thin typed wrapper)."""
+    save = np.savez_compressed if compressed else np.savez
+    save(path, **arrays)  # type: ignore[arg-type]
+
+
+def save_checkpoint(out: Path, label: str, algorithm: Algorithm, outcome: RunOutcome) -> None:
+    """Write what :func:`fedad.runs.load_run` needs to rebuild every client's detector."""
+    d = out / "checkpoints" / label
+    d.mkdir(parents=True, exist_ok=True)
+    thresholds = {str(i): float(m.scalars["threshold"]) for i, m in outcome.evaluations.items()}
+    meta = {
+        "method": algorithm.name,
+        "personalized": algorithm.personalized,
+        "detector": algorithm.detector_config(),
+        "thresholds": thresholds,
+    }
+    (d / "detector.json").write_text(json.dumps(meta, indent=2))
+    if algorithm.personalized:
+        for i, m in sorted(outcome.evaluations.items()):
+            save_npz(d / f"client_{i}.npz", unprefixed(m.arrays, "detector"))
+    else:
+        save_npz(d / "global.npz", outcome.result.arrays)
+
+
+def resolved_config(cfg: ExperimentConfig, algorithms: dict[str, Algorithm]) -> dict[str, Any]:
+    """The config with every default filled in, methods' params included."""
+    raw = cfg.model_dump(mode="json", exclude_none=True)
+    for m, alg in zip(raw["methods"], algorithms.values(), strict=True):
+        m["params"] = alg.params.model_dump(mode="json", exclude_none=True)
+        if alg.detector is not None:
+            m["detector"] = alg.detector
+    return raw
+
+
+def write_history(path: Path, rows: list[dict[str, Any]]) -> None:
+    extra = sorted({k for r in rows for k in r} - set(HISTORY_COLUMNS))
+    cols = HISTORY_COLUMNS + extra
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols, restval="")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
+
+
+def experiment_facts(cfg: ExperimentConfig, fed: Federation) -> dict[str, Any]:
+    y = fed.y_test
+    return {
+        "dataset": fed.name,
+        "kind": fed.kind,
+        "feature_shape": list(fed.feature_shape),
+        "normal_classes": fed.normal_classes,
+        "anomaly_classes": fed.anomaly_classes,
+        "scheme": cfg.partition.scheme,
+        "clients": len(fed.clients),
+        "train_per_client": [c.n_train for c in fed.clients],
+        "contaminated_per_client": [int(c.y_train.sum()) for c in fed.clients],
+        "n_train": fed.n_train,
+        "n_test": len(y),
+        "n_test_anomalies": int(y.sum()),
+        "seed": cfg.seed,
+        "rounds": cfg.rounds,
+        "engine": cfg.engine.name,
+    }
+
+
+def run_experiment(
+    cfg: ExperimentConfig,
+    out: Path,
+    on_round: RoundCallback | None = None,
+    on_method: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run every method of ``cfg``, write all outputs to ``out``; return metrics.json's data."""
+    t0 = time.perf_counter()
+    fed = build_federation(cfg)
+    algorithms = build_algorithms(cfg, fed)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.toml").write_text(dump_toml(resolved_config(cfg, algorithms)))
+    methods: dict[str, Any] = {}
+    history: list[dict[str, Any]] = []
+    arrays: dict[str, np.ndarray] = {}
+    for (label, alg), mcfg in zip(algorithms.items(), cfg.methods, strict=True):
+        if on_method is not None:
+            on_method(label)
+
+        def cb(row: dict[str, Any], label: str = label) -> None:
+            if on_round is not None:
+                on_round(label, row)
+
+        outcome = run_method(cfg, alg, fed, on_round=cb)
+        metrics, arr = summarize(label, mcfg, alg, outcome)
+        methods[label] = metrics
+        arrays.update(arr)
+        history.extend({"method": label, **row} for row in outcome.history)
+        save_checkpoint(out, label, alg, outcome)
+    data = {
+        "methods": methods,
+        "experiment": {**experiment_facts(cfg, fed), "total_seconds": time.perf_counter() - t0},
+    }
+    (out / "metrics.json").write_text(json.dumps(_clean(data), indent=2))
+    write_history(out / "history.csv", history)
+    save_npz(out / "scores.npz", arrays, compressed=True)
+    from fedad.report.html import write_report
+
+    write_report(out)
+    return data

@@ -1,0 +1,168 @@
+"""The command line: runs, outputs of the DESIGN.md contract, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import fedad
+from fedad.cli import app
+from fedad.runner import TIMING_KEYS
+
+SMALL = """
+seed = 1
+rounds = 2
+[data]
+name = "digits"
+normal = [0, 1, 2]
+anomaly = [7, 8]
+max_test = 200
+[partition]
+scheme = "dirichlet"
+clients = 3
+alpha = 1.0
+contamination = 0.02
+[engine]
+progress = false
+[[methods]]
+name = "fedavg"
+[[methods]]
+name = "local"
+detector = "deepsvdd"
+[[methods]]
+name = "fedavg"
+label = "again"
+[methods.params]
+local_epochs = 2
+"""
+
+runner = CliRunner()
+
+
+def _write(tmp_path: Path, text: str, name: str = "c.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def _drop_timing(d: Any) -> Any:
+    if isinstance(d, dict):
+        return {
+            k: _drop_timing(v) for k, v in d.items() if k not in (*TIMING_KEYS, "total_seconds")
+        }
+    if isinstance(d, list):
+        return [_drop_timing(v) for v in d]
+    return d
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("run")
+    cfg = _write(tmp, SMALL)
+    res = runner.invoke(app, ["run", str(cfg), "--out", str(tmp / "out")])
+    assert res.exit_code == 0, res.output
+    assert "AUROC" in res.output
+    return tmp / "out"
+
+
+def test_outputs_follow_the_contract(run_dir: Path) -> None:
+    for f in ("config.toml", "metrics.json", "history.csv", "scores.npz", "report.html"):
+        assert (run_dir / f).is_file(), f
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert list(m["methods"]) == ["fedavg", "local-deepsvdd", "again"]
+    keys = {"auroc", "aupr", "f1", "precision", "recall", "accuracy", "fe", "me"}
+    keys |= {"bytes_up", "bytes_down", "seconds", "rounds", "per_client"}
+    for label, entry in m["methods"].items():
+        assert keys <= set(entry), label
+        assert len(entry["per_client"]) == 3
+        assert entry["rounds"] == 2
+    assert m["methods"]["local-deepsvdd"]["bytes_up"] < m["methods"]["fedavg"]["bytes_up"]
+    rows = (run_dir / "history.csv").read_text().splitlines()
+    assert rows[0].startswith("method,round,")
+    assert len(rows) == 1 + 3 * 2
+    with np.load(run_dir / "scores.npz") as z:
+        assert {"fedavg/score", "fedavg/label", "fedavg/client", "fedavg/pred"} <= set(z.files)
+        assert len(z["fedavg/score"]) == m["experiment"]["n_test"]
+    resolved = (run_dir / "config.toml").read_text()
+    assert "local_epochs = 2" in resolved and "lr = 0.001" in resolved
+
+
+def test_load_gives_working_detectors(run_dir: Path) -> None:
+    run = fedad.load(str(run_dir))
+    with np.load(run_dir / "scores.npz") as z:
+        client = z["again/client"]
+        score = z["again/score"]
+        pred = z["again/pred"]
+    from fedad.config import load_config
+    from fedad.data.federation import build_federation
+
+    fed = build_federation(load_config(run_dir / "config.toml"))
+    for c in fed.clients:
+        det = run.detector("again", c.client_id)  # type: ignore[attr-defined]
+        np.testing.assert_allclose(det.score(c.x_test), score[client == c.client_id], rtol=1e-6)
+        np.testing.assert_array_equal(det.predict(c.x_test), pred[client == c.client_id])
+
+
+def test_same_seed_same_metrics(run_dir: Path, tmp_path: Path) -> None:
+    cfg = _write(tmp_path, SMALL)
+    res = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "b"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    a = json.loads((run_dir / "metrics.json").read_text())
+    b = json.loads((tmp_path / "b" / "metrics.json").read_text())
+    assert _drop_timing(a) == _drop_timing(b)
+
+
+def test_report_command_rebuilds(run_dir: Path) -> None:
+    (run_dir / "report.html").unlink()
+    res = runner.invoke(app, ["report", str(run_dir)])
+    assert res.exit_code == 0 and (run_dir / "report.html").is_file()
+
+
+@pytest.mark.parametrize("what", ["methods", "datasets", "partitions"])
+def test_list(what: str) -> None:
+    res = runner.invoke(app, ["list", what])
+    assert res.exit_code == 0
+    expect = {"methods": "fedprox", "datasets": "fashion_mnist", "partitions": "dirichlet"}
+    assert expect[what] in res.output
+
+
+BAD = [
+    (SMALL.replace("rounds = 2", "rounds = 2\nfoo = 1"), "unknown key 'foo'"),
+    (SMALL.replace("rounds = 2", 'rounds = "two"'), "rounds"),
+    (SMALL.replace('name = "digits"', 'name = "nope"'), "nope"),
+    (SMALL.replace('name = "local"', 'name = "fedsgd"'), "fedsgd"),
+    (SMALL.replace("clients = 3", "clients = 5000"), "clients"),
+    (SMALL.replace("anomaly = [7, 8]", "anomaly = [7, 42]"), "42"),
+    (SMALL.replace("contamination = 0.02", "contamination = 1.5"), "contamination"),
+    (SMALL.replace("[methods.params]", "[methods.params]\nlrr = 1"), "lrr"),
+]
+
+
+@pytest.mark.parametrize(("text", "needle"), BAD)
+def test_bad_input_is_one_line_and_status_2(tmp_path: Path, text: str, needle: str) -> None:
+    cfg = _write(tmp_path, text)
+    res = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2, res.output
+    err = res.stderr.strip() if res.stderr else res.output.strip()
+    assert needle in err and len(err.splitlines()) == 1, err
+    assert "Traceback" not in res.output
+
+
+def test_real_process_exits_2_without_traceback(tmp_path: Path) -> None:
+    cfg = _write(tmp_path, SMALL.replace("rounds = 2", "rounds = 0"))
+    p = subprocess.run(
+        [sys.executable, "-m", "fedad.cli", "run", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2
+    assert "rounds" in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
