@@ -76,14 +76,14 @@ def test_outputs_follow_the_contract(run_dir: Path) -> None:
     for f in ("config.toml", "metrics.json", "history.csv", "scores.npz", "report.html"):
         assert (run_dir / f).is_file(), f
     m = json.loads((run_dir / "metrics.json").read_text())
-    assert list(m["methods"]) == ["fedavg", "local-deepsvdd", "again"]
+    assert list(m["methods"]) == ["fedavg", "local", "again"]
     keys = {"auroc", "aupr", "f1", "precision", "recall", "accuracy", "fe", "me"}
     keys |= {"bytes_up", "bytes_down", "seconds", "rounds", "per_client"}
     for label, entry in m["methods"].items():
         assert keys <= set(entry), label
         assert len(entry["per_client"]) == 3
         assert entry["rounds"] == 2
-    assert m["methods"]["local-deepsvdd"]["bytes_up"] < m["methods"]["fedavg"]["bytes_up"]
+    assert m["methods"]["local"]["bytes_up"] < m["methods"]["fedavg"]["bytes_up"]
     rows = (run_dir / "history.csv").read_text().splitlines()
     assert rows[0].startswith("method,round,")
     assert len(rows) == 1 + 3 * 2

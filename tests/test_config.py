@@ -66,7 +66,11 @@ def test_labels_default_and_suffix() -> None:
             ]
         )
     )
-    assert c.labels() == ["fedavg", "fedavg-2", "local-deepsvdd", "mine"]
+    assert c.labels() == ["fedavg", "fedavg-2", "local", "mine"]
+    c = parse_config(cfg(methods=[{"name": "a"}, {"name": "a"}, {"name": "x", "label": "a-2"}]))
+    assert c.labels() == ["a", "a-3", "a-2"]
+    with pytest.raises(ConfigError, match="used twice"):
+        parse_config(cfg(methods=[{"name": "a", "label": "l"}, {"name": "b", "label": "l"}]))
 
 
 def test_overrides() -> None:

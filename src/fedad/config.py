@@ -100,19 +100,29 @@ class ExperimentConfig(_Strict):
                     f"data.normal and data.anomaly share classes {both}; "
                     "a class is one or the other"
                 )
+        labels = [m.label for m in self.methods if m.label]
+        if len(labels) != len(set(labels)):
+            dup = sorted({x for x in labels if labels.count(x) > 1})
+            raise ValueError(f"methods[].label {dup} used twice; labels must be unique")
         return self
 
     def labels(self) -> list[str]:
-        """Keys in metrics.json: label, else name[-detector]; repeats get -2, -3 ..."""
-        raw = [
-            m.label or (f"{m.name}-{m.detector}" if m.detector else m.name) for m in self.methods
-        ]
+        """Keys in metrics.json: ``label``, else ``name``; a repeated key gets ``-2``, ``-3`` ...
+
+        Explicit labels must be unique (checked at validation); generated ones skip any
+        key already taken.
+        """
+        taken = {m.label for m in self.methods if m.label}
         out: list[str] = []
-        for i, lab in enumerate(raw):
-            if raw.count(lab) > 1:
-                k = raw[:i].count(lab)
-                lab = lab if k == 0 else f"{lab}-{k + 1}"
-            out.append(lab)
+        for m in self.methods:
+            if m.label:
+                out.append(m.label)
+                continue
+            key, k = m.name, 1
+            while key in out or key in taken:
+                k += 1
+                key = f"{m.name}-{k}"
+            out.append(key)
         return out
 
 
