@@ -105,7 +105,7 @@ def test_load_gives_working_detectors(run_dir: Path) -> None:
 
     fed = build_federation(load_config(run_dir / "config.toml"))
     for c in fed.clients:
-        det = run.detector("again", c.client_id)  # type: ignore[attr-defined]
+        det = run.detector("again", c.client_id)
         np.testing.assert_allclose(det.score(c.x_test), score[client == c.client_id], rtol=1e-6)
         np.testing.assert_array_equal(det.predict(c.x_test), pred[client == c.client_id])
 

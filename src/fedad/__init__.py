@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fedad.runs import Run
+
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "load"]
 
 
-def load(run_dir: str) -> object:
+def load(run_dir: str) -> Run:
     """Load the detectors a run wrote: see :func:`fedad.runs.load_run`."""
     from fedad.runs import load_run
 

@@ -106,7 +106,7 @@ def _clean(v: Any) -> Any:
 
 
 def summarize(
-    label: str, cfg_method: Any, algorithm: Algorithm, outcome: RunOutcome
+    label: str, algorithm: Algorithm, outcome: RunOutcome
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Pooled and per-client metrics of one method, plus its pooled score arrays."""
     ids = sorted(outcome.evaluations)
@@ -243,7 +243,7 @@ def run_experiment(
     methods: dict[str, Any] = {}
     history: list[dict[str, Any]] = []
     arrays: dict[str, np.ndarray] = {}
-    for (label, alg), mcfg in zip(algorithms.items(), cfg.methods, strict=True):
+    for label, alg in algorithms.items():
         if on_method is not None:
             on_method(label)
 
@@ -252,7 +252,7 @@ def run_experiment(
                 on_round(label, row)
 
         outcome = run_method(cfg, alg, fed, on_round=cb)
-        metrics, arr = summarize(label, mcfg, alg, outcome)
+        metrics, arr = summarize(label, alg, outcome)
         methods[label] = metrics
         arrays.update(arr)
         history.extend({"method": label, **row} for row in outcome.history)

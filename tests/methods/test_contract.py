@@ -39,7 +39,7 @@ def test_method_contract(name: str, det: str | None, kind: str, tmp_path: Path) 
     assert out.events == []
     assert sorted(out.evaluations) == [0, 1, 2]
     assert [r["round"] for r in out.history if r["round"] >= 1] == [1]
-    metrics, arrays = summarize("m", None, algo, out)
+    metrics, arrays = summarize("m", algo, out)
     score = arrays["m/score"]
     assert score.shape == fed.y_test.shape and np.all(np.isfinite(score))
     assert 0.0 <= metrics["auroc"] <= 1.0

@@ -73,8 +73,8 @@ class ServerContext:
         if missing:
             self.event(f"no reply from node(s) {missing}")
         good: dict[int, Message] = {}
+        kind = next(iter(messages.values())).kind if messages else None
         for nid in sorted(replies):
-            kind = next(iter(messages.values())).kind if messages else None
             why = check_reply(replies[nid], arrays, scalars, kind=kind)
             if why is None:
                 good[nid] = replies[nid]
