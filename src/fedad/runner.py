@@ -86,10 +86,9 @@ def run_method(
             min_clients=e.min_clients,
             on_round=on_round,
         )
-    raise ConfigError(
-        f"engine.name = '{e.name}' is not available in this version",
-        "use engine.name = 'inprocess'",
-    )
+    from fedad.fl.flower import run_flower  # optional extra: imported only when asked for
+
+    return run_flower(cfg, algorithm, fed, on_round=on_round)
 
 
 def _clean(v: Any) -> Any:
