@@ -48,6 +48,7 @@ def make_federation(
         clients=cs,
         normal_classes=[0],
         anomaly_classes=[1],
+        server_normal=normal(60),
     )
 
 

@@ -18,6 +18,7 @@ from fedad.errors import ConfigError
 
 SchemeName = Literal["iid", "dirichlet", "dominant", "one-class", "by-source"]
 EngineName = Literal["inprocess", "flower-simulation", "flower-deployment"]
+AttackName = Literal["none", "gaussian-data", "contamination", "scaled-update", "sign-flip"]
 
 
 class _Strict(BaseModel):
@@ -71,6 +72,17 @@ class EngineConfig(_Strict):
     progress: bool = True
 
 
+class AttackConfig(_Strict):
+    """Poisoned or faulty clients (see :mod:`fedad.attacks`)."""
+
+    kind: AttackName = "none"
+    clients: int = Field(default=1, ge=0, description="how many clients are attacked")
+    fraction: float = Field(
+        default=1.0, ge=0.0, le=1.0, description="share of an attacked client's data affected"
+    )
+    scale: float = Field(default=10.0, gt=0.0, description="update factor for scaled-update")
+
+
 class MethodConfig(_Strict):
     """One method to run on the federation."""
 
@@ -88,6 +100,7 @@ class ExperimentConfig(_Strict):
     data: DataConfig
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    attack: AttackConfig = Field(default_factory=AttackConfig)
     methods: list[MethodConfig] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -100,6 +113,11 @@ class ExperimentConfig(_Strict):
                     f"data.normal and data.anomaly share classes {both}; "
                     "a class is one or the other"
                 )
+        if self.attack.kind != "none" and self.attack.clients > self.partition.clients:
+            raise ValueError(
+                f"attack.clients={self.attack.clients} exceeds partition.clients="
+                f"{self.partition.clients}"
+            )
         labels = [m.label for m in self.methods if m.label]
         if len(labels) != len(set(labels)):
             dup = sorted({x for x in labels if labels.count(x) > 1})

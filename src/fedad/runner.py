@@ -19,11 +19,10 @@ from typing import Any
 import numpy as np
 
 from fedad.config import ExperimentConfig, dump_toml
-from fedad.data.federation import build_federation
+from fedad.data.federation import build_federation, plan_federation
 from fedad.data.types import Federation
 from fedad.detector import DEFAULT_CONTAMINATION
-from fedad.errors import ConfigError
-from fedad.fl.algorithm import Algorithm, Setup, build_algorithm
+from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import unprefixed
 from fedad.metrics import evaluate, evaluate_clients
@@ -44,6 +43,29 @@ TIMING_KEYS = ("seconds", "client_seconds")
 """metrics.json keys that measure wall time, and so differ between identical runs."""
 
 RoundCallback = Callable[[str, dict[str, Any]], None]
+
+
+SERVER_SHARE = 5
+"""Server-side data a method asks for is capped at 1/SERVER_SHARE of the normal training pool."""
+
+
+def with_server_data(cfg: ExperimentConfig) -> ExperimentConfig:
+    """``cfg`` with ``data.server_normal`` large enough for every method's server program.
+
+    A method asks via :meth:`Algorithm.server_samples`; the request is capped at a fifth of
+    the normal training pool so that small data sets still leave clients most of their data.
+    All methods of a run share the federation, so they all train without those samples.
+    """
+    reg = registry()
+    asked = max(
+        (reg[m.name].server_samples(m.params) for m in cfg.methods if m.name in reg), default=0
+    )
+    if asked <= cfg.data.server_normal:
+        return cfg
+    pool = int(plan_federation(cfg).notes["normal_pool"])  # type: ignore[call-overload]
+    take = max(cfg.data.server_normal, min(asked, pool // SERVER_SHARE))
+    data = cfg.data.model_copy(update={"server_normal": take})
+    return cfg.model_copy(update={"data": data})
 
 
 def make_setup(cfg: ExperimentConfig, fed: Federation) -> Setup:
@@ -85,6 +107,7 @@ def run_method(
             dropout=e.dropout,
             min_clients=e.min_clients,
             on_round=on_round,
+            attack=cfg.attack,
         )
     from fedad.fl.flower import run_flower  # optional extra: imported only when asked for
 
@@ -224,6 +247,9 @@ def experiment_facts(cfg: ExperimentConfig, fed: Federation) -> dict[str, Any]:
         "seed": cfg.seed,
         "rounds": cfg.rounds,
         "engine": cfg.engine.name,
+        "server_normal": 0 if fed.server_normal is None else len(fed.server_normal),
+        "attack": cfg.attack.kind,
+        "attacked_clients": fed.notes.get("attacked_clients", []),
     }
 
 
@@ -235,6 +261,7 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Run every method of ``cfg``, write all outputs to ``out``; return metrics.json's data."""
     t0 = time.perf_counter()
+    cfg = with_server_data(cfg)
     fed = build_federation(cfg)
     algorithms = build_algorithms(cfg, fed)
     out.mkdir(parents=True, exist_ok=True)

@@ -137,7 +137,7 @@ def test_failing_handler_is_a_missing_node(vector_federation: Federation) -> Non
     def boom(state: ClientState, data: ClientData, msg: Message) -> Message:
         raise RuntimeError("disk full")
 
-    grid.handlers["train"] = boom
+    grid.node_handlers[0]["train"] = boom
     replies = grid.send_and_receive({0: Message("train", {"mean": np.zeros(6, np.float32)})})
     assert replies == {}
     assert "disk full" in grid.failures[0]

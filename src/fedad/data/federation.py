@@ -48,11 +48,13 @@ from typing import Literal
 
 import numpy as np
 
+from fedad.attacks import attacked_clients, gaussian_data, n_affected
 from fedad.config import ExperimentConfig
 from fedad.data.partition import partition, round_half_up
 from fedad.data.registry import load_dataset, normalize_name
 from fedad.data.types import ClientData, DataKind, Dataset, Federation
 from fedad.errors import ConfigError, DataError
+from fedad.seeding import rng as seeded_rng
 
 __all__ = [
     "FederationPlan",
@@ -63,7 +65,16 @@ __all__ = [
     "pooled_mean_std",
 ]
 
-_STREAMS = ("split", "test_cap", "server", "partition", "cap", "contamination", "local_test")
+_STREAMS = (
+    "split",
+    "test_cap",
+    "server",
+    "partition",
+    "cap",
+    "contamination",
+    "local_test",
+    "attack",
+)  # append only: a stream's seed depends on its position
 
 
 # --------------------------------------------------------------------------- sample catalog
@@ -268,6 +279,8 @@ class FederationPlan:
     classes: np.ndarray
     standardize: bool
     catalog: _Catalog = field(repr=False)
+    gaussian_clients: dict[int, float] = field(default_factory=dict)
+    attack_seed: int = 0
     notes: dict[str, object] = field(default_factory=dict)
 
 
@@ -521,6 +534,33 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
     test_ids = [ids for ids, _ in mixed]
     test_anomaly = [flag for _, flag in mixed]
 
+    # 8. attacks on training data (after the test sets are fixed, so they never change)
+    attacked = attacked_clients(cfg.attack, k_clients, cfg.seed)
+    gaussian: dict[int, float] = {}
+    if cfg.attack.kind == "contamination" and attacked:
+        used = np.concatenate(
+            [ids[flag == 1] for ids, flag in zip(train_ids, train_anomaly, strict=True)]
+        )
+        spare = rngs["attack"].permutation(np.setdiff1d(anomaly_pool, used))
+        start = 0
+        for k in attacked:
+            normal_ids = train_ids[k][train_anomaly[k] == 0]
+            n_a = min(n_affected(len(train_ids[k]), cfg.attack.fraction), len(normal_ids))
+            if start + n_a > len(spare):
+                raise DataError(
+                    f"attack.kind='contamination' needs {start + n_a} training anomalies but "
+                    f"only {len(spare)} are left after partition.contamination",
+                    "lower attack.fraction or attack.clients",
+                )
+            kept = rngs["attack"].permutation(normal_ids)[: len(normal_ids) - n_a]
+            old_bad = train_ids[k][train_anomaly[k] == 1]
+            train_ids[k], train_anomaly[k] = _mix(
+                kept, np.concatenate([old_bad, spare[start : start + n_a]]), rngs["attack"]
+            )
+            start += n_a
+    elif cfg.attack.kind == "gaussian-data":
+        gaussian = {k: cfg.attack.fraction for k in attacked}
+
     client_sources = []
     for ids, flag in zip(train_ids, train_anomaly, strict=True):
         used = np.unique(source_of[ids[flag == 0]])
@@ -553,6 +593,8 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
         "local_test_sizes": [[len(nn), len(aa)] for nn, aa in zip(local_n, local_a, strict=True)],
         "test_normals_unheld_class": int(uniform),
         "unused_classes": [n for i, n in enumerate(names) if i not in used_classes],
+        "attack": cfg.attack.kind,
+        "attacked_clients": attacked,
     }
     return FederationPlan(
         name=main.name,
@@ -571,6 +613,8 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
         standardize=d.standardize and main.dataset.kind == "vector",
         catalog=catalog,
         notes=notes,
+        gaussian_clients=gaussian,
+        attack_seed=cfg.seed,
     )
 
 
@@ -639,6 +683,11 @@ def materialize(plan: FederationPlan) -> Federation:
         notes["standardize_mean"] = [float(v) for v in mean]
         notes["standardize_std"] = [float(v) for v in std]
     notes["standardized"] = plan.standardize
+    rng = seeded_rng(plan.attack_seed, 0x6A5)
+    for k, fraction in sorted(plan.gaussian_clients.items()):
+        c = clients[k]
+        c.x_train, hit = gaussian_data(c.x_train, fraction, rng)
+        c.y_train = np.where(hit, 1, c.y_train).astype(np.int64)
     return Federation(
         name=plan.name,
         kind=plan.kind,

@@ -83,6 +83,11 @@ class Algorithm(ABC):
         self.setup = setup
         self.detector = detector
 
+    @classmethod
+    def server_samples(cls, params: dict[str, Any]) -> int:
+        """How many held-out normal samples the server program asks for (default none)."""
+        return 0
+
     @property
     def contamination(self) -> float:
         c = self.params.contamination

@@ -17,6 +17,7 @@ import numpy as np
 from fedad.fl.grid import Grid
 from fedad.fl.messages import Message
 from fedad.fl.validate import ArraySpec, check_reply
+from fedad.seeding import rng as seeded_rng
 
 log = logging.getLogger("fedad")
 
@@ -32,13 +33,16 @@ class ServerContext:
         fraction: float = 1.0,
         min_clients: int = 1,
         on_round: Callable[[dict[str, Any]], None] | None = None,
+        server_data: np.ndarray | None = None,
     ) -> None:
         self.grid = grid
+        self.server_data = server_data
+        """Normal data the server holds (``data.server_normal``; never test data), or None."""
         self.rounds = rounds
         self.seed = seed
         self.fraction = fraction
         self.min_clients = min_clients
-        self.rng = np.random.default_rng([seed, 0x5A3])
+        self.rng = seeded_rng(seed, 0x5A3)
         self.history: list[dict[str, Any]] = []
         self.events: list[str] = []
         self._on_round = on_round

@@ -14,12 +14,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from fedad.attacks import attacked_clients, client_handlers
+from fedad.config import AttackConfig
 from fedad.data.types import Federation
 from fedad.fl.algorithm import EVALUATE, Algorithm, ClientState, ServerResult
 from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message
+from fedad.seeding import rng as seeded_rng
 
 log = logging.getLogger("fedad")
 
@@ -33,13 +34,20 @@ class InProcessGrid:
         federation: Federation,
         seed: int = 0,
         dropout: float = 0.0,
+        attack: AttackConfig | None = None,
     ) -> None:
         self.algorithm = algorithm
         self.handlers = algorithm.handlers()
+        attack = attack or AttackConfig()
+        attacked = attacked_clients(attack, len(federation.clients), seed)
+        self.node_handlers = {
+            c.client_id: client_handlers(self.handlers, attack, c.client_id, attacked)
+            for c in federation.clients
+        }
         self.clients = {c.client_id: c for c in federation.clients}
         self.states: dict[int, ClientState] = {cid: {} for cid in self.clients}
         self.dropout = dropout
-        self._rng = np.random.default_rng([seed, 0xD20])
+        self._rng = seeded_rng(seed, 0xD20)
         self._up = 0
         self._down = 0
         self.client_seconds = 0.0
@@ -67,7 +75,7 @@ class InProcessGrid:
             self._down += msg.nbytes
             if msg.kind != EVALUATE and self.dropout > 0 and self._rng.random() < self.dropout:
                 continue
-            handler = self.handlers.get(msg.kind)
+            handler = self.node_handlers[nid].get(msg.kind)
             if handler is None:
                 raise KeyError(f"{self.algorithm.name} has no client handler for '{msg.kind}'")
             delivered = msg.copy()
@@ -116,10 +124,19 @@ def run_inprocess(
     dropout: float = 0.0,
     min_clients: int = 1,
     on_round: Callable[[dict[str, Any]], None] | None = None,
+    attack: AttackConfig | None = None,
 ) -> RunOutcome:
     """Run ``algorithm`` on ``federation`` in this process, then evaluate every client."""
-    grid = InProcessGrid(algorithm, federation, seed=seed, dropout=dropout)
-    ctx = ServerContext(grid, rounds, seed, fraction, min_clients, on_round=on_round)
+    grid = InProcessGrid(algorithm, federation, seed=seed, dropout=dropout, attack=attack)
+    ctx = ServerContext(
+        grid,
+        rounds,
+        seed,
+        fraction,
+        min_clients,
+        on_round=on_round,
+        server_data=federation.server_normal,
+    )
     t0 = time.perf_counter()
     result = algorithm.server(ctx)
     seconds = time.perf_counter() - t0

@@ -1,3 +1,4 @@
 """Built-in methods; importing this package registers them."""
 
 from fedad.methods.baselines import federated as _baselines  # noqa: F401
+from fedad.methods.onlad import federated as _onlad  # noqa: F401

@@ -38,6 +38,7 @@ from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.validate import ArraySpec, spec_of
 from fedad.methods.baselines.detectors import DETECTORS, DeepSVDDDetector, TorchDetector
+from fedad.seeding import rng as seeded_rng
 
 TRAIN = "train"
 CENTER = "center"
@@ -62,7 +63,7 @@ class ProxParams(TrainParams):
 
 def client_rng(seed: int, round_no: int, client_id: int) -> np.random.Generator:
     """The generator a client uses in a round: a pure function of (seed, round, client)."""
-    return np.random.default_rng([seed, round_no, client_id, 0xC11])
+    return seeded_rng(seed, round_no, client_id, 0xC11)
 
 
 class TorchBaseline(Algorithm):
@@ -263,7 +264,7 @@ class Centralized(TorchBaseline):
         det = self.make_detector().build()
         det.prepare(pooled)
         for r in range(1, ctx.rounds + 1):
-            rng = np.random.default_rng([self.setup.seed, r, 0xCE7])
+            rng = seeded_rng(self.setup.seed, r, 0xCE7)
             ctx.log(loss=det.train_epochs(pooled, self.params.local_epochs, rng))
             ctx.end_round(r)
         threshold = quantile_threshold(det.score(pooled), self.contamination)

@@ -1,0 +1,1 @@
+"""ONLAD (OS-ELM autoencoders on edge clients) with selective model aggregation."""

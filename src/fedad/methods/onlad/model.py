@@ -1,0 +1,91 @@
+"""OS-ELM autoencoder: the math of ONLAD (Tsukada et al. 2019; Qin et al., Sec. III-A).
+
+A single hidden layer with fixed random input weights :math:`\\alpha` and bias :math:`b`,
+sigmoid activation :math:`G`, and output weights :math:`\\beta` fitted in closed form:
+
+* hidden layer: :math:`H = G(x\\alpha + b)`; output :math:`y = H\\beta` (eq. 1);
+* initial phase (eq. 4): :math:`P_0 = (H_0^T H_0 + \\delta I)^{-1}`,
+  :math:`\\beta_0 = P_0 H_0^T t_0`. The ridge :math:`\\delta` (default ``1e-3``) is our
+  addition for numerical safety when a chunk has fewer samples than hidden units or
+  saturated units; with it the sequential solution equals batch ridge regression exactly;
+* sequential phase (eq. 5), chunk :math:`(x_i, t_i)` of any size :math:`k_i`:
+  :math:`P_i = P_{i-1} - P_{i-1}H_i^T(I + H_iP_{i-1}H_i^T)^{-1}H_iP_{i-1}`,
+  :math:`\\beta_i = \\beta_{i-1} + P_iH_i^T(t_i - H_i\\beta_{i-1})`; a chunk of one sample
+  uses the scalar inverse :math:`1/(1 + hPh^T)`;
+* optional forgetting factor :math:`\\lambda_f \\in (0, 1]` (Zhao et al.'s FOS-ELM):
+  :math:`P_i = \\frac{1}{\\lambda_f}[P_{i-1} - P_{i-1}H_i^T(\\lambda_f I + H_iP_{i-1}H_i^T)^{-1}
+  H_iP_{i-1}]`; :math:`\\lambda_f = 1` is eq. 5.
+
+As an autoencoder the target is the input, :math:`t = x`, and the anomaly score of a sample
+is its mean squared reconstruction error :math:`\\lVert x - H\\beta \\rVert^2 / n`.
+Everything is float64 numpy: the matrices are small (:math:`\\tilde N \\times \\tilde N`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedad.seeding import rng as seeded_rng
+
+
+def init_input_weights(
+    n_inputs: int, n_hidden: int, seed: int, scale: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """:math:`\\alpha \\sim U(-s, s)^{n \\times \\tilde N}`, :math:`b \\sim U(-s, s)^{\\tilde N}`.
+
+    Uniform on [-1, 1] is what the OS-ELM reference implementations draw.
+    """
+    rng = seeded_rng(seed, 0xE1)
+    alpha = rng.uniform(-scale, scale, size=(n_inputs, n_hidden))
+    bias = rng.uniform(-scale, scale, size=n_hidden)
+    return alpha, bias
+
+
+def hidden(x: np.ndarray, alpha: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """:math:`H = G(x\\alpha + b)` with the logistic sigmoid :math:`G`."""
+    z = np.asarray(x, dtype=np.float64).reshape(len(x), -1) @ alpha + bias
+    return 0.5 * (1.0 + np.tanh(0.5 * z))  # numerically stable sigmoid
+
+
+def init_phase(
+    h0: np.ndarray, t0: np.ndarray, ridge: float = 1e-3
+) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. 4 with ridge: :math:`P_0 = (H_0^TH_0+\\delta I)^{-1}`, :math:`\\beta_0 = P_0H_0^Tt_0`."""
+    n_hidden = h0.shape[1]
+    p = np.linalg.inv(h0.T @ h0 + ridge * np.eye(n_hidden))
+    p = 0.5 * (p + p.T)
+    beta = p @ h0.T @ t0
+    return beta, p
+
+
+def sequential_phase(
+    beta: np.ndarray,
+    p: np.ndarray,
+    h: np.ndarray,
+    t: np.ndarray,
+    forgetting: float = 1.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. 5 (with forgetting factor :math:`\\lambda_f`) for one chunk; returns new (β, P)."""
+    if len(h) == 0:
+        return beta, p
+    ph = p @ h.T  # (N~, k)
+    if len(h) == 1:
+        denom = forgetting + float(h[0] @ ph[:, 0])
+        p_new = (p - np.outer(ph[:, 0], ph[:, 0]) / denom) / forgetting
+    else:
+        s = forgetting * np.eye(len(h)) + h @ ph
+        p_new = (p - ph @ np.linalg.solve(s, ph.T)) / forgetting
+    p_new = 0.5 * (p_new + p_new.T)
+    beta_new = beta + p_new @ h.T @ (t - h @ beta)
+    return beta_new, p_new
+
+
+def reconstruction_error(x: np.ndarray, h: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    """Per-sample :math:`\\lVert x - H\\beta \\rVert^2 / n`."""
+    xf = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
+    return np.mean((xf - h @ beta) ** 2, axis=1)
+
+
+def batch_ridge(h: np.ndarray, t: np.ndarray, ridge: float = 1e-3) -> np.ndarray:
+    """Batch ridge ELM: :math:`\\beta = (H^TH + \\delta I)^{-1}H^Tt` (eq. 3, regularised)."""
+    return np.linalg.solve(h.T @ h + ridge * np.eye(h.shape[1]), h.T @ t)
