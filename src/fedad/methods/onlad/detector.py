@@ -70,6 +70,8 @@ class OSELMAutoEncoder(BaseDetector):
 
     def partial_fit(self, x: np.ndarray) -> Self:
         """Learn one chunk (eq. 5); the first chunk ever runs eq. 4 instead."""
+        if len(x) == 0:
+            return self
         xf = self._flat(x)
         if not hasattr(self, "alpha_"):
             self.init_weights(xf.shape[1])
