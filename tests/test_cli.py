@@ -78,7 +78,7 @@ def test_outputs_follow_the_contract(run_dir: Path) -> None:
     m = json.loads((run_dir / "metrics.json").read_text())
     assert list(m["methods"]) == ["fedavg", "local", "again"]
     keys = {"auroc", "aupr", "f1", "precision", "recall", "accuracy", "fe", "me"}
-    keys |= {"bytes_up", "bytes_down", "seconds", "rounds", "per_client"}
+    keys |= {"bytes_up", "bytes_down", "seconds", "rounds", "per_client", "normal_f1"}
     for label, entry in m["methods"].items():
         assert keys <= set(entry), label
         assert len(entry["per_client"]) == 3

@@ -38,6 +38,9 @@ class DataConfig(_Strict):
     size: int | None = Field(default=None, ge=4, le=512)
     max_train_per_client: int | None = Field(default=None, ge=1)
     max_test: int | None = Field(default=None, ge=2)
+    test_anomaly_fraction: float | None = Field(
+        default=None, gt=0.0, lt=1.0, description="share of anomalies in the pooled test set"
+    )
     test_fraction: float = Field(default=0.3, gt=0.0, lt=1.0)
     server_normal: int = Field(default=0, ge=0)
     standardize: bool = True
@@ -70,6 +73,9 @@ class EngineConfig(_Strict):
     min_clients: int = Field(default=1, ge=1)
     timeout: float | None = Field(default=None, gt=0.0)
     progress: bool = True
+    eval_every: int = Field(
+        default=0, ge=0, description="also score the test sets every N rounds (curves only)"
+    )
 
 
 class AttackConfig(_Strict):

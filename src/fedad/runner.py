@@ -22,6 +22,7 @@ from fedad.config import ExperimentConfig, dump_toml
 from fedad.data.federation import build_federation, plan_federation
 from fedad.data.types import Federation
 from fedad.detector import DEFAULT_CONTAMINATION
+from fedad.evaluation import normal_positive, pooled_arrays
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import unprefixed
@@ -108,6 +109,7 @@ def run_method(
             min_clients=e.min_clients,
             on_round=on_round,
             attack=cfg.attack,
+            eval_every=e.eval_every,
         )
     from fedad.fl.flower import run_flower  # optional extra: imported only when asked for
 
@@ -133,20 +135,8 @@ def summarize(
     """Pooled and per-client metrics of one method, plus its pooled score arrays."""
     ids = sorted(outcome.evaluations)
     ev = [outcome.evaluations[i] for i in ids]
-    score = np.concatenate([m.arrays["score"] for m in ev]) if ev else np.zeros(0)
-    label_arr = np.concatenate([m.arrays["label"] for m in ev]) if ev else np.zeros(0, np.int64)
-    pred = np.concatenate([m.arrays["pred"] for m in ev]) if ev else np.zeros(0, np.int64)
-    client = (
-        np.concatenate(
-            [
-                np.full(len(m.arrays["score"]), i, dtype=np.int64)
-                for i, m in zip(ids, ev, strict=True)
-            ]
-        )
-        if ev
-        else np.zeros(0, np.int64)
-    )
-    pooled = evaluate(label_arr, score, pred)
+    score, label_arr, pred, client = pooled_arrays(outcome.evaluations)
+    pooled = {**evaluate(label_arr, score, pred), **normal_positive(label_arr, pred)}
     per_client = evaluate_clients(label_arr, score, pred, client)
     thresholds = {i: float(m.scalars["threshold"]) for i, m in zip(ids, ev, strict=True)}
     for row in per_client:
@@ -174,6 +164,7 @@ def summarize(
         "missing_nodes": outcome.missing_nodes,
         "events": outcome.events,
         "per_client": per_client,
+        **algorithm.extra_metrics(outcome.evaluations),
     }
     arrays = {
         f"{label}/score": score,

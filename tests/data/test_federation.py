@@ -340,3 +340,23 @@ def test_contamination_is_exact_per_client(
         anomalous = ids_of(c.x_train) // SYNTH_PER_CLASS >= 3
         np.testing.assert_array_equal(c.y_train, anomalous.astype(np.int64))
     assert fed.notes["contamination_per_client"] == [int(c.y_train.sum()) for c in fed.clients]
+
+
+def test_test_anomaly_fraction_sets_the_ratio() -> None:
+    from fedad.config import parse_config
+
+    for fraction in (0.1, 0.5):
+        cfg = parse_config(
+            {
+                "data": {
+                    "name": "digits",
+                    "normal": [0, 1, 2, 3, 4],
+                    "anomaly": [5, 6, 7, 8, 9],
+                    "test_anomaly_fraction": fraction,
+                },
+                "partition": {"clients": 3},
+                "methods": [{"name": "fedavg"}],
+            }
+        )
+        y = build_federation(cfg).y_test
+        assert y.mean() == pytest.approx(fraction, abs=0.01)

@@ -141,3 +141,22 @@ def test_failing_handler_is_a_missing_node(vector_federation: Federation) -> Non
     replies = grid.send_and_receive({0: Message("train", {"mean": np.zeros(6, np.float32)})})
     assert replies == {}
     assert "disk full" in grid.failures[0]
+
+
+def test_eval_every_records_curves_without_changing_the_run() -> None:
+    from fedad.fl.algorithm import build_algorithm
+
+    fed = make_federation(clients=3)
+    setup = Setup("vector", (6,), rounds=3, seed=0, contamination=0.1, num_clients=3)
+    runs = []
+    for every in (0, 1):
+        algo = build_algorithm("fedavg", {}, setup)
+        runs.append(run_inprocess(algo, fed, rounds=3, seed=0, eval_every=every))
+    plain, curves = runs
+    assert all("eval_auroc" in r for r in curves.history if r["round"] >= 1)
+    assert not any("eval_auroc" in r for r in plain.history)
+    assert (plain.bytes_up, plain.bytes_down) == (curves.bytes_up, curves.bytes_down)
+    for cid in plain.evaluations:
+        np.testing.assert_array_equal(
+            plain.evaluations[cid].arrays["score"], curves.evaluations[cid].arrays["score"]
+        )

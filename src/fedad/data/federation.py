@@ -16,7 +16,8 @@ The protocol (also in ``docs/data.md``); every random step draws from its own st
 3. **Test hold-out, before anything else.** The official test split where a data set has
    one, otherwise a seeded class-stratified ``data.test_fraction`` share. Pooled test =
    held-out normals + held-out anomalies, capped at ``data.max_test`` by a seeded
-   subsample that keeps the normal/anomaly ratio. The rest is the training part.
+   subsample that keeps the normal/anomaly ratio (``data.test_anomaly_fraction``, when
+   given, first sets that ratio by subsampling one side). The rest is the training part.
 4. **Server data.** ``data.server_normal`` normal samples of the training part go to
    ``Federation.server_normal`` (never test data).
 5. **Partition** the remaining normal training samples over ``partition.clients`` with
@@ -299,6 +300,21 @@ def _split_block(
     return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
 
 
+def _ratio_pair(
+    normals: np.ndarray, anomalies: np.ndarray, fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Subsample one side so that anomalies are ``fraction`` of the pair (keeping the most)."""
+    n_n, n_a = len(normals), len(anomalies)
+    want_a = round_half_up(fraction * n_n / (1.0 - fraction))
+    if want_a <= n_a:
+        k_n, k_a = n_n, max(1, want_a)
+    else:
+        k_n, k_a = max(1, round_half_up(n_a * (1.0 - fraction) / fraction)), n_a
+    pick_n = np.sort(rng.choice(normals, size=min(k_n, n_n), replace=False))
+    pick_a = np.sort(rng.choice(anomalies, size=min(k_a, n_a), replace=False))
+    return pick_n, pick_a
+
+
 def _cap_pair(
     normals: np.ndarray, anomalies: np.ndarray, cap: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -455,6 +471,10 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
             "raise data.test_fraction or check data.normal / data.anomaly",
         )
     n_test_before = len(test_normals) + len(test_anomalies)
+    if d.test_anomaly_fraction is not None:
+        test_normals, test_anomalies = _ratio_pair(
+            test_normals, test_anomalies, d.test_anomaly_fraction, rngs["test_cap"]
+        )
     if d.max_test is not None:
         test_normals, test_anomalies = _cap_pair(
             test_normals, test_anomalies, d.max_test, rngs["test_cap"]

@@ -129,6 +129,10 @@ class Algorithm(ABC):
             {"threshold": float(det.threshold_), "num_examples": data.n_train},
         )
 
+    def extra_metrics(self, evaluations: dict[int, Message]) -> dict[str, Any]:
+        """Method-specific entries for metrics.json (from the evaluate replies)."""
+        return {}
+
     def detector_config(self) -> dict[str, Any]:
         """How to rebuild this method's detectors (:func:`fedad.detector.detector_from_config`)."""
         return self.make_detector().to_config()

@@ -38,6 +38,8 @@ class ServerContext:
         self.grid = grid
         self.server_data = server_data
         """Normal data the server holds (``data.server_normal``; never test data), or None."""
+        self.evaluator: Callable[[Any], dict[str, Any]] | None = None
+        self.eval_every = 0
         self.rounds = rounds
         self.seed = seed
         self.fraction = fraction
@@ -98,6 +100,22 @@ class ServerContext:
     def log(self, **values: Any) -> None:
         """Add values (losses, anything) to the current round's history row."""
         self._row.update(values)
+
+    def checkpoint(self, round_no: int, result: Any) -> None:
+        """Offer the round's global state for a learning-curve evaluation (``eval_*`` columns).
+
+        Server programs call this at the end of a round; it does nothing unless the engine
+        attached an evaluator and ``round_no`` is a multiple of ``engine.eval_every``.
+        """
+        if self.wants_checkpoint(round_no):
+            assert self.evaluator is not None
+            self.log(**self.evaluator(result))
+
+    def wants_checkpoint(self, round_no: int) -> bool:
+        """Whether :meth:`checkpoint` would evaluate in this round (to skip preparing it)."""
+        return (
+            self.evaluator is not None and self.eval_every > 0 and round_no % self.eval_every == 0
+        )
 
     def end_round(self, round_no: int) -> dict[str, Any]:
         """Close the row of round ``round_no``: bytes and seconds since the previous one."""

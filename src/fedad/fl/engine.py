@@ -17,6 +17,7 @@ from typing import Any
 from fedad.attacks import attacked_clients, client_handlers
 from fedad.config import AttackConfig
 from fedad.data.types import Federation
+from fedad.evaluation import monitor_metrics
 from fedad.fl.algorithm import EVALUATE, Algorithm, ClientState, ServerResult
 from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message
@@ -72,9 +73,11 @@ class InProcessGrid:
             msg = messages[nid]
             if nid not in self.clients:
                 raise KeyError(f"no node {nid}")
-            self._down += msg.nbytes
-            if msg.kind != EVALUATE and self.dropout > 0 and self._rng.random() < self.dropout:
-                continue
+            counted = msg.kind != EVALUATE  # the harness's evaluation is not federated traffic
+            if counted:
+                self._down += msg.nbytes
+                if self.dropout > 0 and self._rng.random() < self.dropout:
+                    continue
             handler = self.node_handlers[nid].get(msg.kind)
             if handler is None:
                 raise KeyError(f"{self.algorithm.name} has no client handler for '{msg.kind}'")
@@ -88,7 +91,8 @@ class InProcessGrid:
                 continue
             finally:
                 self.client_seconds += time.perf_counter() - t0
-            self._up += reply.nbytes
+            if counted:
+                self._up += reply.nbytes
             replies[nid] = reply.copy()
         return replies
 
@@ -125,6 +129,7 @@ def run_inprocess(
     min_clients: int = 1,
     on_round: Callable[[dict[str, Any]], None] | None = None,
     attack: AttackConfig | None = None,
+    eval_every: int = 0,
 ) -> RunOutcome:
     """Run ``algorithm`` on ``federation`` in this process, then evaluate every client."""
     grid = InProcessGrid(algorithm, federation, seed=seed, dropout=dropout, attack=attack)
@@ -137,6 +142,9 @@ def run_inprocess(
         on_round=on_round,
         server_data=federation.server_normal,
     )
+    if eval_every > 0:
+        ctx.eval_every = eval_every
+        ctx.evaluator = lambda result: monitor_metrics(evaluate_all(grid, result))
     t0 = time.perf_counter()
     result = algorithm.server(ctx)
     seconds = time.perf_counter() - t0

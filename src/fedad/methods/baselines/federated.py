@@ -157,6 +157,7 @@ class _GlobalModel(TorchBaseline):
                 ctx.log(loss=loss)
             else:
                 ctx.event("no valid replies; the global model is unchanged")
+            ctx.checkpoint(r, ServerResult(arrays=weights, scalars={}))
             ctx.end_round(r)
         return ServerResult(arrays=weights, scalars={})
 
@@ -224,6 +225,7 @@ class Local(TorchBaseline):
                 n = [float(m.scalars["num_examples"]) for m in replies.values()]
                 losses = [np.asarray(m.scalars["loss"]) for m in replies.values()]
                 ctx.log(loss=float(weighted_mean(losses, n)))
+            ctx.checkpoint(r, ServerResult(arrays={}, scalars={}))
             ctx.end_round(r)
         return ServerResult(arrays={}, scalars={})
 
@@ -266,6 +268,9 @@ class Centralized(TorchBaseline):
         for r in range(1, ctx.rounds + 1):
             rng = seeded_rng(self.setup.seed, r, 0xCE7)
             ctx.log(loss=det.train_epochs(pooled, self.params.local_epochs, rng))
+            if ctx.wants_checkpoint(r):
+                t = quantile_threshold(det.score(pooled), self.contamination)
+                ctx.checkpoint(r, ServerResult(det.model_arrays(), {"threshold": t}))
             ctx.end_round(r)
         threshold = quantile_threshold(det.score(pooled), self.contamination)
         return ServerResult(arrays=det.model_arrays(), scalars={"threshold": threshold})

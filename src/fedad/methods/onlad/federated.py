@@ -158,6 +158,25 @@ class _ONLAD(Algorithm):
     ) -> OSELMAutoEncoder:
         return self.make_detector().set_arrays(dict(msg.arrays))
 
+    def extra_metrics(self, evaluations: dict[int, Message]) -> dict[str, Any]:
+        """Prequential (detect-then-learn) results on the training streams, per client."""
+        rows = []
+        for cid in sorted(evaluations):
+            tp, fp, fn, tn = (int(v) for v in evaluations[cid].arrays["prequential"])
+            rows.append(
+                {
+                    "client": cid,
+                    "tp": tp,
+                    "fp": fp,
+                    "fn": fn,
+                    "tn": tn,
+                    "rejected": tp + fp,
+                    "recall": tp / (tp + fn) if tp + fn else None,
+                    "false_alarm_rate": fp / (fp + tn) if fp + tn else None,
+                }
+            )
+        return {"prequential": rows}
+
     def client_evaluate(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         reply = super().client_evaluate(state, data, msg)
         counts = state.get("prequential", np.zeros(4, dtype=np.int64))
@@ -210,6 +229,7 @@ class _ONLAD(Algorithm):
                 client_losses=" ".join(f"{i}:{v:.6g}" for i, v in zip(ids, losses, strict=True)),
                 client_weights=" ".join(f"{i}:{v:.4f}" for i, v in zip(ids, c, strict=True)),
             )
+            ctx.checkpoint(r, ServerResult({**det.get_arrays(), "beta": beta, "p": p}, {}))
             ctx.end_round(r)
         return ServerResult(arrays={**det.get_arrays(), "beta": beta, "p": p}, scalars={})
 
