@@ -24,6 +24,10 @@ Aggregation (three registered methods on this machinery):
 
 Then :math:`P = \\sum_k c_k P_k`, :math:`\\beta = \\sum_k c_k \\beta_k` (eq. 8).
 
+The detector every client ends with is the last global model with the server's threshold
+:math:`\\tau` (the ``1 - contamination`` quantile of its scores on the observed set): ONLAD's
+own detection rule, and it keeps a poisoned client's training data from setting its threshold.
+
 Choices the paper leaves open, and ours: ``lam`` sets :math:`\\lambda` absolutely, as in the
 paper; without it :math:`\\lambda_t` is ``lam_factor`` (2) times the median of the round's
 observed losses — scale-free for any data set, and robust while fewer than half of the
@@ -229,9 +233,14 @@ class _ONLAD(Algorithm):
                 client_losses=" ".join(f"{i}:{v:.6g}" for i, v in zip(ids, losses, strict=True)),
                 client_weights=" ".join(f"{i}:{v:.4f}" for i, v in zip(ids, c, strict=True)),
             )
-            ctx.checkpoint(r, ServerResult({**det.get_arrays(), "beta": beta, "p": p}, {}))
+            if ctx.wants_checkpoint(r):
+                det.beta_, det.p_ = beta, p
+                tau_r = quantile_threshold(det.score(observed), self.contamination)
+                ctx.checkpoint(r, ServerResult(det.get_arrays(), {"threshold": tau_r}))
             ctx.end_round(r)
-        return ServerResult(arrays={**det.get_arrays(), "beta": beta, "p": p}, scalars={})
+        det.beta_, det.p_ = beta, p
+        tau = quantile_threshold(det.score(observed), self.contamination)
+        return ServerResult(arrays=det.get_arrays(), scalars={"threshold": tau})
 
 
 @register
