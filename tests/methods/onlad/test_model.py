@@ -88,3 +88,19 @@ def test_detector_contract_and_partial_fit() -> None:
     clone = OSELMAutoEncoder(n_hidden=16).set_arrays(arrays)
     np.testing.assert_array_equal(clone.score(anomal), det.score(anomal))
     assert set(np.unique(det.predict(anomal))) <= {0, 1}
+
+
+def test_detect_and_learn_equals_score_then_partial_fit() -> None:
+    rng = np.random.default_rng(3)
+    x = rng.random((120, 10))
+    a = OSELMAutoEncoder(n_hidden=8, seed=1).fit(x[:60])
+    b = OSELMAutoEncoder(n_hidden=8, seed=1).fit(x[:60])
+    tau = float(np.quantile(a.score(x[60:]), 0.7))
+    for start in range(60, 120, 15):
+        chunk = x[start : start + 15]
+        flagged = a.detect_and_learn(chunk, tau)
+        expect = (b.score(chunk) > tau).astype(np.int64)
+        b.partial_fit(chunk[expect == 0])
+        np.testing.assert_array_equal(flagged, expect)
+        np.testing.assert_allclose(a.beta_, b.beta_, atol=1e-10)
+        np.testing.assert_allclose(a.p_, b.p_, atol=1e-10)

@@ -13,6 +13,7 @@ from fedad.methods.onlad.model import (
     init_phase,
     reconstruction_error,
     sequential_phase,
+    sequential_phase_residual,
 )
 
 
@@ -82,6 +83,24 @@ class OSELMAutoEncoder(BaseDetector):
                 self.beta_, self.p_, self.hidden(xf), xf, self.forgetting
             )
         return self
+
+    def detect_and_learn(self, x: np.ndarray, tau: float | None) -> np.ndarray:
+        """ONLAD's runtime step on one chunk: flag samples scoring above ``tau``, learn the rest.
+
+        Uses the model as it is before the chunk (prequential); the hidden layer and the
+        residual of the detection step are reused by the update (eq. 5). ``tau = None``
+        learns every sample. Returns the 0/1 flags.
+        """
+        xf = self._flat(x)
+        h = self.hidden(xf)
+        residual = xf - h @ self.beta_
+        scores = np.mean(residual**2, axis=1)
+        flagged = np.zeros(len(xf), dtype=bool) if tau is None else scores > tau
+        keep = ~flagged
+        self.beta_, self.p_ = sequential_phase_residual(
+            self.beta_, self.p_, h[keep], residual[keep], self.forgetting
+        )
+        return flagged.astype(np.int64)
 
     def score(self, x: np.ndarray) -> np.ndarray:
         xf = self._flat(x)

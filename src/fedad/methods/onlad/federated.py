@@ -90,9 +90,12 @@ def stream_chunks(n: int, rounds: int, seed: int, client_id: int) -> list[np.nda
     return [c for c in np.array_split(order, rounds)]
 
 
-def observed_loss(det: OSELMAutoEncoder, x: np.ndarray, beta: np.ndarray) -> float:
-    """Eq. 7: mean reconstruction error of :math:`G(X\\alpha + b)\\beta` on the observed set."""
-    h = det.hidden(x)
+def observed_loss(h: np.ndarray, x: np.ndarray, beta: np.ndarray) -> float:
+    """Eq. 7: mean reconstruction error :math:`L(X, G(X\\alpha + b)\\beta)` on the observed set.
+
+    ``h`` is :math:`G(X\\alpha + b)`, fixed for the whole run (``alpha``, ``b`` never change),
+    so the server computes it once.
+    """
     xf = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
     return float(np.mean((xf - h @ beta) ** 2))
 
@@ -139,7 +142,7 @@ class _ONLAD(Algorithm):
         learned = 0
         for idx in chunks[last:round_no]:
             x = data.x_train[idx]
-            flagged = det.score(x) > tau if self.params.detect else np.zeros(len(x), bool)
+            flagged = det.detect_and_learn(x, tau if self.params.detect else None) == 1
             truth = data.y_train[idx] == 1  # evaluation only: never used to decide
             counts += [
                 np.sum(flagged & truth),
@@ -147,7 +150,6 @@ class _ONLAD(Algorithm):
                 np.sum(~flagged & truth),
                 np.sum(~flagged & ~truth),
             ]
-            det.partial_fit(x[~flagged])
             learned += int(np.sum(~flagged))
         state["last_round"] = np.asarray(round_no)
         state["prequential"] = counts
@@ -203,7 +205,8 @@ class _ONLAD(Algorithm):
         init, observed = s[:n_init], s[n_init : n_init + self.params.observed]
         det = self.make_detector().fit(init)
         beta, p = det.beta_, det.p_
-        ctx.log(initial_loss=observed_loss(det, observed, beta))
+        h_obs = det.hidden(observed)
+        ctx.log(initial_loss=observed_loss(h_obs, observed, beta))
         have_weights: set[int] = set()
         spec = spec_of({"beta": beta, "p": p})
         for r in range(1, ctx.rounds + 1):
@@ -218,7 +221,7 @@ class _ONLAD(Algorithm):
             replies = ctx.send(msgs, arrays=spec, scalars=["num_examples", "learned"])
             have_weights.update(replies)
             ids = sorted(replies)
-            losses = [observed_loss(det, observed, replies[i].arrays["beta"]) for i in ids]
+            losses = [observed_loss(h_obs, observed, replies[i].arrays["beta"]) for i in ids]
             n = [float(replies[i].scalars["num_examples"]) for i in ids]
             c = self.weights(losses, n, r, ctx) if ids else np.zeros(0)
             if c.sum() > 0:
@@ -227,7 +230,7 @@ class _ONLAD(Algorithm):
             elif ids:
                 ctx.event("every client's observed loss exceeds lambda; global model kept")
             ctx.log(
-                loss=observed_loss(det, observed, beta),
+                loss=observed_loss(h_obs, observed, beta),
                 tau=tau,
                 excluded=int(np.sum(c == 0)) if ids else 0,
                 client_losses=" ".join(f"{i}:{v:.6g}" for i, v in zip(ids, losses, strict=True)),

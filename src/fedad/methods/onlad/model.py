@@ -66,9 +66,24 @@ def sequential_phase(
     forgetting: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Eq. 5 (with forgetting factor :math:`\\lambda_f`) for one chunk; returns new (β, P)."""
+    return sequential_phase_residual(beta, p, h, t - h @ beta, forgetting)
+
+
+def sequential_phase_residual(
+    beta: np.ndarray,
+    p: np.ndarray,
+    h: np.ndarray,
+    residual: np.ndarray,
+    forgetting: float = 1.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. 5 given :math:`E = t_i - H_i\\beta_{i-1}` already computed (by scoring the chunk).
+
+    The same update as :func:`sequential_phase`; detect-then-learn reuses the hidden layer and
+    residual of the detection step instead of computing them twice.
+    """
     if len(h) == 0:
         return beta, p
-    ph = p @ h.T  # (N~, k)
+    ph = p @ h.T
     if len(h) == 1:
         denom = forgetting + float(h[0] @ ph[:, 0])
         p_new = (p - np.outer(ph[:, 0], ph[:, 0]) / denom) / forgetting
@@ -76,8 +91,7 @@ def sequential_phase(
         s = forgetting * np.eye(len(h)) + h @ ph
         p_new = (p - ph @ np.linalg.solve(s, ph.T)) / forgetting
     p_new = 0.5 * (p_new + p_new.T)
-    beta_new = beta + p_new @ h.T @ (t - h @ beta)
-    return beta_new, p_new
+    return beta + (p_new @ h.T) @ residual, p_new
 
 
 def reconstruction_error(x: np.ndarray, h: np.ndarray, beta: np.ndarray) -> np.ndarray:
