@@ -33,7 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from fedad.config import ExperimentConfig, apply_overrides, load_config, parse_config, read_toml
+from fedad.config import ExperimentConfig, apply_overrides, parse_config, read_toml
 from fedad.data.federation import build_federation
 from fedad.data.registry import load_dataset
 from fedad.methods.onlad.detector import OSELMAutoEncoder
@@ -89,9 +89,8 @@ def table(seeds: int) -> dict[str, Any]:
             }
             for m in METHODS
         }
-    print(
-        "| scenario | aggregation | precision | recall | accuracy | F-score | F1 (anomaly) | AUROC |"
-    )
+    head = ("precision", "recall", "accuracy", "F-score", "F1 (anomaly)", "AUROC")
+    print("| scenario | aggregation | " + " | ".join(head) + " |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for scen, per in results.items():
         for m, r in per.items():
@@ -152,7 +151,7 @@ def fig4() -> dict[str, Any]:
     shares = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
     losses = []
     for share in shares:
-        k = int(round(share * n))
+        k = round(share * n)
         data = np.concatenate([x[pool[: n - k]], anomalies[:k]])
         det = OSELMAutoEncoder(seed=0).fit(x[init])
         det.partial_fit(data)
