@@ -15,6 +15,7 @@ import pytest
 from fedad.errors import FedadError
 from fedad.metrics import evaluate, evaluate_clients
 from fedad.report import write_report
+from fedad.report.html import render_report
 from fedad.report.rundir import read_history, read_scores
 
 LABELS = ("fedavg-ae", "onlad-sel")
@@ -251,3 +252,13 @@ def test_read_scores_skips_broken_methods(tmp_path: Path) -> None:
     joined = " | ".join(notes)
     for part in ("missing: no test scores", "short:", "bad:", "non-finite"):
         assert part in joined
+
+
+def test_normal_positive_table_appears_only_when_logged(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    assert "Normal-positive metrics" not in render_report(run)
+    m = json.loads((run / "metrics.json").read_text())
+    m["methods"][LABELS[1]].update(normal_precision=0.98, normal_recall=0.91, normal_f1=0.9437)
+    (run / "metrics.json").write_text(json.dumps(m))
+    text = render_report(run)
+    assert "Normal-positive metrics" in text and "0.944" in text

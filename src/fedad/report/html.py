@@ -223,6 +223,34 @@ def _summary_section(entries: Mapping[str, Mapping[str, Any]]) -> str:
     )
 
 
+NORMAL_POSITIVE = (
+    ("normal_precision", "Precision"),
+    ("normal_recall", "Recall"),
+    ("accuracy", "Accuracy"),
+    ("normal_f1", "F-score"),
+)
+
+
+def _normal_positive_section(entries: Mapping[str, Mapping[str, Any]]) -> str:
+    """The same predictions scored with *normal* as the positive class (ONLAD's Table I)."""
+    if not any(e.get("normal_f1") is not None for e in entries.values()):
+        return ""
+    head = "".join(f"<th>{_e(h)}</th>" for _, h in NORMAL_POSITIVE)
+    rows = "".join(
+        f"<tr><td>{_e(label)}</td>"
+        + "".join(f'<td class="num">{_e(_fmt(e.get(k), "ratio"))}</td>' for k, _ in NORMAL_POSITIVE)
+        + "</tr>"
+        for label, e in entries.items()
+    )
+    return (
+        "<h2>Normal-positive metrics</h2>"
+        '<p class="muted">Precision, recall and F-score with <b>normal</b> as the positive '
+        "class, the convention of ONLAD's Table I (Qin et al.); the summary above uses anomaly "
+        "as the positive class. Same predictions, same thresholds.</p>"
+        f"<table><thead><tr><th>Label</th>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
 def _per_client_section(per_client: Mapping[str, Mapping[int, Mapping[str, Any]]]) -> str:
     title = "<h2>Per-client metrics</h2>"
     if not per_client:
@@ -276,6 +304,13 @@ def _figures_section(
         for table in history.values()
     )
     has_bytes = any(("bytes_up" in t or "bytes_down" in t) for t in history.values())
+
+    def logged(column: str) -> bool:
+        return any(
+            column in table and any(math.isfinite(v) for v in table[column])
+            for table in history.values()
+        )
+
     auroc_by_client = {
         lab: {c: _num(row.get("auroc")) for c, row in rows.items()}
         for lab, rows in per_client.items()
@@ -300,6 +335,20 @@ def _figures_section(
             "Loss per round",
             lambda: plots.loss_figure(history),
             "Training loss reported in each round.",
+        ),
+        (
+            logged("eval_normal_f1"),
+            "F-score per round (learning curve)",
+            lambda: plots.loss_figure(history, "eval_normal_f1"),
+            "F-score with normal as the positive class of each round's global model on the "
+            "test sets (engine.eval_every): a learning curve only; the reported model is the "
+            "last round's.",
+        ),
+        (
+            logged("eval_auroc"),
+            "AUROC per round (learning curve)",
+            lambda: plots.loss_figure(history, "eval_auroc"),
+            "Pooled test AUROC of each round's model (engine.eval_every); for curves only.",
         ),
         (
             has_bytes,
@@ -357,6 +406,7 @@ def render_report(run_dir: str | Path) -> str:
     sections = [
         _facts_section(run, metrics, len(entries)),
         _summary_section(entries),
+        _normal_positive_section(entries),
         _figures_section(entries, scores, history, per_client, notes),
         _per_client_section(per_client),
         f'<h2>Evaluation protocol</h2><p class="note">{_e(PROTOCOL_NOTE)}</p>',
