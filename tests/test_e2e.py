@@ -64,3 +64,25 @@ def test_every_odds_set_runs(name: str, tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     m = json.loads((tmp_path / "o" / "metrics.json").read_text())["methods"]
     assert m["fedavg"]["auroc"] > 0.6
+
+
+@pytest.mark.skipif(not FMNIST.exists(), reason="Debian dataset-fashion-mnist not installed")
+@pytest.mark.parametrize("scenario", [1, 2, 3])
+def test_onlad_scenarios(scenario: int, tmp_path: Path) -> None:
+    p = fedad("run", f"configs/onlad_scenario{scenario}.toml", "--out", str(tmp_path), "--quiet")
+    assert p.returncode == 0, p.stderr
+    data = json.loads((tmp_path / "metrics.json").read_text())
+    m = data["methods"]
+    assert set(m) == {"onlad", "onlad-score", "onlad-selective"}
+    for entry in m.values():
+        assert entry["auroc"] > 0.95 and entry["normal_f1"] > 0.9
+    history = (tmp_path / "history.csv").read_text().splitlines()
+    header = history[0].split(",")
+    rows = [dict(zip(header, line.split(","), strict=False)) for line in history[1:]]
+    selective = [r for r in rows if r["method"] == "onlad-selective" and r["round"] != "0"]
+    assert len(selective) == 10 and all(r["eval_auroc"] for r in selective)
+    if scenario == 3:
+        (bad,) = data["experiment"]["attacked_clients"]
+        for r in selective:
+            weights = dict(w.split(":") for w in r["client_weights"].split())
+            assert float(weights[str(bad)]) == 0.0
