@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up fedad from nothing: data packages (Debian, when root), a local virtual
-# environment in .venv, torch pinned to the CPU build, and fedad itself (editable).
+# environment in .venv, torch pinned to the CPU build, Flower (the `flower` extra, with
+# Ray for its simulation engine) pinned to the version tested here, and fedad itself
+# (editable).
 # Idempotent: a second run only checks. Used by both README commands.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,7 +10,10 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 VENV=.venv
 TORCH_PIN="torch==2.13.0"
-EXTRAS="${FEDAD_EXTRAS:-dev}"
+# flwr 1.42 pins certifi>=2026.10.19, which this index does not have; 1.41 resolves.
+# flwr pins typer<0.21, whose import warns under click 8.5: click stays below 8.5.
+FLOWER_PINS=("flwr[simulation]==1.41.0" "click<8.5")
+EXTRAS="${FEDAD_EXTRAS:-dev,flower}"
 
 # 1. Data packages: Fashion-MNIST IDX files and mlbench's ODDS source tables.
 APT_PKGS=(dataset-fashion-mnist r-cran-mlbench)
@@ -39,6 +44,9 @@ fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q "$TORCH_PIN"
+if [[ ",$EXTRAS," == *",flower,"* ]]; then
+  "$VENV/bin/python" -m pip install -q "${FLOWER_PINS[@]}"
+fi
 "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
 echo "$want" > "$stamp"
 echo "setup: ready ($VENV)"

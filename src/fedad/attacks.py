@@ -21,14 +21,17 @@ poisoned samples are marked 1 in ``ClientData.y_train`` (analysis only; methods 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fedad.config import AttackConfig
-from fedad.data.types import ClientData
-from fedad.fl.algorithm import ClientState, Handler
 from fedad.fl.messages import Message
 from fedad.seeding import rng as seeded_rng
+
+if TYPE_CHECKING:  # fedad.fl.algorithm imports fedad.data, whose federation imports this module
+    from fedad.data.types import ClientData
+    from fedad.fl.algorithm import ClientState, Handler
 
 DATA_ATTACKS = ("gaussian-data", "contamination")
 MODEL_ATTACKS = ("scaled-update", "sign-flip")

@@ -14,10 +14,12 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from fedad.errors import FedadError
+from fedad.fl.flower_cli import app as flower_app
 
 app = typer.Typer(
     add_completion=False,
@@ -30,7 +32,7 @@ errors = Console(stderr=True)
 
 
 def _fail(err: Exception) -> None:
-    errors.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    errors.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -162,6 +164,9 @@ def report(
         )
     path = write_report(run_dir)
     console.print(f"wrote {path}")
+
+
+app.add_typer(flower_app, name="flower")
 
 
 def main() -> None:

@@ -95,8 +95,10 @@ def run_method(
     algorithm: Algorithm,
     fed: Federation,
     on_round: Callable[[dict[str, Any]], None] | None = None,
+    workdir: Path | None = None,
 ) -> RunOutcome:
-    """Run one algorithm on the configured engine."""
+    """Run one algorithm on the configured engine (``workdir``: the run's output directory,
+    where the Flower engines keep their logs and hand-over files)."""
     e = cfg.engine
     if e.name == "inprocess":
         return run_inprocess(
@@ -113,7 +115,7 @@ def run_method(
         )
     from fedad.fl.flower import run_flower  # optional extra: imported only when asked for
 
-    return run_flower(cfg, algorithm, fed, on_round=on_round)
+    return run_flower(cfg, algorithm, fed, on_round=on_round, workdir=workdir)
 
 
 def _clean(v: Any) -> Any:
@@ -268,7 +270,7 @@ def run_experiment(
             if on_round is not None:
                 on_round(label, row)
 
-        outcome = run_method(cfg, alg, fed, on_round=cb)
+        outcome = run_method(cfg, alg, fed, on_round=cb, workdir=out)
         metrics, arr = summarize(label, alg, outcome)
         methods[label] = metrics
         arrays.update(arr)

@@ -59,12 +59,14 @@ from fedad.data.types import Federation
 from fedad.errors import ConfigError, FedadError
 from fedad.fl.algorithm import EVALUATE, Algorithm, Setup, build_algorithm
 from fedad.fl.context import ServerContext
-from fedad.fl.engine import RunOutcome, evaluate_all
 from fedad.fl.messages import Message, Scalar
+from fedad.seeding import rng as seeded_rng
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the engine pulls in scipy; the ClientApp's handshake stays light
     from flwr.app import Message as FlowerMessage
     from flwr.app import RecordDict
+
+    from fedad.fl.engine import RunOutcome
 
 log = logging.getLogger("fedad")
 
@@ -83,7 +85,10 @@ DEFAULT_TIMEOUT = 600.0
 """Reply timeout (seconds) on Flower when ``engine.timeout`` is not set."""
 
 INT64 = (-(2**63), 2**63 - 1)
-INSTALL_HINT = "install the flower extra: pip install 'fedad[flower]'"
+INSTALL_HINT = (
+    "install fedad's optional flower extra, which adds flwr and Ray; see docs/deployment.md"
+)
+"""No square brackets: the CLI prints errors as rich markup, which would eat ``[flower]``."""
 
 
 class FlowerRunError(FedadError):
@@ -101,7 +106,9 @@ def flwr_available() -> bool:
 def require_flwr(engine: str) -> None:
     """Raise a one-line :class:`ConfigError` when ``flwr`` is not installed."""
     if not flwr_available():
-        raise ConfigError(f"engine.name = '{engine}' needs Flower (flwr), which is not installed", INSTALL_HINT)
+        raise ConfigError(
+            f"engine.name = '{engine}' needs Flower (flwr), which is not installed", INSTALL_HINT
+        )
 
 
 # ---------------------------------------------------------------------------- conversion
@@ -121,8 +128,10 @@ def route(phase: str) -> str:
 
 
 def _check_scalar(name: str, value: Scalar) -> Scalar:
-    if isinstance(value, int) and not isinstance(value, bool) and not (
-        INT64[0] <= value <= INT64[1]
+    if (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and not (INT64[0] <= value <= INT64[1])
     ):
         raise TypeError(f"scalar '{name}' = {value} does not fit in a signed 64-bit integer")
     return value
@@ -141,7 +150,7 @@ def to_recorddict(msg: Message, meta: Mapping[str, Scalar] | None = None) -> Rec
         if a.dtype.hasobject:
             raise TypeError(f"array '{name}' of message '{msg.kind}' has dtype object")
         arrays[name] = Array(np.asarray(a))
-    scalars = {k: _check_scalar(k, v) for k, v in msg.scalars.items()}
+    scalars: dict[str, Any] = {k: _check_scalar(k, v) for k, v in msg.scalars.items()}
     info: dict[str, Any] = {"kind": msg.kind}
     info.update(meta or {})
     return RecordDict(
@@ -155,17 +164,18 @@ def to_recorddict(msg: Message, meta: Mapping[str, Scalar] | None = None) -> Rec
 
 def from_recorddict(content: RecordDict) -> Message:
     """The :class:`Message` that :func:`to_recorddict` wrote into ``content``."""
-    if META_KEY not in content or "kind" not in content[META_KEY]:
+    configs = content.config_records
+    if META_KEY not in configs or "kind" not in configs[META_KEY]:
         raise ValueError("not a fedad message: the record 'fedad.meta' with 'kind' is missing")
-    kind = content[META_KEY]["kind"]
+    kind = configs[META_KEY]["kind"]
     if not isinstance(kind, str):
         raise ValueError("not a fedad message: 'fedad.meta.kind' is not a string")
     arrays: dict[str, np.ndarray] = {}
-    if ARRAYS_KEY in content:
-        arrays = {k: v.numpy() for k, v in content[ARRAYS_KEY].items()}
+    if ARRAYS_KEY in content.array_records:
+        arrays = {k: v.numpy() for k, v in content.array_records[ARRAYS_KEY].items()}
     scalars: dict[str, Scalar] = {}
-    if SCALARS_KEY in content:
-        for k, v in content[SCALARS_KEY].items():
+    if SCALARS_KEY in configs:
+        for k, v in configs[SCALARS_KEY].items():
             if not isinstance(v, bool | int | float | str):
                 raise ValueError(f"scalar '{k}' is a {type(v).__name__}, not bool/int/float/str")
             scalars[k] = v
@@ -174,9 +184,10 @@ def from_recorddict(content: RecordDict) -> Message:
 
 def recorddict_meta(content: RecordDict) -> dict[str, Scalar]:
     """The transport facts of a converted message (``fedad.meta`` without ``kind``)."""
-    if META_KEY not in content:
+    configs = content.config_records
+    if META_KEY not in configs:
         return {}
-    return {k: v for k, v in content[META_KEY].items() if k != "kind"}  # type: ignore[misc]
+    return {k: v for k, v in configs[META_KEY].items() if k != "kind" and isinstance(v, Scalar)}
 
 
 def state_to_record(state: Mapping[str, np.ndarray]) -> Any:
@@ -209,10 +220,15 @@ class RunSpec:
     setup_json: str
     timeout: float = DEFAULT_TIMEOUT
     results_dir: str = ""
+    server_data: str = ""
 
     @classmethod
     def build(
-        cls, cfg: ExperimentConfig, algorithm: Algorithm, results_dir: str | Path = ""
+        cls,
+        cfg: ExperimentConfig,
+        algorithm: Algorithm,
+        results_dir: str | Path = "",
+        server_data: str | Path = "",
     ) -> RunSpec:
         """The spec of running ``algorithm`` with ``cfg`` (checks it survives the trip)."""
         setup = dataclasses.asdict(algorithm.setup)
@@ -225,6 +241,7 @@ class RunSpec:
             setup_json=json.dumps(setup),
             timeout=float(cfg.engine.timeout or DEFAULT_TIMEOUT),
             results_dir=str(results_dir),
+            server_data=str(server_data),
         )
         again = spec.build_algorithm()
         if type(again) is not type(algorithm) or again.params != algorithm.params:
@@ -244,6 +261,7 @@ class RunSpec:
             "fedad-setup": self.setup_json,
             "fedad-timeout": float(self.timeout),
             "fedad-results": self.results_dir,
+            "fedad-server-data": self.server_data,
         }
 
     @classmethod
@@ -259,6 +277,7 @@ class RunSpec:
             setup_json=str(rc["fedad-setup"]),
             timeout=float(rc.get("fedad-timeout", DEFAULT_TIMEOUT)),
             results_dir=str(rc.get("fedad-results", "")),
+            server_data=str(rc.get("fedad-server-data", "")),
         )
 
     def config(self) -> ExperimentConfig:
@@ -321,7 +340,7 @@ class FlowerGrid:
         self.dropout = dropout
         self.poll_interval = poll_interval
         self.connect_timeout = timeout if connect_timeout is None else connect_timeout
-        self._rng = np.random.default_rng([seed, 0xD20])  # the in-process engine's stream
+        self._rng = seeded_rng(seed, 0xD20)  # the in-process engine's dropout stream
         self._node_of: dict[int, int] = {}
         self._client_of: dict[int, int] = {}
         self._asked: set[int] = set()
@@ -399,8 +418,15 @@ class FlowerGrid:
         self, msgs: list[FlowerMessage], nodes: list[int], deadline: float
     ) -> dict[int, FlowerMessage]:
         """Push ``msgs`` (one per node of ``nodes``), pull replies until ``deadline``."""
-        ids = list(self.grid.push_messages(msgs))
-        pending = {mid: node for mid, node in zip(ids, nodes, strict=True) if mid}
+        if not msgs:
+            return {}
+        pushed = {mid for mid in self.grid.push_messages(msgs) if mid}
+        # a message the SuperLink refused (too large, malformed) is never answered
+        pending = {
+            m.metadata.message_id: node
+            for m, node in zip(msgs, nodes, strict=True)
+            if m.metadata.message_id in pushed
+        }
         got: dict[int, FlowerMessage] = {}
         while pending:
             for reply in self.grid.pull_messages(list(pending)):
@@ -421,7 +447,10 @@ class FlowerGrid:
 
         timeout = self.timeout if timeout is None else timeout
         self.phase_no += 1
-        if any(c not in self._node_of for c in messages) and set(self.grid.get_node_ids()) - self._asked:
+        if (
+            any(c not in self._node_of for c in messages)
+            and set(self.grid.get_node_ids()) - self._asked
+        ):
             self._hello(deadline=time.monotonic() + min(timeout, 30.0))
         out: list[FlowerMessage] = []
         targets: list[int] = []
@@ -432,9 +461,10 @@ class FlowerGrid:
             kind = msg.kind
             if not 0 <= cid < self.num_partitions:
                 raise KeyError(f"no node {cid}")
-            self._down += msg.nbytes
-            if msg.kind != EVALUATE and self.dropout > 0 and self._rng.random() < self.dropout:
-                continue
+            if msg.kind != EVALUATE:  # evaluation is the harness's, not federated traffic
+                self._down += msg.nbytes
+                if self.dropout > 0 and self._rng.random() < self.dropout:
+                    continue
             expected += 1
             node = self._node_of.get(cid)
             if node is None:
@@ -468,7 +498,8 @@ class FlowerGrid:
                 self.failures.append(f"node {cid} sent an unreadable reply to '{kind}': {err}")
                 log.warning(self.failures[-1])
                 continue
-            self._up += m.nbytes
+            if messages[cid].kind != EVALUATE:
+                self._up += m.nbytes
             secs = recorddict_meta(reply.content).get("seconds")
             if isinstance(secs, float):
                 self.client_seconds += secs
@@ -491,12 +522,17 @@ def serve(
     algorithm: Algorithm,
     on_round: Callable[[dict[str, Any]], None] | None = None,
     poll_interval: float = 0.1,
+    server_data: np.ndarray | None = None,
 ) -> RunOutcome:
     """The ServerApp's work: map the nodes, run ``algorithm.server``, evaluate every node.
 
-    The same steps as :func:`fedad.fl.engine.run_inprocess`, on a :class:`FlowerGrid`.
-    Client states stay on the nodes (``RunOutcome.client_states`` is empty).
+    The same steps as :func:`fedad.fl.engine.run_inprocess`, on a :class:`FlowerGrid`
+    (``server_data``: the federation's ``server_normal``). Client states stay on the nodes
+    (``RunOutcome.client_states`` is empty).
     """
+    from fedad.evaluation import monitor_metrics
+    from fedad.fl.engine import RunOutcome, evaluate_all
+
     cfg = spec.config()
     e = cfg.engine
     fgrid = FlowerGrid(
@@ -509,7 +545,18 @@ def serve(
         poll_interval=poll_interval,
     )
     fgrid.connect()
-    ctx = ServerContext(fgrid, cfg.rounds, cfg.seed, e.fraction, e.min_clients, on_round=on_round)
+    ctx = ServerContext(
+        fgrid,
+        cfg.rounds,
+        cfg.seed,
+        e.fraction,
+        e.min_clients,
+        on_round=on_round,
+        server_data=server_data,
+    )
+    if e.eval_every > 0:
+        ctx.eval_every = e.eval_every
+        ctx.evaluator = lambda result: monitor_metrics(evaluate_all(fgrid, result))
     t0 = time.perf_counter()
     result = algorithm.server(ctx)
     seconds = time.perf_counter() - t0
@@ -608,6 +655,7 @@ class ResultsDir:
 
     def read(self) -> RunOutcome:
         from fedad.fl.algorithm import ServerResult
+        from fedad.fl.engine import RunOutcome
 
         doc = json.loads(self.outcome_file.read_text())
         with np.load(self.path / "arrays.npz", allow_pickle=False) as z:

@@ -1,0 +1,328 @@
+"""The Flower apps: one ``ServerApp`` and one ``ClientApp`` for every fedad algorithm.
+
+``server_app`` and ``client_app`` are the components of the Flower App Bundle that
+:mod:`fedad.fl.flower_deploy` submits (``fedad.fl.flower_app:server_app`` and
+``fedad.fl.flower_app:client_app``); they read the run from Flower's run config
+(:class:`~fedad.fl.flower.RunSpec`). The simulation engine builds the same apps with the
+spec given directly (:func:`make_server_app`, :class:`FedadClientApp`).
+
+The client side registers the algorithm's handlers with Flower by phase name (``train`` ->
+``@app.train()``, ``evaluate`` -> ``@app.evaluate()``, phase ``p`` -> ``@app.query("p")``);
+in a deployment, where the algorithm is known only once a message of a run arrives, the
+registration happens on that first message. Each handler call converts the Flower message
+to a :class:`~fedad.fl.messages.Message`, loads the client's state from
+``context.state``, runs the algorithm's handler on the node's data, stores the state back
+and replies. A handler that raises answers with a Flower error reply (the server records
+``node K failed in 'phase': ...`` and goes on, as the in-process engine does).
+
+A node's data: :func:`fedad.data.federation.build_federation` of the run's config (the
+same config and seed as the in-process engine), client ``partition-id``. The federation is
+cached per process (a simulation worker serves many partitions) and, when the environment
+variable ``FEDAD_FLOWER_CACHE`` names a directory, the node's partition is cached there as
+``.npz`` (a deployment starts a fresh process for every message). ``node_config`` may set
+``fedad-data-config``: the path of a TOML file on the node whose ``[data]`` section
+(this machine's data paths) replaces the run's; its ``data.name`` must match.
+
+This module imports ``flwr``; import it only when the ``flower`` extra is installed.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from flwr.app import ConfigRecord, Context, Error, RecordDict
+from flwr.app import Message as FlowerMessage
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from fedad.config import ExperimentConfig, read_toml
+from fedad.data.types import ClientData
+from fedad.errors import ConfigError
+from fedad.fl.algorithm import Algorithm, Handler
+from fedad.fl.flower import (
+    HELLO,
+    META_KEY,
+    STATE_KEY,
+    ResultsDir,
+    RunSpec,
+    from_recorddict,
+    route,
+    serve,
+    state_from_record,
+    state_to_record,
+    to_recorddict,
+)
+
+if TYPE_CHECKING:
+    from fedad.fl.engine import RunOutcome  # (pulls in scipy: not needed by the handshake)
+
+CACHE_ENV = "FEDAD_FLOWER_CACHE"
+"""Environment variable: a directory where a SuperNode caches its partition."""
+DATA_CONFIG_KEY = "fedad-data-config"
+"""``node_config`` key: a node-local TOML whose ``[data]`` replaces the run's."""
+CLIENT_APP_RAISED_EXCEPTION = 2  # Flower's ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+
+
+# ---------------------------------------------------------------------------- node data
+
+
+def data_key(cfg: ExperimentConfig) -> str:
+    """A hash of everything the federation may depend on: the whole config except the
+    engine and the methods (seed, data, partition, attack, ...)."""
+    doc = cfg.model_dump(mode="json", exclude={"engine", "methods"})
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:20]
+
+
+_FEDERATIONS: dict[str, list[ClientData]] = {}
+_ALGORITHMS: dict[str, Algorithm] = {}
+
+
+def _save_client(path: Path, c: ClientData) -> None:
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npz")
+    np.savez(
+        tmp,
+        client_id=np.int64(c.client_id),
+        x_train=c.x_train,
+        y_train=c.y_train,
+        c_train=c.c_train,
+        x_test=c.x_test,
+        y_test=c.y_test,
+        source=np.array(c.source),
+    )
+    tmp.replace(path)
+
+
+def _load_client(path: Path) -> ClientData:
+    with np.load(path, allow_pickle=False) as z:
+        return ClientData(
+            client_id=int(z["client_id"]),
+            x_train=z["x_train"],
+            y_train=z["y_train"],
+            c_train=z["c_train"],
+            x_test=z["x_test"],
+            y_test=z["y_test"],
+            source=str(z["source"]),
+        )
+
+
+def client_data(cfg: ExperimentConfig, partition_id: int) -> ClientData:
+    """Client ``partition_id`` of the federation of ``cfg`` (cached, see the module doc)."""
+    key = data_key(cfg)
+    if key in _FEDERATIONS:
+        return _FEDERATIONS[key][partition_id]
+    cache = os.environ.get(CACHE_ENV)
+    path = Path(cache) / f"{key}-{partition_id}.npz" if cache else None
+    if path is not None and path.is_file():
+        return _load_client(path)
+    from fedad.data.federation import build_federation
+
+    clients = build_federation(cfg).clients
+    _FEDERATIONS.clear()  # one federation per process is enough
+    _FEDERATIONS[key] = clients
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _save_client(path, clients[partition_id])
+    return clients[partition_id]
+
+
+def node_config_of(spec: RunSpec, context: Context) -> ExperimentConfig:
+    """The run's config, with the node's own ``[data]`` section when it has one."""
+    cfg = spec.config()
+    local = context.node_config.get(DATA_CONFIG_KEY)
+    if not local:
+        return cfg
+    from fedad.config import parse_config
+
+    raw = read_toml(str(local))
+    if "data" not in raw:
+        raise ConfigError(f"{DATA_CONFIG_KEY} '{local}' has no [data] section")
+    mine = parse_config({**cfg.model_dump(mode="json"), "data": raw["data"]})
+    if mine.data.name != cfg.data.name:
+        raise ConfigError(
+            f"this node's data config '{local}' has data.name = '{mine.data.name}', "
+            f"the run uses '{cfg.data.name}'"
+        )
+    return mine
+
+
+@dataclass
+class Node:
+    """What one client needs: its partition id, algorithm handlers and data."""
+
+    partition_id: int
+    handlers: dict[str, Handler]
+    data: ClientData
+
+
+def _partition(context: Context) -> tuple[int, int]:
+    nc = context.node_config
+    if "partition-id" not in nc or "num-partitions" not in nc:
+        raise ConfigError(
+            "this SuperNode has no partition-id/num-partitions in its node config",
+            "start it with --node-config 'partition-id=I num-partitions=N'",
+        )
+    return int(nc["partition-id"]), int(nc["num-partitions"])
+
+
+def load_node(spec: RunSpec, context: Context) -> Node:
+    """The node of ``context`` for the run of ``spec``: algorithm and data, cached."""
+    pid, parts = _partition(context)
+    if parts != spec.num_partitions or not 0 <= pid < parts:
+        raise ConfigError(
+            f"this SuperNode holds partition {pid} of {parts}, "
+            f"the run has {spec.num_partitions} clients"
+        )
+    akey = "\0".join([spec.method, spec.detector or "", spec.params_json, spec.setup_json])
+    algorithm = _ALGORITHMS.get(akey)
+    if algorithm is None:
+        _ALGORITHMS.clear()
+        algorithm = _ALGORITHMS[akey] = spec.build_algorithm()
+
+    from fedad.attacks import attacked_clients, client_handlers  # (import cycle via fedad.data)
+
+    cfg = node_config_of(spec, context)
+    data = client_data(cfg, pid)
+    attacked = attacked_clients(cfg.attack, parts, cfg.seed)  # as the in-process engine
+    return Node(pid, client_handlers(algorithm.handlers(), cfg.attack, pid, attacked), data)
+
+
+# ---------------------------------------------------------------------------- client app
+
+
+class FedadClientApp(ClientApp):
+    """A ``ClientApp`` whose handlers are a fedad algorithm's, registered by phase name.
+
+    With ``spec`` (simulation) the handlers are registered at once; without (deployment)
+    the spec comes from each message's run config and the handlers are registered on the
+    first message of a run.
+    """
+
+    def __init__(self, spec: RunSpec | None = None) -> None:
+        super().__init__()
+        self._spec = spec
+        self._routes: set[str] = set()
+        self.query(HELLO)(self._hello)
+        if spec is not None:
+            for phase in spec.build_algorithm().handlers():
+                self._register(phase)
+
+    def spec_of(self, context: Context) -> RunSpec:
+        """The run's spec: the one given, else the run config's."""
+        return self._spec or RunSpec.from_run_config(context.run_config)
+
+    def __call__(self, message: FlowerMessage, context: Context) -> FlowerMessage:
+        if message.metadata.message_type != f"query.{HELLO}" and self._spec is None:
+            try:
+                for phase in self.spec_of(context).build_algorithm().handlers():
+                    self._register(phase)
+            except Exception as err:
+                return _error_reply(message, err)
+        return super().__call__(message, context)
+
+    def _register(self, phase: str) -> None:
+        r = route(phase)
+        if r in self._routes:
+            return
+        category, _, action = r.partition(".")
+        register: dict[str, Callable[..., Any]] = {
+            "train": self.train,
+            "evaluate": self.evaluate,
+            "query": self.query,
+        }
+        register[category](action or "default")(functools.partial(self._handle, phase))
+        self._routes.add(r)
+
+    def _hello(self, message: FlowerMessage, context: Context) -> FlowerMessage:
+        try:
+            pid, parts = _partition(context)
+        except ConfigError as err:
+            return _error_reply(message, err)
+        info = ConfigRecord({"kind": HELLO, "partition-id": pid, "num-partitions": parts})
+        return FlowerMessage(RecordDict({META_KEY: info}), reply_to=message)
+
+    def _handle(self, phase: str, message: FlowerMessage, context: Context) -> FlowerMessage:
+        try:
+            node = load_node(self.spec_of(context), context)
+            msg = from_recorddict(message.content)
+            if msg.kind != phase:
+                raise ValueError(f"message of phase '{msg.kind}' routed to '{phase}'")
+            handler = node.handlers[phase]
+        except Exception as err:
+            return _error_reply(message, err)
+        state = state_from_record(context.state[STATE_KEY]) if STATE_KEY in context.state else {}
+        t0 = time.perf_counter()
+        try:
+            reply = handler(state, node.data, msg)
+            seconds = time.perf_counter() - t0
+            content = to_recorddict(
+                reply, meta={"partition-id": node.partition_id, "seconds": seconds}
+            )
+        except Exception as err:  # a failing handler is a failed node, as in-process
+            return _error_reply(message, err)
+        finally:
+            context.state[STATE_KEY] = state_to_record(state)
+        return FlowerMessage(content, reply_to=message)
+
+
+def _error_reply(message: FlowerMessage, err: BaseException) -> FlowerMessage:
+    return FlowerMessage(Error(CLIENT_APP_RAISED_EXCEPTION, repr(err)), reply_to=message)
+
+
+# ---------------------------------------------------------------------------- server app
+
+
+def make_server_app(
+    spec: RunSpec,
+    algorithm: Algorithm,
+    sink: list[RunOutcome],
+    on_round: Callable[[dict[str, Any]], None] | None = None,
+    server_data: np.ndarray | None = None,
+    poll_interval: float = 0.02,
+) -> ServerApp:
+    """A ServerApp running ``algorithm`` (this very object) and appending to ``sink``."""
+    app = ServerApp()
+
+    @app.main()
+    def _main(grid: Grid, context: Context) -> None:
+        sink.append(serve(grid, spec, algorithm, on_round, poll_interval, server_data=server_data))
+
+    return app
+
+
+server_app = ServerApp()
+"""The deployment ServerApp: the run from run config, results to ``fedad-results``."""
+
+
+@server_app.main()
+def _deployment_main(grid: Grid, context: Context) -> None:
+    spec = RunSpec.from_run_config(context.run_config)
+    if not spec.results_dir:
+        raise ValueError("run config 'fedad-results' is empty: nowhere to write the results")
+    results = ResultsDir(spec.results_dir)
+    try:
+        server_data = np.load(spec.server_data) if spec.server_data else None
+        outcome = serve(
+            grid,
+            spec,
+            spec.build_algorithm(),
+            on_round=results.append_round,
+            poll_interval=0.1,
+            server_data=server_data,
+        )
+    except BaseException as err:
+        results.write_error(err)
+        raise
+    results.write(outcome)
+
+
+client_app = FedadClientApp()
+"""The deployment ClientApp: the run from run config, the partition from node config."""

@@ -1,0 +1,240 @@
+"""Flower, for real (slow): simulation with Ray, deployment with three SuperNode processes.
+
+* The same config and seed give the same metrics.json values (within 1e-6, wall-time keys
+  aside) in-process, in Flower simulation and in Flower deployment, for FedAvg with the
+  autoencoder and for ONLAD with selective aggregation (it keeps client state between
+  rounds, in ``context.state``).
+* A SuperNode killed mid-run: the run finishes with the other two, the dead node is listed
+  as missing and its evaluation is absent. This runs the multi-machine commands
+  (``fedad flower superlink | supernode | run``) on 127.0.0.1.
+* Nothing is left running afterwards.
+
+Each engine runs in a ``fedad`` process of its own, as a user runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedad.runner import TIMING_KEYS
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        __import__("importlib").util.find_spec("flwr") is None,
+        reason="flwr (the flower extra) is not installed: pip install 'fedad[flower]'",
+    ),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CONFIG = """
+seed = 0
+rounds = 2
+
+[data]
+name = "digits"
+normal = [0, 1, 2, 3, 4]
+anomaly = [5, 6, 7, 8, 9]
+max_test = 300
+
+[partition]
+scheme = "dirichlet"
+alpha = 1.0
+clients = 3
+contamination = 0.02
+
+[engine]
+progress = false
+
+[[methods]]
+name = "fedavg"
+label = "fedavg-ae"
+detector = "autoencoder"
+"""
+
+ONLAD = """
+[[methods]]
+name = "onlad-selective"
+"""
+
+IGNORED = {*TIMING_KEYS, "total_seconds"}
+
+
+def fedad(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fedad.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+def flower_processes(marker: str) -> list[str]:
+    """Live processes whose FLWR_HOME or RAY_TMPDIR contains ``marker``."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{d}/environ").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{d}/stat").read_text()
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if stat[stat.rfind(")") + 2 :].startswith("Z"):
+            continue
+        for e in env:
+            k, _, v = e.decode(errors="replace").partition("=")
+            if k in ("FLWR_HOME", "RAY_TMPDIR") and marker in v:
+                found.append(f"{d}: {cmd[:120]}")
+                break
+    return found
+
+
+@pytest.fixture
+def no_leftovers(tmp_path: Path) -> Iterator[None]:
+    """After the test, no Flower or Ray process of this test is alive."""
+    yield
+    deadline = time.monotonic() + 15
+    left = []
+    while time.monotonic() < deadline:
+        left = flower_processes(str(tmp_path)) + flower_processes("fedad-sim-")
+        if not left:
+            return
+        time.sleep(0.5)
+    pytest.fail(f"processes left behind: {left}")
+
+
+def compare(a: Any, b: Any, path: str = "") -> list[str]:
+    """Differences between two metrics.json documents (floats within 1e-6)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return [f"{path}: keys {sorted(set(a) ^ set(b))}"]
+        return [
+            d
+            for k in a
+            if k not in IGNORED and not (path == ".experiment" and k == "engine")
+            for d in compare(a[k], b[k], f"{path}.{k}")
+        ]
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: lengths {len(a)} != {len(b)}"]
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in compare(x, y, f"{path}[{i}]")
+        ]
+    if isinstance(a, float) and isinstance(b, float | int):
+        return [] if abs(a - b) <= 1e-6 else [f"{path}: {a} != {b}"]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
+def test_same_metrics_inprocess_simulation_deployment(tmp_path: Path, no_leftovers: None) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG + ONLAD)
+    metrics = {}
+    for engine in ("inprocess", "flower-simulation", "flower-deployment"):
+        out = tmp_path / engine
+        t0 = time.monotonic()
+        p = fedad("run", str(cfg), "--out", str(out), "-q", "--set", f'engine.name="{engine}"')
+        assert p.returncode == 0, (engine, p.stderr[-3000:])
+        print(f"{engine}: {time.monotonic() - t0:.1f} s")
+        metrics[engine] = json.loads((out / "metrics.json").read_text())
+        assert not (out / ".flower").exists()  # the hand-over directory is cleaned up
+    ref = metrics["inprocess"]
+    for label, m in ref["methods"].items():
+        assert m["events"] == [] and m["missing_nodes"] == [], label
+        assert m["bytes_up"] > 0 and m["bytes_down"] > 0
+    for engine in ("flower-simulation", "flower-deployment"):
+        assert compare(ref, metrics[engine]) == [], engine
+        assert metrics[engine]["experiment"]["engine"] == engine
+
+
+def _wait_rounds(run_dir: Path, n: int, proc: subprocess.Popen[str], timeout: float) -> None:
+    """Wait until the ServerApp has written ``n`` history rows under ``run_dir/.flower``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = list(run_dir.glob(".flower/*/results/rounds.jsonl"))
+        if rows and len(rows[0].read_text().splitlines()) >= n:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    pytest.fail(f"no round {n} within {timeout} s")
+
+
+def test_killed_supernode_is_missing_and_the_run_goes_on(
+    tmp_path: Path, no_leftovers: None
+) -> None:
+    from fedad.fl.flower_deploy import free_port, port_open, process_tree
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG.replace("[engine]", "[engine]\ntimeout = 30.0\nmin_clients = 2"))
+    port = free_port()
+    procs: dict[str, subprocess.Popen[str]] = {}
+
+    def start(name: str, *args: str) -> None:
+        procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "fedad.cli", "flower", *args, "--home", str(tmp_path / name)],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+
+    try:
+        start("superlink", "superlink", "--insecure", "--host", "127.0.0.1", "--port", str(port))
+        deadline = time.monotonic() + 60
+        while not port_open("127.0.0.1", port):
+            assert time.monotonic() < deadline and procs["superlink"].poll() is None
+            time.sleep(0.2)
+        link = f"127.0.0.1:{port}"
+        for i in range(3):
+            start(f"node{i}", "supernode", "--superlink", link, "--insecure",
+                  "--partition-id", str(i), "--num-partitions", "3", "--port", str(free_port()),
+                  "--cache-dir", str(tmp_path / f"cache{i}"))  # fmt: skip
+        out = tmp_path / "out"
+        run = subprocess.Popen(
+            [sys.executable, "-m", "fedad.cli", "flower", "run", str(cfg),
+             "--superlink", link, "--insecure", "--out", str(out), "-q"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "FLWR_HOME": str(tmp_path / "cli")},
+        )  # fmt: skip
+        procs["run"] = run
+        _wait_rounds(out, 1, run, timeout=180)
+        for pid in process_tree([procs["node2"].pid]):  # the node and all its processes die
+            os.kill(pid, signal.SIGKILL)
+        _, stderr = run.communicate(timeout=300)
+        assert run.returncode == 0, stderr[-3000:]
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs.values():
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    m = json.loads((out / "metrics.json").read_text())["methods"]["fedavg-ae"]
+    assert m["missing_nodes"] == [2]
+    assert any("no reply from node(s) [2]" in e for e in m["events"])
+    assert any("node 2: no reply to 'train' within 30 s" in e for e in m["events"])
+    assert sorted(r["client"] for r in m["per_client"]) == [0, 1]  # no evaluation of node 2
+    assert m["rounds"] == 2
+    rows = (out / "history.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    replied = [int(r.split(",")[header.index("clients_replied")]) for r in rows[1:]]
+    assert replied == [3, 2]
