@@ -89,6 +89,16 @@ class AttackConfig(_Strict):
     scale: float = Field(default=10.0, gt=0.0, description="update factor for scaled-update")
 
 
+class PrivacyConfig(_Strict):
+    """Differential privacy on shared updates (see :mod:`fedad.privacy`)."""
+
+    mechanism: Literal["none", "gaussian"] = "none"
+    clip: float = Field(default=1.0, gt=0.0, description="L2 clipping norm C of an update")
+    noise_multiplier: float = Field(
+        default=1.0, ge=0.0, description="noise standard deviation in units of C"
+    )
+
+
 class MethodConfig(_Strict):
     """One method to run on the federation."""
 
@@ -107,6 +117,7 @@ class ExperimentConfig(_Strict):
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     attack: AttackConfig = Field(default_factory=AttackConfig)
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     methods: list[MethodConfig] = Field(min_length=1)
 
     @model_validator(mode="after")

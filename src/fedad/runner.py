@@ -112,6 +112,7 @@ def run_method(
             on_round=on_round,
             attack=cfg.attack,
             eval_every=e.eval_every,
+            privacy=cfg.privacy,
         )
     from fedad.fl.flower import run_flower  # optional extra: imported only when asked for
 

@@ -14,13 +14,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedad.attacks import attacked_clients, client_handlers
-from fedad.config import AttackConfig
+from fedad.config import AttackConfig, PrivacyConfig
 from fedad.data.types import Federation
 from fedad.evaluation import monitor_metrics
 from fedad.fl.algorithm import EVALUATE, Algorithm, ClientState, ServerResult
 from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message
+from fedad.fl.node import node_handlers
 from fedad.seeding import rng as seeded_rng
 
 log = logging.getLogger("fedad")
@@ -36,13 +36,13 @@ class InProcessGrid:
         seed: int = 0,
         dropout: float = 0.0,
         attack: AttackConfig | None = None,
+        privacy: PrivacyConfig | None = None,
     ) -> None:
         self.algorithm = algorithm
         self.handlers = algorithm.handlers()
-        attack = attack or AttackConfig()
-        attacked = attacked_clients(attack, len(federation.clients), seed)
+        n = len(federation.clients)
         self.node_handlers = {
-            c.client_id: client_handlers(self.handlers, attack, c.client_id, attacked)
+            c.client_id: node_handlers(self.handlers, c.client_id, n, seed, attack, privacy)
             for c in federation.clients
         }
         self.clients = {c.client_id: c for c in federation.clients}
@@ -130,9 +130,12 @@ def run_inprocess(
     on_round: Callable[[dict[str, Any]], None] | None = None,
     attack: AttackConfig | None = None,
     eval_every: int = 0,
+    privacy: PrivacyConfig | None = None,
 ) -> RunOutcome:
     """Run ``algorithm`` on ``federation`` in this process, then evaluate every client."""
-    grid = InProcessGrid(algorithm, federation, seed=seed, dropout=dropout, attack=attack)
+    grid = InProcessGrid(
+        algorithm, federation, seed=seed, dropout=dropout, attack=attack, privacy=privacy
+    )
     ctx = ServerContext(
         grid,
         rounds,

@@ -187,12 +187,12 @@ def load_node(spec: RunSpec, context: Context) -> Node:
         _ALGORITHMS.clear()
         algorithm = _ALGORITHMS[akey] = spec.build_algorithm()
 
-    from fedad.attacks import attacked_clients, client_handlers  # (import cycle via fedad.data)
+    from fedad.fl.node import node_handlers
 
     cfg = node_config_of(spec, context)
     data = client_data(cfg, pid)
-    attacked = attacked_clients(cfg.attack, parts, cfg.seed)  # as the in-process engine
-    return Node(pid, client_handlers(algorithm.handlers(), cfg.attack, pid, attacked), data)
+    handlers = node_handlers(algorithm.handlers(), pid, parts, cfg.seed, cfg.attack, cfg.privacy)
+    return Node(pid, handlers, data)
 
 
 # ---------------------------------------------------------------------------- client app
