@@ -155,6 +155,15 @@ def test_bad_input_is_one_line_and_status_2(tmp_path: Path, text: str, needle: s
     assert "Traceback" not in res.output
 
 
+def test_bad_onlad_params_are_one_line_errors(tmp_path: Path) -> None:
+    text = SMALL.replace('name = "local"\ndetector = "deepsvdd"', 'name = "onlad-selective"')
+    text = text.replace("local_epochs = 2", "lam_factor = 0.5")
+    text = text.replace('name = "fedavg"\nlabel = "again"', 'name = "onlad"\nlabel = "again"')
+    res = runner.invoke(app, ["run", str(_write(tmp_path, text)), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2, res.output
+    assert "lam_factor" in res.output and "Traceback" not in res.output
+
+
 def test_real_process_exits_2_without_traceback(tmp_path: Path) -> None:
     cfg = _write(tmp_path, SMALL.replace("rounds = 2", "rounds = 0"))
     p = subprocess.run(

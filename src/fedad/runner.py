@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from fedad.config import ExperimentConfig, dump_toml
 from fedad.data.federation import build_federation, plan_federation
@@ -58,9 +59,14 @@ def with_server_data(cfg: ExperimentConfig) -> ExperimentConfig:
     All methods of a run share the federation, so they all train without those samples.
     """
     reg = registry()
-    asked = max(
-        (reg[m.name].server_samples(m.params) for m in cfg.methods if m.name in reg), default=0
-    )
+
+    def asks(name: str, params: dict[str, Any]) -> int:
+        try:
+            return reg[name].server_samples(params) if name in reg else 0
+        except ValidationError:  # reported, in one line, when the method is built
+            return 0
+
+    asked = max((asks(m.name, m.params) for m in cfg.methods), default=0)
     if asked <= cfg.data.server_normal:
         return cfg
     pool = int(plan_federation(cfg).notes["normal_pool"])  # type: ignore[call-overload]
