@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from fedad.config import AttackConfig, PrivacyConfig
 from fedad.data.types import Federation
 from fedad.evaluation import monitor_metrics
@@ -119,6 +121,52 @@ def evaluate_all(grid: Any, result: ServerResult) -> dict[int, Message]:
     return grid.send_and_receive({nid: msg for nid in grid.get_node_ids()})
 
 
+def drive(
+    algorithm: Algorithm,
+    grid: Any,
+    rounds: int,
+    seed: int,
+    fraction: float = 1.0,
+    min_clients: int = 1,
+    on_round: Callable[[dict[str, Any]], None] | None = None,
+    eval_every: int = 0,
+    server_data: np.ndarray | None = None,
+) -> RunOutcome:
+    """Run the server program on ``grid``, then the evaluation phase: every engine's core.
+
+    ``grid`` is any :class:`~fedad.fl.grid.Grid` that also keeps ``client_seconds`` and a
+    list of ``failures``. Training bytes and seconds are read before the evaluation phase.
+    """
+    ctx = ServerContext(
+        grid,
+        rounds,
+        seed,
+        fraction,
+        min_clients,
+        on_round=on_round,
+        server_data=server_data,
+    )
+    if eval_every > 0:
+        ctx.eval_every = eval_every
+        ctx.evaluator = lambda result: monitor_metrics(evaluate_all(grid, result))
+    t0 = time.perf_counter()
+    result = algorithm.server(ctx)
+    seconds = time.perf_counter() - t0
+    up, down, client_s = grid.bytes_up, grid.bytes_down, grid.client_seconds
+    evaluations = evaluate_all(grid, result)
+    return RunOutcome(
+        result=result,
+        evaluations=evaluations,
+        history=ctx.history,
+        events=ctx.events + grid.failures,
+        bytes_up=up,
+        bytes_down=down,
+        seconds=seconds,
+        client_seconds=client_s,
+        missing_nodes=ctx.missing_nodes,
+    )
+
+
 def run_inprocess(
     algorithm: Algorithm,
     federation: Federation,
@@ -136,33 +184,16 @@ def run_inprocess(
     grid = InProcessGrid(
         algorithm, federation, seed=seed, dropout=dropout, attack=attack, privacy=privacy
     )
-    ctx = ServerContext(
+    outcome = drive(
+        algorithm,
         grid,
         rounds,
         seed,
         fraction,
         min_clients,
         on_round=on_round,
+        eval_every=eval_every,
         server_data=federation.server_normal,
     )
-    if eval_every > 0:
-        ctx.eval_every = eval_every
-        ctx.evaluator = lambda result: monitor_metrics(evaluate_all(grid, result))
-    t0 = time.perf_counter()
-    result = algorithm.server(ctx)
-    seconds = time.perf_counter() - t0
-    up, down, client_s = grid.bytes_up, grid.bytes_down, grid.client_seconds
-    evaluations = evaluate_all(grid, result)
-    events = ctx.events + grid.failures
-    return RunOutcome(
-        result=result,
-        evaluations=evaluations,
-        history=ctx.history,
-        events=events,
-        bytes_up=up,
-        bytes_down=down,
-        seconds=seconds,
-        client_seconds=client_s,
-        missing_nodes=ctx.missing_nodes,
-        client_states=grid.states,
-    )
+    outcome.client_states = grid.states
+    return outcome

@@ -58,7 +58,6 @@ from fedad.config import ExperimentConfig
 from fedad.data.types import Federation
 from fedad.errors import ConfigError, FedadError
 from fedad.fl.algorithm import EVALUATE, Algorithm, Setup, build_algorithm
-from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message, Scalar
 from fedad.seeding import rng as seeded_rng
 
@@ -530,8 +529,7 @@ def serve(
     (``server_data``: the federation's ``server_normal``). Client states stay on the nodes
     (``RunOutcome.client_states`` is empty).
     """
-    from fedad.evaluation import monitor_metrics
-    from fedad.fl.engine import RunOutcome, evaluate_all
+    from fedad.fl.engine import drive
 
     cfg = spec.config()
     e = cfg.engine
@@ -545,34 +543,19 @@ def serve(
         poll_interval=poll_interval,
     )
     fgrid.connect()
-    ctx = ServerContext(
+    outcome = drive(
+        algorithm,
         fgrid,
         cfg.rounds,
         cfg.seed,
         e.fraction,
         e.min_clients,
         on_round=on_round,
+        eval_every=e.eval_every,
         server_data=server_data,
     )
-    if e.eval_every > 0:
-        ctx.eval_every = e.eval_every
-        ctx.evaluator = lambda result: monitor_metrics(evaluate_all(fgrid, result))
-    t0 = time.perf_counter()
-    result = algorithm.server(ctx)
-    seconds = time.perf_counter() - t0
-    up, down, client_s = fgrid.bytes_up, fgrid.bytes_down, fgrid.client_seconds
-    evaluations = evaluate_all(fgrid, result)
-    return RunOutcome(
-        result=result,
-        evaluations=evaluations,
-        history=ctx.history,
-        events=ctx.events + fgrid.failures,
-        bytes_up=up,
-        bytes_down=down,
-        seconds=seconds,
-        client_seconds=client_s,
-        missing_nodes=sorted(set(ctx.missing_nodes) | fgrid.missing),
-    )
+    outcome.missing_nodes = sorted(set(outcome.missing_nodes) | fgrid.missing)
+    return outcome
 
 
 # ---------------------------------------------------------------------------- results files
