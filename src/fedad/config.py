@@ -97,6 +97,35 @@ class PrivacyConfig(_Strict):
     noise_multiplier: float = Field(
         default=1.0, ge=0.0, description="noise standard deviation in units of C"
     )
+    secagg: bool = Field(
+        default=False, description="Flower's SecAgg+ for the phases that only need a weighted mean"
+    )
+    secagg_clip: float = Field(
+        default=8.0, gt=0.0, description="SecAgg+ clipping range: weighted entries kept in [-c, c]"
+    )
+    secagg_shares: int | float = Field(
+        default=1.0,
+        gt=0,
+        description="SecAgg+ key shares per client: a count (int > 2) or a share of the sampled",
+    )
+    secagg_threshold: int | float = Field(
+        default=0.5,
+        gt=0,
+        description="shares needed to rebuild a key: a count (int) or a share of the shares",
+    )
+
+    @model_validator(mode="after")
+    def _secagg_sizes(self) -> PrivacyConfig:
+        s, t = self.secagg_shares, self.secagg_threshold
+        if isinstance(s, int) and s <= 2:
+            raise ValueError("secagg_shares as a count must be at least 3 (or a share like 1.0)")
+        if isinstance(s, float) and s > 1.0:
+            raise ValueError("secagg_shares as a share must be in (0, 1]; write a count as an int")
+        if isinstance(t, float) and t > 1.0:
+            raise ValueError("secagg_threshold as a share must be in (0, 1]")
+        if isinstance(t, int) and isinstance(s, int) and t >= s:
+            raise ValueError("secagg_threshold must be smaller than secagg_shares")
+        return self
 
 
 class MethodConfig(_Strict):

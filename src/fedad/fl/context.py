@@ -10,16 +10,29 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from fedad.fl.aggregate import weighted_mean_dicts
 from fedad.fl.grid import Grid
 from fedad.fl.messages import Message
+from fedad.fl.secagg import WEIGHT, SecAggSettings, unflatten
 from fedad.fl.validate import ArraySpec, check_reply
 from fedad.seeding import rng as seeded_rng
 
 log = logging.getLogger("fedad")
+
+
+@dataclass
+class Mean:
+    """The result of :meth:`ServerContext.mean`."""
+
+    arrays: dict[str, np.ndarray] | None
+    """The weighted mean, or ``None`` when no reply could be used."""
+    replies: dict[int, Message]
+    """The contributing clients' scalars (no arrays), sorted by client id."""
 
 
 class ServerContext:
@@ -34,8 +47,12 @@ class ServerContext:
         min_clients: int = 1,
         on_round: Callable[[dict[str, Any]], None] | None = None,
         server_data: np.ndarray | None = None,
+        secagg: SecAggSettings | None = None,
     ) -> None:
         self.grid = grid
+        self.secagg = secagg
+        """SecAgg+ settings when ``privacy.secagg`` is on: :meth:`mean` then runs SecAgg+."""
+        self.secure_phases = 0
         self.server_data = server_data
         """Normal data the server holds (``data.server_normal``; never test data), or None."""
         self.evaluator: Callable[[Any], dict[str, Any]] | None = None
@@ -89,6 +106,53 @@ class ServerContext:
                 self.event(f"rejected reply of node {nid}: {why}")
         self._row["clients_replied"] = self._row.get("clients_replied", 0) + len(good)
         return good
+
+    def mean(
+        self,
+        messages: Mapping[int, Message],
+        arrays: Mapping[str, ArraySpec],
+        scalars: Sequence[str] = (),
+    ) -> Mean:
+        """Send ``messages``; return the replies' example-weighted mean of ``arrays``.
+
+        :math:`\\bar x = \\sum_k n_k x_k / \\sum_k n_k` over the well-formed replies, with
+        :math:`n_k` the reply's ``num_examples``, as FedAvg needs (McMahan et al., 2017,
+        Algorithm 1). The program sees the mean and each reply's ``scalars`` (which always
+        include ``num_examples``), never a single client's arrays, so a phase written with
+        :meth:`mean` runs unchanged under Flower's SecAgg+ when ``privacy.secagg`` is on
+        (:mod:`fedad.fl.secagg`: the server then learns only the sum).
+        """
+        wanted = [WEIGHT, *(s for s in scalars if s != WEIGHT)]
+        if self.secagg is None:
+            good = self.send(messages, arrays, wanted)
+            if not good:
+                return Mean(None, {})
+            weights = [float(m.scalars[WEIGHT]) for m in good.values()]
+            parts = [{k: m.arrays[k] for k in arrays} for m in good.values()]
+            return Mean(
+                weighted_mean_dicts(parts, weights),
+                {nid: Message(m.kind, {}, m.scalars) for nid, m in good.items()},
+            )
+        self.secure_phases += 1
+        out = self.grid.secure_mean(messages, arrays, wanted, self.secagg)  # type: ignore[attr-defined]
+        answered = set(out.replies) | set(out.rejected)
+        missing = sorted(set(messages) - answered)
+        self._missing.update(missing)
+        row = self._row
+        row["clients_sampled"] = row.get("clients_sampled", 0) + len(messages)
+        row["clients_missing"] = row.get("clients_missing", 0) + len(missing)
+        row["clients_rejected"] = row.get("clients_rejected", 0) + len(out.rejected)
+        row["clients_replied"] = row.get("clients_replied", 0) + len(out.replies)
+        if out.overhead_bytes:
+            row["secagg_bytes"] = row.get("secagg_bytes", 0) + out.overhead_bytes
+        if missing:
+            self.event(f"no reply from node(s) {missing}")
+        for nid, why in sorted(out.rejected.items()):
+            self.event(f"rejected reply of node {nid}: {why}")
+        if out.halted is not None:
+            self.event(f"secure aggregation halted: {out.halted}")
+        secured = None if out.mean is None else unflatten(out.mean, arrays)
+        return Mean(secured, dict(sorted(out.replies.items())))
 
     # -- history ------------------------------------------------------------------------
     def event(self, text: str) -> None:

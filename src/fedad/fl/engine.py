@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,18 @@ from fedad.fl.algorithm import EVALUATE, Algorithm, ClientState, ServerResult
 from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message
 from fedad.fl.node import node_handlers
+from fedad.fl.secagg import (
+    WEIGHT,
+    SecAggSettings,
+    SecureOutcome,
+    check_secure_reply,
+    flatten,
+    reply_nbytes,
+    require_flwr_for_secagg,
+    rounding_seed,
+    secure_mean,
+)
+from fedad.fl.validate import ArraySpec
 from fedad.seeding import rng as seeded_rng
 
 log = logging.getLogger("fedad")
@@ -50,6 +62,7 @@ class InProcessGrid:
         self.clients = {c.client_id: c for c in federation.clients}
         self.states: dict[int, ClientState] = {cid: {} for cid in self.clients}
         self.dropout = dropout
+        self.seed = seed
         self._rng = seeded_rng(seed, 0xD20)
         self._up = 0
         self._down = 0
@@ -73,30 +86,84 @@ class InProcessGrid:
         replies: dict[int, Message] = {}
         for nid in sorted(messages):
             msg = messages[nid]
-            if nid not in self.clients:
-                raise KeyError(f"no node {nid}")
-            counted = msg.kind != EVALUATE  # the harness's evaluation is not federated traffic
-            if counted:
-                self._down += msg.nbytes
-                if self.dropout > 0 and self._rng.random() < self.dropout:
-                    continue
-            handler = self.node_handlers[nid].get(msg.kind)
-            if handler is None:
-                raise KeyError(f"{self.algorithm.name} has no client handler for '{msg.kind}'")
-            delivered = msg.copy()
-            t0 = time.perf_counter()
-            try:
-                reply = handler(self.states[nid], self.clients[nid], delivered)
-            except Exception as err:  # a failing node must not stop the federation
-                self.failures.append(f"node {nid} failed in '{msg.kind}': {err!r}")
-                log.warning(self.failures[-1])
+            if not self._post(nid, msg):
                 continue
-            finally:
-                self.client_seconds += time.perf_counter() - t0
-            if counted:
+            reply = self._run(nid, msg)
+            if reply is None:
+                continue
+            if msg.kind != EVALUATE:
                 self._up += reply.nbytes
             replies[nid] = reply.copy()
         return replies
+
+    def _post(self, nid: int, msg: Message) -> bool:
+        """Count ``msg``'s bytes and draw its dropout; ``False`` when the node drops out."""
+        if nid not in self.clients:
+            raise KeyError(f"no node {nid}")
+        if msg.kind == EVALUATE:  # the harness's evaluation is not federated traffic
+            return True
+        self._down += msg.nbytes
+        return not (self.dropout > 0 and self._rng.random() < self.dropout)
+
+    def _run(self, nid: int, msg: Message) -> Message | None:
+        """Node ``nid``'s reply to ``msg``, or ``None`` when its handler failed (logged)."""
+        handler = self.node_handlers[nid].get(msg.kind)
+        if handler is None:
+            raise KeyError(f"{self.algorithm.name} has no client handler for '{msg.kind}'")
+        t0 = time.perf_counter()
+        try:
+            return handler(self.states[nid], self.clients[nid], msg.copy())
+        except Exception as err:  # a failing node must not stop the federation
+            self.failures.append(f"node {nid} failed in '{msg.kind}': {err!r}")
+            log.warning(self.failures[-1])
+            return None
+        finally:
+            self.client_seconds += time.perf_counter() - t0
+
+    def secure_mean(
+        self,
+        messages: Mapping[int, Message],
+        arrays: Mapping[str, ArraySpec],
+        scalars: Sequence[str],
+        settings: SecAggSettings,
+    ) -> SecureOutcome:
+        """SecAgg+'s weighted mean of the replies, without the masks (see :mod:`.secagg`).
+
+        The arithmetic (weights, clipping, seeded stochastic rounding, modular sum) is
+        Flower's, so the aggregate equals the one a Flower engine unmasks, bit for bit.
+        """
+        out = SecureOutcome()
+        posted = [nid for nid in sorted(messages) if self._post(nid, messages[nid])]
+        if len(posted) < 2:
+            out.halted = f"SecAgg+ needs at least 2 clients, {len(posted)} took part"
+            return out
+        max_weight = float(max(c.n_train for c in self.clients.values()))
+        names = list(arrays)
+        vectors, weights, seeds = [], [], []
+        for nid in posted:
+            msg = messages[nid]
+            reply = self._run(nid, msg)
+            if reply is None:
+                continue
+            why = check_secure_reply(reply, arrays, scalars, msg.kind, max_weight)
+            if why is not None:
+                out.rejected[nid] = why
+                continue
+            self._up += reply_nbytes(arrays, reply.scalars)
+            out.replies[nid] = Message(reply.kind, {}, reply.scalars)
+            vectors.append(flatten(reply.arrays, names))
+            weights.append(float(reply.scalars[WEIGHT]))
+            seeds.append(rounding_seed(self.seed, int(msg.get("round", 0)), nid, msg.kind))
+        _, threshold = settings.protocol_sizes(len(posted))
+        if len(vectors) < threshold:
+            out.halted = (
+                f"{len(vectors)} of {len(posted)} clients sent masked vectors, fewer than "
+                f"the reconstruction threshold {threshold}"
+            )
+            out.replies = {}
+            return out
+        out.mean = secure_mean(vectors, weights, seeds, max_weight, settings.clip, len(posted))
+        return out
 
 
 @dataclass
@@ -131,11 +198,13 @@ def drive(
     on_round: Callable[[dict[str, Any]], None] | None = None,
     eval_every: int = 0,
     server_data: np.ndarray | None = None,
+    secagg: SecAggSettings | None = None,
 ) -> RunOutcome:
     """Run the server program on ``grid``, then the evaluation phase: every engine's core.
 
     ``grid`` is any :class:`~fedad.fl.grid.Grid` that also keeps ``client_seconds`` and a
-    list of ``failures``. Training bytes and seconds are read before the evaluation phase.
+    list of ``failures`` (and, with ``secagg``, has a ``secure_mean``). Training bytes and
+    seconds are read before the evaluation phase.
     """
     ctx = ServerContext(
         grid,
@@ -145,6 +214,7 @@ def drive(
         min_clients,
         on_round=on_round,
         server_data=server_data,
+        secagg=secagg,
     )
     if eval_every > 0:
         ctx.eval_every = eval_every
@@ -152,6 +222,12 @@ def drive(
     t0 = time.perf_counter()
     result = algorithm.server(ctx)
     seconds = time.perf_counter() - t0
+    if secagg is not None and ctx.secure_phases == 0:
+        ctx.events.append(
+            f"privacy.secagg is on, but '{algorithm.name}' has no weighted-mean phase to "
+            "secure: it ran without SecAgg+"
+        )
+        log.warning(ctx.events[-1])
     up, down, client_s = grid.bytes_up, grid.bytes_down, grid.client_seconds
     evaluations = evaluate_all(grid, result)
     return RunOutcome(
@@ -181,6 +257,9 @@ def run_inprocess(
     privacy: PrivacyConfig | None = None,
 ) -> RunOutcome:
     """Run ``algorithm`` on ``federation`` in this process, then evaluate every client."""
+    secagg = SecAggSettings.from_config(privacy)
+    if secagg is not None:
+        require_flwr_for_secagg()
     grid = InProcessGrid(
         algorithm, federation, seed=seed, dropout=dropout, attack=attack, privacy=privacy
     )
@@ -194,6 +273,7 @@ def run_inprocess(
         on_round=on_round,
         eval_every=eval_every,
         server_data=federation.server_normal,
+        secagg=secagg,
     )
     outcome.client_states = grid.states
     return outcome

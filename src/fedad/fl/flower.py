@@ -47,7 +47,7 @@ import importlib.util
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -59,6 +59,8 @@ from fedad.data.types import Federation
 from fedad.errors import ConfigError, FedadError
 from fedad.fl.algorithm import EVALUATE, Algorithm, Setup, build_algorithm
 from fedad.fl.messages import Message, Scalar
+from fedad.fl.secagg import SecAggSettings, SecureOutcome, reply_nbytes
+from fedad.fl.validate import ArraySpec
 from fedad.seeding import rng as seeded_rng
 
 if TYPE_CHECKING:  # the engine pulls in scipy; the ClientApp's handshake stays light
@@ -79,6 +81,8 @@ STATE_KEY = "fedad.state"
 """``context.state`` key of the ``ArrayRecord`` holding a client's state."""
 HELLO = "fedad_hello"
 """Query action of the handshake that maps Flower node ids to partition ids."""
+SIZE = "fedad_size"
+"""Query action asking a node its training-set size (SecAgg+'s weight bound)."""
 
 DEFAULT_TIMEOUT = 600.0
 """Reply timeout (seconds) on Flower when ``engine.timeout`` is not set."""
@@ -349,6 +353,7 @@ class FlowerGrid:
         self.failures: list[str] = []
         self.missing: set[int] = set()
         self.phase_no = 0
+        self._sizes: dict[int, int] = {}
 
     # -- Grid protocol -----------------------------------------------------------------
     def get_node_ids(self) -> list[int]:
@@ -511,6 +516,99 @@ class FlowerGrid:
             )
         return dict(sorted(replies.items()))
 
+    # -- SecAgg+ -------------------------------------------------------------------------
+    def secure_mean(
+        self,
+        messages: Mapping[int, Message],
+        arrays: Mapping[str, ArraySpec],
+        scalars: Sequence[str],
+        settings: SecAggSettings,
+    ) -> SecureOutcome:
+        """One phase under Flower's SecAgg+ (:mod:`fedad.fl.flower_secagg`).
+
+        Bytes, dropout draws and the ``min_clients`` rule as in :meth:`send_and_receive`;
+        the payload counted up is each contribution's masked vector and clear scalars, the
+        rest of the protocol's traffic is ``overhead_bytes``.
+        """
+        from fedad.fl.flower_secagg import secure_mean
+
+        self.phase_no += 1
+        posted: list[int] = []
+        kind = ""
+        for cid in sorted(messages):
+            msg = messages[cid]
+            kind = msg.kind
+            if not 0 <= cid < self.num_partitions:
+                raise KeyError(f"no node {cid}")
+            self._down += msg.nbytes
+            if self.dropout > 0 and self._rng.random() < self.dropout:
+                continue
+            posted.append(cid)
+        nodes = {c: self._node_of[c] for c in posted if c in self._node_of}
+        self.missing.update(c for c in posted if c not in nodes)
+        max_weight = self._max_weight() if len(nodes) >= 2 else None
+        answered = len(nodes)
+        if len(nodes) < 2:
+            out = SecureOutcome(halted=f"SecAgg+ needs at least 2 clients, {len(nodes)} took part")
+        elif max_weight is None:
+            out = SecureOutcome(halted="no node told its training-set size (the weight bound)")
+        else:
+            out, wgrid = secure_mean(
+                self, nodes, messages, arrays, scalars, settings, max_weight, self.timeout
+            )
+            client_of = {n: c for c, n in nodes.items()}
+            self.client_seconds += wgrid.seconds
+            for m in wgrid.contributed.values():
+                self._up += reply_nbytes(arrays, m.scalars)
+            for node, (stage, reason) in sorted(wgrid.errors.items()):
+                cid = client_of[node]
+                if cid not in out.rejected:
+                    answered -= 1
+                    self.missing.add(cid)
+                    last = reason.splitlines()[-1] if reason else "error"
+                    self.failures.append(f"node {cid} failed in '{kind}' (SecAgg+ {stage}): {last}")
+                    log.warning(self.failures[-1])
+            for node, stage in sorted(wgrid.silent.items()):
+                answered -= node not in wgrid.errors
+                self.missing.add(client_of[node])
+                self.failures.append(
+                    f"node {client_of[node]}: no reply to '{kind}' (SecAgg+ {stage}) "
+                    f"within {self.timeout:g} s"
+                )
+                log.warning(self.failures[-1])
+        if answered < min(self.min_clients, len(posted)):  # nodes that never failed
+            raise FlowerRunError(
+                f"only {answered} of {len(posted)} nodes answered SecAgg+ for '{kind}', "
+                f"fewer than engine.min_clients = {self.min_clients}",
+                "check the SuperNodes, raise engine.timeout or lower privacy.secagg_threshold",
+            )
+        return out
+
+    def _max_weight(self) -> float | None:
+        """The largest training-set size of the mapped nodes (asked once per node)."""
+        from flwr.app import ConfigRecord, RecordDict
+        from flwr.app import Message as FMessage
+
+        unknown = [c for c in sorted(self._node_of) if c not in self._sizes]
+        if unknown:
+            msgs = [
+                FMessage(
+                    RecordDict({META_KEY: ConfigRecord({"kind": SIZE})}),
+                    self._node_of[c],
+                    f"query.{SIZE}",
+                )
+                for c in unknown
+            ]
+            deadline = time.monotonic() + self.timeout
+            got = self._exchange(msgs, [self._node_of[c] for c in unknown], deadline)
+            for node, reply in got.items():
+                if reply.has_error() or not reply.has_content():
+                    continue
+                n = recorddict_meta(reply.content).get("n-train")
+                if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+                    self._sizes[self._client_of[node]] = n
+        return float(max(self._sizes.values())) if self._sizes else None
+
 
 # ---------------------------------------------------------------------------- server side
 
@@ -553,6 +651,7 @@ def serve(
         on_round=on_round,
         eval_every=e.eval_every,
         server_data=server_data,
+        secagg=SecAggSettings.from_config(cfg.privacy),
     )
     outcome.missing_nodes = sorted(set(outcome.missing_nodes) | fgrid.missing)
     return outcome

@@ -42,6 +42,7 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Error, RecordDict
 from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 from flwr.serverapp import Grid, ServerApp
 
 from fedad.config import ExperimentConfig, read_toml
@@ -51,6 +52,7 @@ from fedad.fl.algorithm import Algorithm, Handler
 from fedad.fl.flower import (
     HELLO,
     META_KEY,
+    SIZE,
     STATE_KEY,
     ResultsDir,
     RunSpec,
@@ -61,6 +63,8 @@ from fedad.fl.flower import (
     state_to_record,
     to_recorddict,
 )
+from fedad.fl.flower_secagg import RefusedReply, checked, decode_content, encode_fitres
+from fedad.fl.secagg import rounding_seed
 
 if TYPE_CHECKING:
     from fedad.fl.engine import RunOutcome  # (pulls in scipy: not needed by the handshake)
@@ -209,8 +213,10 @@ class FedadClientApp(ClientApp):
     def __init__(self, spec: RunSpec | None = None) -> None:
         super().__init__()
         self._spec = spec
-        self._routes: set[str] = set()
+        self._routes: set[str] = {"train"}
         self.query(HELLO)(self._hello)
+        self.query(SIZE)(self._size)
+        self.train()(self._train_entry)
         if spec is not None:
             for phase in spec.build_algorithm().handlers():
                 self._register(phase)
@@ -248,6 +254,51 @@ class FedadClientApp(ClientApp):
             return _error_reply(message, err)
         info = ConfigRecord({"kind": HELLO, "partition-id": pid, "num-partitions": parts})
         return FlowerMessage(RecordDict({META_KEY: info}), reply_to=message)
+
+    def _size(self, message: FlowerMessage, context: Context) -> FlowerMessage:
+        """Answer the training-set size: SecAgg+'s weight bound (FedAvg weights are public)."""
+        try:
+            node = load_node(self.spec_of(context), context)
+        except Exception as err:
+            return _error_reply(message, err)
+        info = ConfigRecord({"kind": SIZE, "n-train": int(node.data.n_train)})
+        return FlowerMessage(RecordDict({META_KEY: info}), reply_to=message)
+
+    def _train_entry(self, message: FlowerMessage, context: Context) -> FlowerMessage:
+        """Flower's ``train`` route: a SecAgg+ stage goes through ``secaggplus_mod``, any
+        other message to the algorithm's ``train`` handler."""
+        if RECORD_KEY_CONFIGS not in message.content.config_records:
+            return self._handle("train", message, context)
+        from flwr.client.mod import secaggplus_mod
+
+        saved = np.random.get_state()  # the seeded rounding must not leak into the process
+        try:
+            return secaggplus_mod(message, context, self._secure_step)
+        except RefusedReply as err:
+            return FlowerMessage(Error(CLIENT_APP_RAISED_EXCEPTION, str(err)), reply_to=message)
+        except Exception as err:
+            return _error_reply(message, err)
+        finally:
+            np.random.set_state(saved)
+
+    def _secure_step(self, message: FlowerMessage, context: Context) -> FlowerMessage:
+        """The masked-vectors stage: run the phase's handler, check the reply, seed the
+        rounding; ``secaggplus_mod`` then quantizes and masks the returned ``FitRes``."""
+        spec = self.spec_of(context)
+        node = load_node(spec, context)
+        msg, arrays, wanted, bound = decode_content(message.content)
+        handler = node.handlers[msg.kind]
+        state = state_from_record(context.state[STATE_KEY]) if STATE_KEY in context.state else {}
+        t0 = time.perf_counter()
+        try:
+            reply = checked(handler(state, node.data, msg), msg, arrays, wanted, bound)
+        finally:
+            context.state[STATE_KEY] = state_to_record(state)
+        seconds = time.perf_counter() - t0
+        # secaggplus_mod's stochastic rounding draws from NumPy's global stream: seed it
+        round_no = int(msg.get("round", 0))
+        np.random.seed(rounding_seed(spec.config().seed, round_no, node.partition_id, msg.kind))
+        return FlowerMessage(encode_fitres(reply, arrays, seconds), reply_to=message)
 
     def _handle(self, phase: str, message: FlowerMessage, context: Context) -> FlowerMessage:
         try:

@@ -13,9 +13,13 @@ Each combines with a detector from :mod:`.detectors` (``autoencoder`` or ``deeps
   every client objective (Li et al., 2020).
 
 For Deep SVDD the centre is computed once before round 1: in ``fedavg``/``fedprox`` clients
-send :math:`\\sum_i \\phi(x_i)` and :math:`n_k` under the initial global weights and the server
-divides the sums (so the centre equals the pooled-data centre exactly); ``local`` clients use
-their own data; ``centralized`` uses the pooled data.
+send their mean embedding :math:`\\bar\\phi_k` and :math:`n_k` under the initial global
+weights and the server takes the example-weighted mean, which is the pooled-data centre;
+``local`` clients use their own data; ``centralized`` uses the pooled data.
+
+``fedavg`` and ``fedprox`` aggregate through :meth:`ServerContext.mean
+<fedad.fl.context.ServerContext.mean>`, so both their phases run under SecAgg+ when
+``privacy.secagg`` is on.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from pydantic import Field
 
 from fedad.data.types import ClientData
 from fedad.detector import quantile_threshold
-from fedad.fl.aggregate import weighted_mean, weighted_mean_dicts, weighted_sum
+from fedad.fl.aggregate import weighted_mean
 from fedad.fl.algorithm import (
     Algorithm,
     ClientState,
@@ -107,9 +111,8 @@ class _GlobalModel(TorchBaseline):
     def client_center(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         det = self._global_detector(dict(msg.arrays))
         assert isinstance(det, DeepSVDDDetector)
-        return Message(
-            CENTER, {"sum": det.embedding_sum(data.x_train)}, {"num_examples": data.n_train}
-        )
+        mean = det.embedding_sum(data.x_train) / max(data.n_train, 1)
+        return Message(CENTER, {"mean": mean}, {"num_examples": data.n_train})
 
     def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         det = self._global_detector(dict(msg.arrays))
@@ -125,17 +128,14 @@ class _GlobalModel(TorchBaseline):
         weights = det.model_arrays()
         ids = ctx.grid.get_node_ids()
         latent = det.model_.center.shape[0]  # type: ignore[index]
-        replies = ctx.send(
+        center = ctx.mean(
             {i: Message(CENTER, weights) for i in ids},
-            arrays={"sum": ArraySpec((int(latent),), "float64")},
-            scalars=["num_examples"],
+            arrays={"mean": ArraySpec((int(latent),), "float64")},
         )
-        if not replies:
+        if center.arrays is None:
             raise RuntimeError("no client answered the Deep SVDD centre phase")
-        total = weighted_sum([m.arrays["sum"] for m in replies.values()])
-        n = sum(float(m.scalars["num_examples"]) for m in replies.values())
         assert isinstance(det, DeepSVDDDetector)
-        det.set_center(total / n)
+        det.set_center(center.arrays["mean"])
         ctx.end_round(0)
 
     def server(self, ctx: ServerContext) -> ServerResult:
@@ -147,14 +147,12 @@ class _GlobalModel(TorchBaseline):
         for r in range(1, ctx.rounds + 1):
             ids = ctx.sample()
             msgs = {i: Message(TRAIN, weights, {"round": r}) for i in ids}
-            replies = ctx.send(msgs, arrays=spec, scalars=["num_examples", "loss"])
-            if replies:
-                n = [float(m.scalars["num_examples"]) for m in replies.values()]
-                weights = weighted_mean_dicts([dict(m.arrays) for m in replies.values()], n)
-                loss = float(
-                    weighted_mean([np.asarray(m.scalars["loss"]) for m in replies.values()], n)
-                )
-                ctx.log(loss=loss)
+            avg = ctx.mean(msgs, arrays=spec, scalars=["loss"])
+            if avg.arrays is not None:
+                weights = avg.arrays
+                n = [float(m.scalars["num_examples"]) for m in avg.replies.values()]
+                losses = [np.asarray(m.scalars["loss"]) for m in avg.replies.values()]
+                ctx.log(loss=float(weighted_mean(losses, n)))
             else:
                 ctx.event("no valid replies; the global model is unchanged")
             ctx.checkpoint(r, ServerResult(arrays=weights, scalars={}))

@@ -1,0 +1,318 @@
+"""SecAgg+ as Flower runs it: the settings, the client's reply checks and the arithmetic.
+
+Secure aggregation (SecAgg+, Bell et al., CCS 2020) lets the server learn the weighted mean
+:math:`\\bar x = \\sum_k w_k x_k / \\sum_k w_k` of the clients' vectors without seeing any
+single :math:`x_k`. Flower implements it as a server workflow
+(``flwr.server.workflow.SecAggPlusWorkflow``) and a client mod
+(``flwr.client.mod.secaggplus_mod``); :mod:`fedad.fl.flower_secagg` drives both. In Flower's
+arithmetic, client :math:`k` with weight :math:`w_k` (its ``num_examples``) sends
+
+.. math::
+
+    y_k = \\big[\\, q_k,\\; \\mathcal Q(\\hat r_k x_k) \\,\\big] + \\text{masks} \\pmod{M},
+    \\qquad q_k = \\operatorname{round}(R\\, w_k / W), \\quad \\hat r_k = q_k / R,
+
+where :math:`W` is the largest weight (``max_weight``), :math:`M = 2^{32}` and
+:math:`\\mathcal Q(v)` clips :math:`v` to :math:`[-C, C]` (``privacy.secagg_clip``), maps it
+to :math:`[0, R]` and rounds stochastically (unbiased). The pairwise masks cancel in the sum
+and the private masks are removed with Shamir-shared seeds, so the server ends with
+:math:`\\sum_k \\mathcal Q(\\hat r_k x_k)` and :math:`\\sum_k q_k` and returns
+
+.. math::
+
+    \\bar x' = \\Big(\\tfrac{2C}{R} \\sum_k \\mathcal Q(\\hat r_k x_k) - nC\\Big)
+        \\Big/ \\sum_k \\hat r_k .
+
+**Error bound.** Stochastic rounding moves each entry of each :math:`\\hat r_k x_k` by less
+than one step :math:`2C/R`, so, without clipping, :math:`|\\bar x' - \\sum_k \\hat r_k x_k /
+\\sum_k \\hat r_k| < n (2C/R) / \\sum_k \\hat r_k`; quantizing the weights moves each
+:math:`\\hat r_k` by at most :math:`1/(2R)` (:func:`error_bound` adds both). With
+:math:`W = \\max_k w_k` the biggest client has :math:`\\hat r = 1`, so the bound is at most
+:math:`n (2C + \\max|x|) / R`.
+
+**Choices made here** (Flower's defaults are :math:`R = 2^{22}` and ``max_weight = 1000``):
+
+* :math:`R` is the largest power of two (at most :math:`2^{30}`) for which the sum of
+  :math:`n` entries cannot wrap around modulo :math:`2^{32}` (:func:`quantization_range`):
+  :math:`2^{28}` for up to 15 clients, so the step :math:`2C/R` is :math:`6 \\cdot 10^{-8}` at
+  :math:`C = 8`. A fixed :math:`2^{22}` overflows silently beyond 1,023 clients.
+* :math:`W` is the largest training-set size of the federation (known to the server: FedAvg
+  weights are not secret, and Flower's ``FitRes`` carries them in the clear), so no weight is
+  scaled above 1 and none is needlessly coarse. A reply whose weight exceeds :math:`W` is
+  refused by the client itself.
+* Every vector is flattened to 1-D (Flower's dequantization skips 0-d arrays).
+* The stochastic rounding draws from a stream seeded by (seed, round, client, phase), on the
+  client, so a run with SecAgg+ is as reproducible as one without; the keys and masks stay
+  cryptographically random.
+
+The in-process engine runs the same arithmetic (:func:`client_vector`, :func:`server_mean`,
+with Flower's own quantization functions) but no masking: all clients live in one process,
+there is nothing to hide, and masks cancel exactly modulo :math:`2^{32}`. Its aggregate is
+therefore bit-identical to the one a Flower engine unmasks (tested).
+
+Because the server sees only the sum, it cannot check single replies: each client checks
+its own (:func:`check_secure_reply`) before masking, and a client that fails the check
+drops out, which SecAgg+ tolerates down to the reconstruction threshold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fedad.errors import ConfigError
+from fedad.fl.messages import SCALAR_BYTES, Message, Scalar, scalar_nbytes
+from fedad.fl.validate import ArraySpec, check_reply
+from fedad.seeding import rng as seeded_rng
+
+if TYPE_CHECKING:
+    from fedad.config import PrivacyConfig
+
+MODULUS = 2**32
+"""Flower's ``modulus_range``: masks and sums live modulo :math:`2^{32}`."""
+MAX_QUANTIZATION = 2**30
+"""Upper end of :math:`R` (quantized entries must fit Flower's int32 rounding)."""
+WEIGHT = "num_examples"
+"""The reply scalar that weighs a client in a mean."""
+
+
+@dataclass(frozen=True)
+class SecAggSettings:
+    """SecAgg+ parameters of a run (``[privacy]`` ``secagg_*``)."""
+
+    clip: float = 8.0
+    shares: int | float = 1.0
+    threshold: int | float = 0.5
+
+    @classmethod
+    def from_config(cls, cfg: PrivacyConfig | None) -> SecAggSettings | None:
+        """The settings when ``privacy.secagg`` is on, else ``None``."""
+        if cfg is None or not cfg.secagg:
+            return None
+        return cls(cfg.secagg_clip, cfg.secagg_shares, cfg.secagg_threshold)
+
+    def protocol_sizes(self, n: int) -> tuple[int, int]:
+        """(shares per client, reconstruction threshold) for ``n`` sampled clients.
+
+        The rule of Flower's ``SecAggPlusWorkflow.setup_stage``, so both engines agree.
+        """
+        if isinstance(self.shares, float):
+            shares = round(self.shares * n)
+            if shares < n and shares % 2 == 0:
+                shares += 1
+            if shares <= 2:
+                shares = n
+        else:
+            shares = self.shares
+        if isinstance(self.threshold, float):
+            threshold = max(round(self.threshold * shares), 2)
+        else:
+            threshold = self.threshold
+        return shares, threshold
+
+
+def require_flwr_for_secagg() -> None:
+    """SecAgg+ is Flower's: a one-line error when ``flwr`` is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("flwr") is None:
+        raise ConfigError(
+            "privacy.secagg = true needs Flower (flwr), which is not installed",
+            "install fedad's optional flower extra, see docs/deployment.md",
+        )
+
+
+def quantization_range(n: int) -> int:
+    """:math:`R`: the largest power of two :math:`\\le 2^{30}` with :math:`nR < 2^{32}`."""
+    if n < 1:
+        raise ValueError("need at least one client")
+    return min(MAX_QUANTIZATION, 1 << (((MODULUS - 1) // n).bit_length() - 1))
+
+
+def rounding_seed(seed: int, round_no: int, client_id: int, phase: str) -> int:
+    """The seed of a client's stochastic rounding in one phase (a pure function)."""
+    stream = seeded_rng(seed, round_no, client_id, zlib.crc32(phase.encode()), 0x5EC)
+    return int(stream.integers(0, 2**32 - 1))
+
+
+@contextlib.contextmanager
+def numpy_global_seed(seed: int) -> Iterator[None]:
+    """Seed NumPy's global stream (Flower's quantizer draws from it), restore it after."""
+    saved = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(saved)
+
+
+@dataclass
+class SecureOutcome:
+    """What a grid's ``secure_mean`` returns to the server context."""
+
+    mean: list[np.ndarray] | None = None
+    """The weighted mean as flattened float64 vectors (``None`` when the protocol halted)."""
+    replies: dict[int, Message] = field(default_factory=dict)
+    """Per contributing client: its reply's scalars (sent in the clear), no arrays."""
+    rejected: dict[int, str] = field(default_factory=dict)
+    """Clients whose reply failed :func:`check_secure_reply`, and why."""
+    halted: str | None = None
+    """Why no mean came out, if none did."""
+    overhead_bytes: int = 0
+    """Bytes of the key agreement and share traffic (measured on Flower; 0 in-process)."""
+
+
+# -------------------------------------------------------------------------- the replies
+
+
+def check_secure_reply(
+    reply: Message,
+    arrays: Mapping[str, ArraySpec],
+    scalars: Sequence[str],
+    kind: str,
+    max_weight: float,
+) -> str | None:
+    """Why a client must not contribute ``reply`` to a secure mean, or ``None``.
+
+    Beyond :func:`~fedad.fl.validate.check_reply`: exactly the expected arrays, all of them
+    floating point, and an integer weight in ``[0, max_weight]``.
+    """
+    why = check_reply(reply, arrays, [WEIGHT, *scalars], kind=kind)
+    if why is not None:
+        return why
+    extra = sorted(set(reply.arrays) - set(arrays))
+    if extra:
+        return f"unexpected array(s) {extra} in a secure mean"
+    for name, spec in arrays.items():
+        if not np.issubdtype(np.dtype(spec.dtype), np.floating):
+            return f"array '{name}' is {spec.dtype}; a secure mean takes floating point only"
+    w = float(reply.scalars[WEIGHT])  # a number: check_reply made sure
+    if w != int(w):
+        return f"weight {WEIGHT} = {w} is not a whole number"
+    if w > max_weight:
+        return f"weight {WEIGHT} = {w} exceeds the announced bound {max_weight:g}"
+    return None
+
+
+def flatten(arrays: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
+    """The arrays ``names`` in order, each flattened to 1-D."""
+    return [np.ravel(np.asarray(arrays[n])) for n in names]
+
+
+def unflatten(
+    vectors: Sequence[np.ndarray], spec: Mapping[str, ArraySpec]
+) -> dict[str, np.ndarray]:
+    """The named arrays back from :func:`flatten` ed vectors (shape and dtype of ``spec``)."""
+    out: dict[str, np.ndarray] = {}
+    for (name, s), v in zip(spec.items(), vectors, strict=True):
+        out[name] = np.asarray(v).reshape(s.shape).astype(s.dtype, copy=False)
+    return out
+
+
+def reply_nbytes(spec: Mapping[str, ArraySpec], reply_scalars: Mapping[str, Scalar]) -> int:
+    """Payload of one secure reply: its masked vector (int64 per entry, plus the weight
+    factor) and its scalars, which travel in the clear."""
+    entries = sum(int(np.prod(s.shape, dtype=np.int64)) for s in spec.values())
+    clear = sum(scalar_nbytes(v) for v in reply_scalars.values())
+    return SCALAR_BYTES * (entries + 1) + clear
+
+
+# -------------------------------------------------------------------------- the arithmetic
+
+
+def client_vector(
+    vectors: Sequence[np.ndarray],
+    weight: float,
+    max_weight: float,
+    clip: float,
+    target: int,
+    seed: int,
+) -> list[np.ndarray]:
+    """What ``secaggplus_mod`` masks: :math:`[q_k, \\mathcal Q(\\hat r_k x_k)]` (int64).
+
+    The steps and functions of Flower's ``_collect_masked_vectors``, before the masks.
+    """
+    from flwr.common.secure_aggregation.ndarrays_arithmetic import (
+        factor_combine,
+        parameters_multiply,
+    )
+    from flwr.common.secure_aggregation.quantization import quantize
+
+    q_ratio = round(weight / max_weight * target)
+    scaled = parameters_multiply(list(vectors), q_ratio / target)
+    with numpy_global_seed(seed):
+        quantized = quantize(scaled, clip, target)
+    return [np.asarray(a, dtype=np.int64) for a in factor_combine(q_ratio, quantized)]
+
+
+def modular_sum(vectors: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray]:
+    """Element-wise sum of the clients' vectors modulo :math:`2^{32}` (what unmasking leaves)."""
+    total = [np.zeros_like(a, dtype=np.int64) for a in vectors[0]]
+    for vec in vectors:
+        total = [(t + np.asarray(a, np.int64)) % MODULUS for t, a in zip(total, vec, strict=True)]
+    return total
+
+
+def server_mean(total: Sequence[np.ndarray], n: int, clip: float, target: int) -> list[np.ndarray]:
+    """:math:`\\bar x'` from the unmasked sum of ``n`` clients (float64 vectors).
+
+    The steps and functions of Flower's ``unmask_stage`` after the masks are removed.
+    """
+    from flwr.common.secure_aggregation.ndarrays_arithmetic import factor_extract
+    from flwr.common.secure_aggregation.quantization import dequantize
+
+    q_total, rest = factor_extract(list(total))
+    scale = target / q_total
+    out = dequantize(rest, clip, target)
+    offset = -(n - 1) * clip
+    for vec in out:
+        vec += offset
+        vec *= scale
+    return out
+
+
+def error_bound(
+    vectors: Sequence[Sequence[np.ndarray]],
+    weights: Sequence[float],
+    max_weight: float,
+    clip: float,
+    target: int,
+) -> float:
+    """An upper bound of :math:`|\\bar x' - \\bar x|` (max over entries), no clipping assumed.
+
+    Rounding: below :math:`n (2C/R) / \\sum_k \\hat r_k`; weight quantization: the exact and
+    the quantized weights differ by at most :math:`1/(2R)` each, which moves the mean by at
+    most :math:`\\sum_k |\\hat r_k - r_k| \\cdot 2\\max|x| / \\sum_k \\hat r_k`.
+    """
+    n = len(vectors)
+    r_hat = np.array([round(w / max_weight * target) / target for w in weights])
+    biggest = max(float(np.max(np.abs(a))) if a.size else 0.0 for v in vectors for a in v)
+    rounding = n * (2 * clip / target) / r_hat.sum()
+    weighting = n / (2 * target) * 2 * biggest / r_hat.sum()
+    return float(rounding + weighting)
+
+
+def secure_mean(
+    vectors: Sequence[Sequence[np.ndarray]],
+    weights: Sequence[float],
+    seeds: Sequence[int],
+    max_weight: float,
+    clip: float,
+    n_sampled: int,
+) -> list[np.ndarray]:
+    """The mean SecAgg+ yields for these clients, without the masks (in-process engine).
+
+    ``n_sampled`` (the clients the protocol was set up for) fixes :math:`R`; ``vectors`` are
+    the replies that arrived.
+    """
+    target = quantization_range(n_sampled)
+    sent = [
+        client_vector(v, w, max_weight, clip, target, s)
+        for v, w, s in zip(vectors, weights, seeds, strict=True)
+    ]
+    return server_mean(modular_sum(sent), len(sent), clip, target)
