@@ -68,3 +68,17 @@ def test_flower_commands_without_flwr(monkeypatch: pytest.MonkeyPatch) -> None:
 
     res = CliRunner().invoke(app, ["flower", "superlink", "--insecure"])
     assert res.exit_code == 2 and "flower extra" in res.output
+
+
+def test_secagg_without_flwr_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "flwr" else real(name, *a)
+    )
+    cfg = parse_config({**CFG, "privacy": {"secagg": True}})
+    fed = build_federation(cfg)
+    alg = build_algorithms(cfg, fed)["fedavg"]
+    with pytest.raises(ConfigError, match=r"privacy.secagg = true needs Flower .*flower extra"):
+        run_method(cfg, alg, fed)

@@ -174,3 +174,32 @@ def test_seeded_rounding_leaves_numpys_global_stream_alone() -> None:
     np.random.seed(123)
     _both(CFG)
     np.testing.assert_array_equal(np.random.rand(3), expected)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 7, 10, 31])
+@pytest.mark.parametrize(("shares", "threshold"), [(1.0, 0.5), (0.3, 0.5), (0.5, 0.9), (5, 3)])
+def test_protocol_sizes_are_flowers(n: int, shares: float, threshold: float) -> None:
+    """Both engines size the protocol alike: the in-process rule equals Flower's setup."""
+    from flwr.app import Context, RecordDict
+    from flwr.server.compat.legacy_context import LegacyContext
+    from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
+    from flwr.server.workflow.secure_aggregation.secaggplus_workflow import WorkflowState
+
+    from fedad.fl.flower_secagg import PhaseStrategy, SecAggPlus, encode_fitins
+    from fedad.fl.secagg import SecAggSettings
+
+    fitins = {i: encode_fitins(Message("train"), {}, [], 1.0) for i in range(n)}
+    ctx = LegacyContext(Context(0, 0, {}, RecordDict(), {}), strategy=PhaseStrategy(fitins))
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    ctx.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({"current_round": 1})
+    ctx.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord()
+
+    class Silent:
+        def send_and_receive(self, messages: Any, timeout: Any = None) -> list[Any]:
+            return []
+
+    state = WorkflowState()
+    SecAggPlus(shares, threshold).setup_stage(Silent(), ctx, state)  # type: ignore[arg-type]
+    expected = SecAggSettings(8.0, shares, threshold).protocol_sizes(n)
+    assert (state.num_shares, state.threshold) == expected

@@ -200,8 +200,12 @@ def check_secure_reply(
 
 
 def flatten(arrays: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
-    """The arrays ``names`` in order, each flattened to 1-D."""
-    return [np.ravel(np.asarray(arrays[n])) for n in names]
+    """The arrays ``names`` in order, each flattened to 1-D float64.
+
+    float64 because the quantizer computes in the input's precision: with float32 its own
+    rounding (:math:`2^{-24}` relative) would be coarser than the grid it rounds to.
+    """
+    return [np.ravel(np.asarray(arrays[n], dtype=np.float64)) for n in names]
 
 
 def unflatten(
@@ -244,7 +248,8 @@ def client_vector(
     from flwr.common.secure_aggregation.quantization import quantize
 
     q_ratio = round(weight / max_weight * target)
-    scaled = parameters_multiply(list(vectors), q_ratio / target)
+    exact = [np.asarray(v, dtype=np.float64) for v in vectors]  # as :func:`flatten` sends them
+    scaled = parameters_multiply(exact, q_ratio / target)
     with numpy_global_seed(seed):
         quantized = quantize(scaled, clip, target)
     return [np.asarray(a, dtype=np.int64) for a in factor_combine(q_ratio, quantized)]
@@ -285,14 +290,17 @@ def error_bound(
 ) -> float:
     """An upper bound of :math:`|\\bar x' - \\bar x|` (max over entries), no clipping assumed.
 
-    Rounding: below :math:`n (2C/R) / \\sum_k \\hat r_k`; weight quantization: the exact and
-    the quantized weights differ by at most :math:`1/(2R)` each, which moves the mean by at
-    most :math:`\\sum_k |\\hat r_k - r_k| \\cdot 2\\max|x| / \\sum_k \\hat r_k`.
+    Rounding: each client's entry moves by less than one step :math:`2C/R`, plus the float64
+    error of computing its grid position, :math:`\\epsilon (\\max|x| + 4C)`; summed over
+    :math:`n` clients and divided by :math:`\\sum_k \\hat r_k`. Weight quantization: the
+    exact and the quantized weights differ by at most :math:`1/(2R)` each, which moves the
+    mean by at most :math:`\\sum_k |\\hat r_k - r_k| \\cdot 2\\max|x| / \\sum_k \\hat r_k`.
     """
     n = len(vectors)
     r_hat = np.array([round(w / max_weight * target) / target for w in weights])
     biggest = max(float(np.max(np.abs(a))) if a.size else 0.0 for v in vectors for a in v)
-    rounding = n * (2 * clip / target) / r_hat.sum()
+    eps = float(np.finfo(np.float64).eps)
+    rounding = n * (2 * clip / target + eps * (biggest + 4 * clip)) / r_hat.sum()
     weighting = n / (2 * target) * 2 * biggest / r_hat.sum()
     return float(rounding + weighting)
 
