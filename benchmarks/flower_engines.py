@@ -6,11 +6,16 @@ round come from ``history.csv``; round 1 carries start-up costs (Ray, process sp
 first torch optimiser step), so the ratio uses rounds 2-3. Also checks that the metrics
 agree across engines.
 
-    .venv/bin/python benchmarks/flower_engines.py
+``--secagg`` measures what Flower's SecAgg+ costs instead: the same runs with and without
+``privacy.secagg``, seconds per round, bytes up per round (masked vectors) and the
+protocol's own bytes (``secagg_bytes``: keys, encrypted shares, stage configs).
+
+    .venv/bin/python benchmarks/flower_engines.py [--secagg]
 """
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -22,7 +27,10 @@ from fedad.runner import run_experiment
 ENGINES = ("inprocess", "flower-simulation", "flower-deployment")
 
 
-def run(engine: str, clients: int, rounds: int = 3) -> tuple[list[float], float, float]:
+def history(
+    engine: str, clients: int, rounds: int = 3, privacy: dict[str, Any] | None = None
+) -> tuple[list[dict[str, str]], float, float]:
+    """(history rows, whole-run seconds, AUROC) of one run."""
     cfg = parse_config(
         {
             "seed": 0,
@@ -30,6 +38,7 @@ def run(engine: str, clients: int, rounds: int = 3) -> tuple[list[float], float,
             "data": {"name": "digits", "normal": [0, 1, 2, 3, 4], "anomaly": [5, 6, 7, 8, 9]},
             "partition": {"scheme": "iid", "clients": clients},
             "engine": {"name": engine, "progress": False},
+            "privacy": privacy or {},
             "methods": [{"name": "fedavg", "detector": "autoencoder"}],
         }
     )
@@ -40,8 +49,36 @@ def run(engine: str, clients: int, rounds: int = 3) -> tuple[list[float], float,
         lines = (Path(tmp) / "history.csv").read_text().splitlines()
     header = lines[0].split(",")
     rows = [dict(zip(header, line.split(","), strict=False)) for line in lines[1:]]
+    return rows, total, float(data["methods"]["fedavg"]["auroc"])
+
+
+def run(engine: str, clients: int, rounds: int = 3) -> tuple[list[float], float, float]:
+    rows, total, auroc = history(engine, clients, rounds)
     per_round = [float(r["seconds"]) for r in rows if int(r["round"]) >= 1]
-    return per_round, total, float(data["methods"]["fedavg"]["auroc"])
+    return per_round, total, auroc
+
+
+def secagg() -> None:
+    """Plain vs SecAgg+ on each engine: seconds and bytes per round (rounds 2-3)."""
+    print(
+        "| engine | clients | SecAgg+ | rounds 2-3 s (mean) | vs plain | bytes up / round | "
+        "protocol bytes / round | AUROC |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
+    for clients, engines in ((3, ENGINES), (100, ENGINES[:2])):
+        for engine in engines:
+            base = None
+            for on in (False, True):
+                rows, _, auroc = history(engine, clients, privacy={"secagg": on})
+                steady = [r for r in rows if int(r["round"]) >= 2]
+                s = sum(float(r["seconds"]) for r in steady) / len(steady)
+                up = sum(int(r["bytes_up"]) for r in steady) / len(steady)
+                proto = sum(float(r.get("secagg_bytes") or 0) for r in steady) / len(steady)
+                base = s if base is None else base
+                print(
+                    f"| {engine} | {clients} | {'on' if on else 'off'} | {s:.3f} | "
+                    f"{s / base:.1f}x | {up:,.0f} | {proto:,.0f} | {auroc:.6f} |"
+                )
 
 
 def main() -> None:
@@ -60,4 +97,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--secagg", action="store_true", help="measure SecAgg+'s cost")
+    if parser.parse_args().secagg:
+        secagg()
+    else:
+        main()

@@ -46,6 +46,11 @@ def test_defaults() -> None:
         ({"methods": [{"name": "fedavg"}]}, "missing key 'data'"),
         (cfg(methods=[{"name": "fedavg", "lr": 1}]), "unknown key 'methods.0.lr'"),
         (cfg(engine={"name": "ray"}), "engine.name"),
+        (cfg(privacy={"secagg_shares": 2}), "at least 3"),
+        (cfg(privacy={"secagg_shares": 1.5}), "share must be in (0, 1]"),
+        (cfg(privacy={"secagg_shares": "all"}), "privacy.secagg_shares"),
+        (cfg(privacy={"secagg_shares": 5, "secagg_threshold": 5}), "smaller than secagg_shares"),
+        (cfg(privacy={"secagg_clip": 0.0}), "privacy.secagg_clip"),
     ],
 )
 def test_errors_are_one_line_and_name_the_key(raw: dict[str, Any], needle: str) -> None:

@@ -103,10 +103,12 @@ class PrivacyConfig(_Strict):
     secagg_clip: float = Field(
         default=8.0, gt=0.0, description="SecAgg+ clipping range: weighted entries kept in [-c, c]"
     )
-    secagg_shares: int | float = Field(
-        default=1.0,
-        gt=0,
-        description="SecAgg+ key shares per client: a count (int > 2) or a share of the sampled",
+    secagg_shares: int | float | Literal["auto"] = Field(
+        default="auto",
+        description=(
+            "SecAgg+ key shares per client: a count (int > 2), a share of the sampled clients "
+            "(float in (0, 1]) or auto: max(15, 2 ceil(log2 n) + 1), at most n"
+        ),
     )
     secagg_threshold: int | float = Field(
         default=0.5,
@@ -117,6 +119,8 @@ class PrivacyConfig(_Strict):
     @model_validator(mode="after")
     def _secagg_sizes(self) -> PrivacyConfig:
         s, t = self.secagg_shares, self.secagg_threshold
+        if isinstance(s, float) and s <= 0.0:
+            raise ValueError("secagg_shares as a share must be in (0, 1]")
         if isinstance(s, int) and s <= 2:
             raise ValueError("secagg_shares as a count must be at least 3 (or a share like 1.0)")
         if isinstance(s, float) and s > 1.0:

@@ -250,6 +250,8 @@ def experiment_facts(cfg: ExperimentConfig, fed: Federation) -> dict[str, Any]:
         "server_normal": 0 if fed.server_normal is None else len(fed.server_normal),
         "attack": cfg.attack.kind,
         "attacked_clients": fed.notes.get("attacked_clients", []),
+        "privacy": cfg.privacy.mechanism,
+        "secagg": cfg.privacy.secagg,
     }
 
 

@@ -141,9 +141,9 @@ def compare(a: Any, b: Any, path: str = "") -> list[str]:
     return [] if a == b else [f"{path}: {a!r} != {b!r}"]
 
 
-def test_same_metrics_inprocess_simulation_deployment(tmp_path: Path, no_leftovers: None) -> None:
+def _same_metrics_on_every_engine(config: str, tmp_path: Path) -> dict[str, Any]:
     cfg = tmp_path / "c.toml"
-    cfg.write_text(CONFIG + ONLAD)
+    cfg.write_text(config)
     metrics = {}
     for engine in ("inprocess", "flower-simulation", "flower-deployment"):
         out = tmp_path / engine
@@ -160,6 +160,24 @@ def test_same_metrics_inprocess_simulation_deployment(tmp_path: Path, no_leftove
     for engine in ("flower-simulation", "flower-deployment"):
         assert compare(ref, metrics[engine]) == [], engine
         assert metrics[engine]["experiment"]["engine"] == engine
+    return metrics
+
+
+def test_same_metrics_inprocess_simulation_deployment(tmp_path: Path, no_leftovers: None) -> None:
+    _same_metrics_on_every_engine(CONFIG + ONLAD, tmp_path)
+
+
+def test_secagg_same_metrics_on_every_engine(tmp_path: Path, no_leftovers: None) -> None:
+    """Under SecAgg+ (real keys, shares and masks on both Flower engines, the same arithmetic
+    without masks in-process) the metrics agree too; history.csv records the protocol's
+    own bytes on Flower."""
+    config = CONFIG.replace("[engine]", "[privacy]\nsecagg = true\n\n[engine]")
+    metrics = _same_metrics_on_every_engine(config, tmp_path)
+    assert metrics["inprocess"]["experiment"]["secagg"] is True
+    for engine in ("flower-simulation", "flower-deployment"):
+        header, *rows = (tmp_path / engine / "history.csv").read_text().splitlines()
+        col = header.split(",").index("secagg_bytes")
+        assert all(float(r.split(",")[col]) > 0 for r in rows)
 
 
 def _wait_rounds(run_dir: Path, n: int, proc: subprocess.Popen[str], timeout: float) -> None:

@@ -176,8 +176,10 @@ def test_seeded_rounding_leaves_numpys_global_stream_alone() -> None:
     np.testing.assert_array_equal(np.random.rand(3), expected)
 
 
-@pytest.mark.parametrize("n", [2, 3, 4, 7, 10, 31])
-@pytest.mark.parametrize(("shares", "threshold"), [(1.0, 0.5), (0.3, 0.5), (0.5, 0.9), (5, 3)])
+@pytest.mark.parametrize("n", [2, 3, 4, 7, 10, 31, 100])
+@pytest.mark.parametrize(
+    ("shares", "threshold"), [("auto", 0.5), (1.0, 0.5), (0.3, 0.5), (0.5, 0.9), (5, 3)]
+)
 def test_protocol_sizes_are_flowers(n: int, shares: float, threshold: float) -> None:
     """Both engines size the protocol alike: the in-process rule equals Flower's setup."""
     from flwr.app import Context, RecordDict
@@ -199,7 +201,9 @@ def test_protocol_sizes_are_flowers(n: int, shares: float, threshold: float) -> 
         def send_and_receive(self, messages: Any, timeout: Any = None) -> list[Any]:
             return []
 
+    settings = SecAggSettings(8.0, shares, threshold)
     state = WorkflowState()
-    SecAggPlus(shares, threshold).setup_stage(Silent(), ctx, state)  # type: ignore[arg-type]
-    expected = SecAggSettings(8.0, shares, threshold).protocol_sizes(n)
+    workflow = SecAggPlus(settings.flower_shares(n), threshold)
+    workflow.setup_stage(Silent(), ctx, state)  # type: ignore[arg-type]
+    expected = settings.protocol_sizes(n)
     assert (state.num_shares, state.threshold) == expected

@@ -159,7 +159,17 @@ def test_integer_arrays_cannot_be_averaged_securely() -> None:
 
 @pytest.mark.parametrize(
     ("shares", "threshold", "n", "expected"),
-    [(1.0, 0.5, 3, (3, 2)), (1.0, 0.5, 10, (10, 5)), (0.3, 0.5, 10, (3, 2)), (5, 3, 10, (5, 3))],
+    [
+        (1.0, 0.5, 3, (3, 2)),
+        (1.0, 0.5, 10, (10, 5)),
+        (0.3, 0.5, 10, (3, 2)),
+        (5, 3, 10, (5, 3)),
+        ("auto", 0.5, 15, (15, 8)),  # everybody up to 15 clients
+        ("auto", 0.5, 16, (15, 8)),  # then max(15, 2 ceil(log2 n) + 1) neighbours
+        ("auto", 0.5, 129, (17, 8)),
+        ("auto", 0.5, 100, (15, 8)),
+        ("auto", 0.5, 1000, (21, 10)),
+    ],
 )
 def test_protocol_sizes(shares: float, threshold: float, n: int, expected: tuple[int, int]) -> None:
     assert SecAggSettings(8.0, shares, threshold).protocol_sizes(n) == expected

@@ -13,11 +13,12 @@ workflow:
   clear ``FitRes`` metrics. The workflow talks to the nodes through :class:`WorkflowGrid`,
   which delivers with the adapter's push/pull, applies its timeout, counts the protocol's
   bytes and notes which node failed in which stage. Nothing else of the legacy API is used.
-* **Client** (:func:`secure_step`, called by the ClientApp through ``secaggplus_mod``): in
-  the stage that collects masked vectors it decodes the message, runs the algorithm's
-  handler, checks the reply (:func:`~fedad.fl.secagg.check_secure_reply`) and returns it
-  as a ``FitRes``; the mod then quantizes, masks and sends it. It also seeds the stochastic
-  rounding (:func:`~fedad.fl.secagg.rounding_seed`).
+* **Client** (``FedadClientApp._secure_step`` in :mod:`fedad.fl.flower_app`, called through
+  ``secaggplus_mod``): in the stage that collects masked vectors it decodes the message
+  (:func:`decode_content`), runs the algorithm's handler, checks the reply
+  (:func:`checked`) and returns it as a ``FitRes`` (:func:`encode_fitres`); the mod then
+  quantizes, masks and sends it. It also seeds the stochastic rounding
+  (:func:`~fedad.fl.secagg.rounding_seed`).
 
 The arithmetic and its error bound are in :mod:`fedad.fl.secagg`. This module imports
 ``flwr``.
@@ -62,7 +63,6 @@ from fedad.fl.secagg import (
     check_secure_reply,
     flatten,
     quantization_range,
-    reply_nbytes,
 )
 from fedad.fl.validate import ArraySpec
 
@@ -303,7 +303,7 @@ def secure_mean(
     )
     ctx.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord()
     workflow = SecAggPlus(
-        settings.shares,
+        settings.flower_shares(len(nodes)),
         settings.threshold,
         max_weight=max_weight,
         clipping_range=float(settings.clip),
@@ -331,11 +331,6 @@ def secure_mean(
     out.mean = [np.asarray(v, dtype=np.float64) for v in strategy.mean]
     out.replies = {client_of[n]: m for n, m in sorted(strategy.clear.items())}
     return out, wgrid
-
-
-def payload_up(spec: Mapping[str, ArraySpec], replies: Mapping[int, Message]) -> int:
-    """Payload bytes the contributing clients uploaded (masked vectors and clear scalars)."""
-    return sum(reply_nbytes(spec, m.scalars) for m in replies.values())
 
 
 # ---------------------------------------------------------------------------- client side

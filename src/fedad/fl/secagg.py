@@ -58,6 +58,7 @@ drops out, which SecAgg+ tolerates down to the reconstruction threshold.
 from __future__ import annotations
 
 import contextlib
+import math
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,9 @@ from fedad.seeding import rng as seeded_rng
 if TYPE_CHECKING:
     from fedad.config import PrivacyConfig
 
+MIN_DEGREE = 15
+"""With ``secagg_shares = "auto"`` a client shares its keys with at least this many clients
+(itself included), so federations up to this size share with everybody."""
 MODULUS = 2**32
 """Flower's ``modulus_range``: masks and sums live modulo :math:`2^{32}`."""
 MAX_QUANTIZATION = 2**30
@@ -86,7 +90,7 @@ class SecAggSettings:
     """SecAgg+ parameters of a run (``[privacy]`` ``secagg_*``)."""
 
     clip: float = 8.0
-    shares: int | float = 1.0
+    shares: int | float | str = "auto"
     threshold: int | float = 0.5
 
     @classmethod
@@ -96,19 +100,35 @@ class SecAggSettings:
             return None
         return cls(cfg.secagg_clip, cfg.secagg_shares, cfg.secagg_threshold)
 
+    def flower_shares(self, n: int) -> int | float:
+        """``num_shares`` for Flower's workflow with ``n`` sampled clients.
+
+        ``"auto"``: :math:`k = \\max(15, 2\\lceil\\log_2 n\\rceil + 1)` shares, at most
+        :math:`n`: everybody (SecAgg) up to 15 clients, then SecAgg+'s logarithmic degree
+        (15 up to 128 clients, 21 at 1,000). The
+        cost is Flower's Shamir sharing: about :math:`n k t` operations per phase for degree
+        :math:`k` and threshold :math:`t` (BENCHMARKS.md: 100 clients, complete graph: 160 s
+        per round; degree 15: a tenth of it).
+        """
+        if self.shares != "auto":
+            return self.shares  # type: ignore[return-value]
+        k = max(MIN_DEGREE, 2 * math.ceil(math.log2(n)) + 1)
+        return 1.0 if k >= n else k
+
     def protocol_sizes(self, n: int) -> tuple[int, int]:
         """(shares per client, reconstruction threshold) for ``n`` sampled clients.
 
         The rule of Flower's ``SecAggPlusWorkflow.setup_stage``, so both engines agree.
         """
-        if isinstance(self.shares, float):
-            shares = round(self.shares * n)
+        param = self.flower_shares(n)
+        if isinstance(param, float):
+            shares = round(param * n)
             if shares < n and shares % 2 == 0:
                 shares += 1
             if shares <= 2:
                 shares = n
         else:
-            shares = self.shares
+            shares = param
         if isinstance(self.threshold, float):
             threshold = max(round(self.threshold * shares), 2)
         else:
