@@ -40,7 +40,11 @@ than one step :math:`2C/R`, so, without clipping, :math:`|\\bar x' - \\sum_k \\h
   weights are not secret, and Flower's ``FitRes`` carries them in the clear), so no weight is
   scaled above 1 and none is needlessly coarse. A reply whose weight exceeds :math:`W` is
   refused by the client itself.
-* Every vector is flattened to 1-D (Flower's dequantization skips 0-d arrays).
+* Every vector is flattened to 1-D float64 (Flower's dequantization skips 0-d arrays, and
+  its quantizer computes in the input's precision, too coarse in float32 for this grid).
+* The key-share degree defaults to :math:`\\max(15, 2\\lceil\\log_2 n\\rceil + 1)`
+  (:meth:`SecAggSettings.flower_shares`): Flower's Shamir sharing is pure Python, and a
+  complete graph costs 160 s per round at 100 clients.
 * The stochastic rounding draws from a stream seeded by (seed, round, client, phase), on the
   client, so a run with SecAgg+ is as reproducible as one without; the keys and masks stay
   cryptographically random.
