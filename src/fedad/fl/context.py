@@ -11,12 +11,12 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from fedad.fl.aggregate import weighted_mean_dicts
-from fedad.fl.grid import Grid
+from fedad.fl.grid import Grid, SecureGrid
 from fedad.fl.messages import Message
 from fedad.fl.secagg import WEIGHT, SecAggSettings, unflatten
 from fedad.fl.validate import ArraySpec, check_reply
@@ -134,7 +134,8 @@ class ServerContext:
                 {nid: Message(m.kind, {}, m.scalars) for nid, m in good.items()},
             )
         self.secure_phases += 1
-        out = self.grid.secure_mean(messages, arrays, wanted, self.secagg)  # type: ignore[attr-defined]
+        grid = cast(SecureGrid, self.grid)
+        out = grid.secure_mean(messages, arrays, wanted, self.secagg)
         answered = set(out.replies) | set(out.rejected)
         missing = sorted(set(messages) - answered)
         self._missing.update(missing)

@@ -154,6 +154,9 @@ class InProcessGrid:
             vectors.append(flatten(reply.arrays, names))
             weights.append(float(reply.scalars[WEIGHT]))
             seeds.append(rounding_seed(self.seed, int(msg.get("round", 0)), nid, msg.kind))
+        # Flower checks that every node keeps `threshold` live neighbours; with the complete
+        # key-share graph ("auto" up to 15 clients) that is this count; beyond, only a
+        # necessary condition (Flower may halt where this goes on)
         _, threshold = settings.protocol_sizes(len(posted))
         if len(vectors) < threshold:
             out.halted = (

@@ -20,6 +20,9 @@ runs here, unchanged:
   ``context.state`` as an ``ArrayRecord``. A SuperNode builds its data with
   :func:`fedad.data.federation.build_federation` from the run's config and seed and takes
   client ``partition-id`` of its ``node_config``.
+* **SecAgg+.** With ``privacy.secagg`` a phase the program runs through
+  :meth:`ServerContext.mean <fedad.fl.context.ServerContext.mean>` becomes one run of
+  Flower's SecAgg+ workflow (:meth:`FlowerGrid.secure_mean`, :mod:`fedad.fl.flower_secagg`).
 * **Messages** convert losslessly to ``RecordDict``: arrays in an ``ArrayRecord``
   (``fedad.arrays``, serialised with ``numpy.save``: dtype, shape and bytes exact),
   scalars in a ``ConfigRecord`` (``fedad.scalars``: bool, int, float and str keep their

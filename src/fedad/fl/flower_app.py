@@ -13,7 +13,10 @@ registration happens on that first message. Each handler call converts the Flowe
 to a :class:`~fedad.fl.messages.Message`, loads the client's state from
 ``context.state``, runs the algorithm's handler on the node's data, stores the state back
 and replies. A handler that raises answers with a Flower error reply (the server records
-``node K failed in 'phase': ...`` and goes on, as the in-process engine does).
+``node K failed in 'phase': ...`` and goes on, as the in-process engine does). A ``train``
+message that carries a SecAgg+ stage goes through Flower's ``secaggplus_mod`` instead
+(:mod:`fedad.fl.flower_secagg`), which calls the phase's handler in the masked-vectors
+stage.
 
 A node's data: :func:`fedad.data.federation.build_federation` of the run's config (the
 same config and seed as the in-process engine), client ``partition-id``. The federation is

@@ -8,10 +8,14 @@ out or fail are simply absent from the result; the engine records them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from fedad.fl.messages import Message
+
+if TYPE_CHECKING:
+    from fedad.fl.secagg import SecAggSettings, SecureOutcome
+    from fedad.fl.validate import ArraySpec
 
 
 class Grid(Protocol):
@@ -35,4 +39,19 @@ class Grid(Protocol):
     @property
     def bytes_down(self) -> int:
         """Payload bytes sent to clients so far."""
+        ...
+
+
+class SecureGrid(Grid, Protocol):
+    """A grid that can also run SecAgg+ (both engines' grids are)."""
+
+    def secure_mean(
+        self,
+        messages: Mapping[int, Message],
+        arrays: Mapping[str, ArraySpec],
+        scalars: Sequence[str],
+        settings: SecAggSettings,
+    ) -> SecureOutcome:
+        """Deliver ``messages``; return the weighted mean of the replies' ``arrays`` and
+        their clear ``scalars``, the server never seeing one client's arrays."""
         ...
