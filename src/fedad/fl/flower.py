@@ -454,11 +454,7 @@ class FlowerGrid:
 
         timeout = self.timeout if timeout is None else timeout
         self.phase_no += 1
-        if (
-            any(c not in self._node_of for c in messages)
-            and set(self.grid.get_node_ids()) - self._asked
-        ):
-            self._hello(deadline=time.monotonic() + min(timeout, 30.0))
+        self._map_late_nodes(messages, timeout)
         out: list[FlowerMessage] = []
         targets: list[int] = []
         kind = ""
@@ -466,12 +462,8 @@ class FlowerGrid:
         for cid in sorted(messages):
             msg = messages[cid]
             kind = msg.kind
-            if not 0 <= cid < self.num_partitions:
-                raise KeyError(f"no node {cid}")
-            if msg.kind != EVALUATE:  # evaluation is the harness's, not federated traffic
-                self._down += msg.nbytes
-                if self.dropout > 0 and self._rng.random() < self.dropout:
-                    continue
+            if not self._post(cid, msg):
+                continue
             expected += 1
             node = self._node_of.get(cid)
             if node is None:
@@ -519,6 +511,23 @@ class FlowerGrid:
             )
         return dict(sorted(replies.items()))
 
+    def _map_late_nodes(self, clients: Iterable[int], timeout: float) -> None:
+        """Ask nodes that connected after the handshake for their partition, if needed."""
+        if any(c not in self._node_of for c in clients) and (
+            set(self.grid.get_node_ids()) - self._asked
+        ):
+            self._hello(deadline=time.monotonic() + min(timeout, 30.0))
+
+    def _post(self, cid: int, msg: Message) -> bool:
+        """Count ``msg``'s bytes and draw its dropout with the in-process engine's stream;
+        ``False`` when the node drops out."""
+        if not 0 <= cid < self.num_partitions:
+            raise KeyError(f"no node {cid}")
+        if msg.kind == EVALUATE:  # evaluation is the harness's, not federated traffic
+            return True
+        self._down += msg.nbytes
+        return not (self.dropout > 0 and self._rng.random() < self.dropout)
+
     # -- SecAgg+ -------------------------------------------------------------------------
     def secure_mean(
         self,
@@ -536,17 +545,9 @@ class FlowerGrid:
         from fedad.fl.flower_secagg import secure_mean
 
         self.phase_no += 1
-        posted: list[int] = []
-        kind = ""
-        for cid in sorted(messages):
-            msg = messages[cid]
-            kind = msg.kind
-            if not 0 <= cid < self.num_partitions:
-                raise KeyError(f"no node {cid}")
-            self._down += msg.nbytes
-            if self.dropout > 0 and self._rng.random() < self.dropout:
-                continue
-            posted.append(cid)
+        self._map_late_nodes(messages, self.timeout)
+        kind = next(iter(messages.values())).kind if messages else ""
+        posted = [cid for cid in sorted(messages) if self._post(cid, messages[cid])]
         nodes = {c: self._node_of[c] for c in posted if c in self._node_of}
         self.missing.update(c for c in posted if c not in nodes)
         max_weight = self._max_weight() if len(nodes) >= 2 else None
