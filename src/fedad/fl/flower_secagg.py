@@ -149,7 +149,8 @@ def config_nbytes(record: ConfigRecord, skip: Iterable[str] = ()) -> int:
             return sum(size(x) for x in v)
         return SCALAR_BYTES
 
-    return sum(size(v) for k, v in record.items() if k not in set(skip))
+    skipped = set(skip)
+    return sum(size(v) for k, v in record.items() if k not in skipped)
 
 
 # ---------------------------------------------------------------------------- server side
