@@ -89,23 +89,36 @@ class ServerContext:
     ) -> dict[int, Message]:
         """Send, receive and keep only well-formed replies (rejections are logged)."""
         replies = self.grid.send_and_receive(messages)
-        missing = sorted(set(messages) - set(replies))
-        self._missing.update(missing)
-        self._row["clients_sampled"] = self._row.get("clients_sampled", 0) + len(messages)
-        self._row["clients_missing"] = self._row.get("clients_missing", 0) + len(missing)
-        if missing:
-            self.event(f"no reply from node(s) {missing}")
         good: dict[int, Message] = {}
+        rejected: dict[int, str] = {}
         kind = next(iter(messages.values())).kind if messages else None
         for nid in sorted(replies):
             why = check_reply(replies[nid], arrays, scalars, kind=kind)
             if why is None:
                 good[nid] = replies[nid]
             else:
-                self._row["clients_rejected"] = self._row.get("clients_rejected", 0) + 1
-                self.event(f"rejected reply of node {nid}: {why}")
-        self._row["clients_replied"] = self._row.get("clients_replied", 0) + len(good)
+                rejected[nid] = why
+        self._tally(messages, good, rejected)
         return good
+
+    def _tally(
+        self,
+        messages: Mapping[int, Message],
+        replied: Mapping[int, Message],
+        rejected: Mapping[int, str],
+    ) -> None:
+        """Count a phase in the round's row; log missing nodes and rejected replies."""
+        missing = sorted(set(messages) - set(replied) - set(rejected))
+        self._missing.update(missing)
+        row = self._row
+        row["clients_sampled"] = row.get("clients_sampled", 0) + len(messages)
+        row["clients_missing"] = row.get("clients_missing", 0) + len(missing)
+        if missing:
+            self.event(f"no reply from node(s) {missing}")
+        for nid, why in sorted(rejected.items()):
+            self.event(f"rejected reply of node {nid}: {why}")
+        row["clients_rejected"] = row.get("clients_rejected", 0) + len(rejected)
+        row["clients_replied"] = row.get("clients_replied", 0) + len(replied)
 
     def mean(
         self,
@@ -136,20 +149,9 @@ class ServerContext:
         self.secure_phases += 1
         grid = cast(SecureGrid, self.grid)
         out = grid.secure_mean(messages, arrays, wanted, self.secagg)
-        answered = set(out.replies) | set(out.rejected)
-        missing = sorted(set(messages) - answered)
-        self._missing.update(missing)
-        row = self._row
-        row["clients_sampled"] = row.get("clients_sampled", 0) + len(messages)
-        row["clients_missing"] = row.get("clients_missing", 0) + len(missing)
-        row["clients_rejected"] = row.get("clients_rejected", 0) + len(out.rejected)
-        row["clients_replied"] = row.get("clients_replied", 0) + len(out.replies)
+        self._tally(messages, out.replies, out.rejected)
         if out.overhead_bytes:
-            row["secagg_bytes"] = row.get("secagg_bytes", 0) + out.overhead_bytes
-        if missing:
-            self.event(f"no reply from node(s) {missing}")
-        for nid, why in sorted(out.rejected.items()):
-            self.event(f"rejected reply of node {nid}: {why}")
+            self._row["secagg_bytes"] = self._row.get("secagg_bytes", 0) + out.overhead_bytes
         if out.halted is not None:
             self.event(f"secure aggregation halted: {out.halted}")
         secured = None if out.mean is None else unflatten(out.mean, arrays)
