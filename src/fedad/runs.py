@@ -1,9 +1,18 @@
-"""Load what a run wrote: metrics, config and every client's final detector."""
+"""Load what a run wrote: metrics, config and every client's final detector.
+
+A run directory is untrusted input: it may be damaged, or crafted by someone else. Every
+file is checked before use, and any problem is a one-line :class:`~fedad.errors.FedadError`
+naming the file. Detectors are rebuilt only from the registered detector classes
+(:func:`fedad.detector.detector_from_config`): nothing in a run directory can make fedad
+import a module or run code.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import tomllib
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +21,13 @@ import numpy as np
 
 from fedad.detector import BaseDetector, detector_from_config
 from fedad.errors import FedadError
+from fedad.report.rundir import read_metrics
+
+MAX_NPZ_BYTES = 8 << 30
+"""Largest uncompressed checkpoint file accepted (guards against zip bombs)."""
+MAX_CLIENT_ID = 10_000_000
+_CLIENT_ID = re.compile(r"[0-9]{1,8}")
+_DAMAGED = "the run directory is damaged: run the experiment again"
 
 
 @dataclass
@@ -34,9 +50,87 @@ class Run:
             ) from None
 
 
-def _npz(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path) as z:
-        return {k: z[k] for k in z.files}
+def _inside(root: Path, path: Path) -> Path:
+    """``path`` if it is a regular file or folder inside ``root`` (no link leads out)."""
+    if path.is_symlink() or not path.resolve().is_relative_to(root.resolve()):
+        raise FedadError(f"'{path}' is a link or lies outside the run directory", _DAMAGED)
+    return path
+
+
+def read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file, without pickles, with one-line errors."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            size = sum(info.file_size for info in zf.infolist())
+        if size > MAX_NPZ_BYTES:
+            raise FedadError(f"'{path}' would unpack to {size} bytes, more than allowed", _DAMAGED)
+        with np.load(path, allow_pickle=False) as z:
+            return {str(k): np.asarray(z[k]) for k in z.files}
+    except FedadError:
+        raise
+    except FileNotFoundError:
+        raise FedadError(f"'{path}' is missing", _DAMAGED) from None
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as err:
+        reason = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+        raise FedadError(f"'{path}' is not a readable .npz file: {reason}", _DAMAGED) from None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FedadError(f"'{path}' is missing", _DAMAGED) from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        reason = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+        raise FedadError(f"'{path}' is not readable JSON: {reason}", _DAMAGED) from None
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The parsed ``config.toml`` of a run (``{}`` when the file is absent)."""
+    if not path.exists():
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as err:
+        reason = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+        raise FedadError(f"'{path}' is not readable TOML: {reason}", _DAMAGED) from None
+
+
+def _checkpoint(root: Path, d: Path) -> dict[int, BaseDetector]:
+    """Every client's detector of one method's ``checkpoints/LABEL`` folder."""
+    meta_path = _inside(root, d / "detector.json")
+    meta = _read_json(meta_path)
+    if (
+        not isinstance(meta, dict)
+        or not isinstance(meta.get("personalized"), bool)
+        or not isinstance(meta.get("detector"), dict)
+        or not isinstance(meta.get("thresholds"), dict)
+    ):
+        raise FedadError(
+            f"'{meta_path}' lacks 'personalized', 'detector' or 'thresholds'", _DAMAGED
+        )
+    thresholds: dict[int, float] = {}
+    for cid, thr in meta["thresholds"].items():
+        if not (isinstance(cid, str) and _CLIENT_ID.fullmatch(cid)) or int(cid) > MAX_CLIENT_ID:
+            raise FedadError(f"'{meta_path}' names client {cid[:40]!r}, not a client id", _DAMAGED)
+        if not isinstance(thr, int | float) or isinstance(thr, bool):
+            raise FedadError(f"'{meta_path}': threshold of client {cid} is not a number", _DAMAGED)
+        thresholds[int(cid)] = float(thr)
+    shared = None
+    if not meta["personalized"]:
+        shared = read_npz(_inside(root, d / "global.npz"))
+    out: dict[int, BaseDetector] = {}
+    for cid, thr in sorted(thresholds.items()):
+        if shared is None:
+            arrays = read_npz(_inside(root, d / f"client_{cid}.npz"))
+        else:
+            arrays = dict(shared)
+        arrays["threshold_"] = np.asarray(thr, dtype=np.float64)
+        try:
+            out[cid] = detector_from_config(meta["detector"], arrays)
+        except FedadError as err:
+            raise FedadError(f"'{meta_path}': {err}") from None
+    return out
 
 
 def load_run(run_dir: str | Path) -> Run:
@@ -46,21 +140,15 @@ def load_run(run_dir: str | Path) -> Run:
         raise FedadError(
             f"'{root}' is not a run directory (no metrics.json)", "give the --out of `fedad run`"
         )
-    metrics = json.loads((root / "metrics.json").read_text())
-    config = (
-        tomllib.loads((root / "config.toml").read_text())
-        if (root / "config.toml").is_file()
-        else {}
-    )
+    metrics = read_metrics(root / "metrics.json")
+    config = read_config(root / "config.toml")
     detectors: dict[str, dict[int, BaseDetector]] = {}
     ckpt = root / "checkpoints"
-    for d in sorted(p for p in ckpt.iterdir() if p.is_dir()) if ckpt.is_dir() else []:
-        meta = json.loads((d / "detector.json").read_text())
-        per_client: dict[int, BaseDetector] = {}
-        shared = None if meta["personalized"] else _npz(d / "global.npz")
-        for cid, thr in meta["thresholds"].items():
-            arrays = _npz(d / f"client_{cid}.npz") if shared is None else dict(shared)
-            arrays["threshold_"] = np.asarray(thr, dtype=np.float64)
-            per_client[int(cid)] = detector_from_config(meta["detector"], arrays)
-        detectors[d.name] = per_client
+    if ckpt.exists():
+        _inside(root, ckpt)
+        for d in sorted(ckpt.iterdir()):
+            if d.name.startswith("."):  # a folder being written (fedad.outdir.staged_dir)
+                continue
+            if d.is_dir() or d.is_symlink():
+                detectors[d.name] = _checkpoint(root, _inside(root, d))
     return Run(root, config, metrics, detectors)

@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fedad.data.types import ClientData, DataKind
-from fedad.detector import BaseDetector, quantile_threshold
+from fedad.detector import BaseDetector, flag, quantile_threshold
 from fedad.errors import ConfigError
 from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message, prefixed
@@ -119,7 +119,7 @@ class Algorithm(ABC):
         arrays: dict[str, np.ndarray] = {
             "score": scores.astype(np.float64),
             "label": data.y_test.astype(np.int64),
-            "pred": (scores > det.threshold_).astype(np.int64),
+            "pred": flag(scores, det.threshold_),
         }
         if self.personalized:
             arrays.update(prefixed(det.get_arrays(), "detector"))

@@ -61,8 +61,8 @@ def read_metrics(path: str | Path) -> dict[str, Any]:
         raise FedadError(f"no metrics file at {p}", "point at a directory written by `fedad run`")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FedadError(f"{p} is not valid JSON: {exc}") from exc
+    except (OSError, ValueError, RecursionError) as exc:  # JSON and UTF-8 errors included
+        raise FedadError(f"{p} is not valid JSON: {_reason(exc)}") from None
     if not isinstance(data, dict):
         raise FedadError(f"{p} must hold a JSON object, found {type(data).__name__}")
     methods = data.get("methods")
@@ -70,6 +70,11 @@ def read_metrics(path: str | Path) -> dict[str, Any]:
     data["methods"] = methods if isinstance(methods, dict) else {}
     data["experiment"] = experiment if isinstance(experiment, dict) else {}
     return data
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0][:160] if str(exc) else ""
+    return text or type(exc).__name__
 
 
 def _to_float(cell: str | None) -> float:
@@ -86,18 +91,22 @@ def read_history(path: str | Path) -> History:
 
     Rows are sorted by the ``round`` column when present (file order otherwise). Every column
     other than ``method`` is parsed as float; empty or non-numeric cells become ``nan``.
-    A missing or empty file gives ``{}``.
+    A missing or empty file gives ``{}``; an unreadable one (not UTF-8, not CSV) raises a
+    one-line :class:`~fedad.errors.FedadError`.
     """
     p = Path(path)
     if not p.is_file():
         return {}
-    with p.open(newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        columns = [c for c in (reader.fieldnames or []) if c and c != "method"]
-        rows: dict[str, list[dict[str, str | None]]] = {}
-        for row in reader:
-            method = (row.get("method") or "").strip()
-            rows.setdefault(method, []).append(dict(row))
+    rows: dict[str, list[dict[str, str | None]]] = {}
+    try:
+        with p.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            columns = [c for c in (reader.fieldnames or []) if c and c != "method"]
+            for row in reader:
+                method = (row.get("method") or "").strip()
+                rows.setdefault(method, []).append(dict(row))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise FedadError(f"{p} is not a readable CSV file: {_reason(exc)}") from None
     history: History = {}
     for method, method_rows in rows.items():
         table = {c: np.array([_to_float(r.get(c)) for r in method_rows]) for c in columns}
@@ -124,11 +133,10 @@ def read_scores(
     if not p.is_file():
         return {}, []
     try:
-        npz = np.load(p, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        return {}, [f"scores.npz could not be read: {exc}"]
-    with npz:
-        arrays = {k: npz[k] for k in npz.files}
+        with np.load(p, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+        return {}, [f"scores.npz could not be read: {_reason(exc)}"]
     in_file = sorted({k.rsplit("/", 1)[0] for k in arrays if "/" in k})
     wanted = list(labels) if labels is not None else []
     wanted += [lab for lab in in_file if lab not in wanted]
@@ -180,4 +188,7 @@ def read_config_text(path: str | Path) -> str | None:
     p = Path(path)
     if not p.is_file():
         return None
-    return p.read_text(encoding="utf-8", errors="replace")
+    try:
+        return p.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise FedadError(f"{p} cannot be read: {_reason(exc)}") from None

@@ -8,15 +8,17 @@ stand-alone (centralised) use.
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
 from contextlib import contextmanager
-from typing import Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 import numpy as np
 import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
-from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector
+from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
 from fedad.methods.baselines.model import AutoEncoder, DeepSVDDNet, fix_center, latent_size
 from fedad.methods.baselines.train import batched, train_epochs
 
@@ -28,10 +30,41 @@ def _seeded(seed: int) -> Any:
         yield
 
 
+MAX_FEATURES = 1 << 24
+"""Largest input (product of ``input_shape``) a saved torch baseline may declare."""
+
+
+class TorchDetectorParams(BaseModel):
+    """The ``__init__`` arguments of a torch baseline, as a checkpoint may give them."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    kind: Literal["vector", "image"] = "vector"
+    input_shape: list[Annotated[int, Field(ge=1, le=MAX_FEATURES)]] = Field(
+        default=[1], min_length=1, max_length=4
+    )
+    latent_dim: int | None = Field(default=None, ge=1, le=1 << 16)
+    lr: float = Field(default=1e-3, gt=0.0)
+    epochs: int = Field(default=10, ge=0, le=1_000_000)
+    batch_size: int = Field(default=64, ge=1, le=1 << 24)
+    weight_decay: float | None = Field(default=None, ge=0.0)
+    contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
+    seed: int = Field(default=0, ge=-(1 << 63), lt=1 << 63)
+
+    @model_validator(mode="after")
+    def _size(self) -> TorchDetectorParams:
+        if math.prod(self.input_shape) > MAX_FEATURES:
+            raise ValueError(f"input_shape {self.input_shape} exceeds {MAX_FEATURES} features")
+        if self.kind == "image" and len(self.input_shape) != 3:
+            raise ValueError("an image detector's input_shape is (channels, height, width)")
+        return self
+
+
 class TorchDetector(BaseDetector):
     """Common machinery of the torch baseline detectors."""
 
     name: ClassVar[str]
+    ParamsModel = TorchDetectorParams
     default_weight_decay: ClassVar[float] = 0.0
 
     def __init__(
@@ -143,6 +176,7 @@ class TorchDetector(BaseDetector):
         return self
 
 
+@register_detector("autoencoder")
 class AutoEncoderDetector(TorchDetector):
     """Reconstruction-error detector; score :math:`\\lVert x - g(f(x)) \\rVert^2 / d`."""
 
@@ -159,6 +193,7 @@ class AutoEncoderDetector(TorchDetector):
         return batched(self.model_.score, x)  # type: ignore[arg-type]
 
 
+@register_detector("deepsvdd")
 class DeepSVDDDetector(TorchDetector):
     """One-class Deep SVDD (Ruff et al., 2018): bias-free network, fixed centre, distance score."""
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any, Self
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
-from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector
+from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
 from fedad.methods.onlad.model import (
     hidden,
     init_input_weights,
@@ -17,12 +18,28 @@ from fedad.methods.onlad.model import (
 )
 
 
+class OSELMParams(BaseModel):
+    """The ``__init__`` arguments of :class:`OSELMAutoEncoder`, as a checkpoint may give them."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    n_hidden: int | None = Field(default=64, ge=1, le=1 << 16)
+    alpha_scale: float = Field(default=1.0, gt=0.0)
+    ridge: float = Field(default=1e-3, gt=0.0)
+    forgetting: float = Field(default=1.0, gt=0.0, le=1.0)
+    contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
+    seed: int = Field(default=0, ge=-(1 << 63), lt=1 << 63)
+
+
+@register_detector("oselm-autoencoder")
 class OSELMAutoEncoder(BaseDetector):
     """OS-ELM autoencoder (ONLAD): score = mean squared reconstruction error.
 
     ``fit(X)`` runs the initial phase (eq. 4) on ``X``; ``partial_fit(X)`` the sequential
     phase (eq. 5), or the initial phase when nothing was learned yet.
     """
+
+    ParamsModel = OSELMParams
 
     def __init__(
         self,
