@@ -22,3 +22,22 @@ class ConfigError(FedadError):
 
 class DataError(FedadError):
     """A data set cannot be loaded or partitioned as asked."""
+
+
+class RunError(FedadError):
+    """A federated run produced nothing usable (no client ever answered, say)."""
+
+
+class Interrupted(BaseException):
+    """A run stopped by SIGINT (Ctrl-C) or SIGTERM; what finished before is kept.
+
+    A ``BaseException``, like ``KeyboardInterrupt``, so that no ``except Exception`` on the
+    way (a failing client, say) swallows it. ``kept`` lists the methods whose results were
+    written before the signal; the CLI exits with ``128 + signum``.
+    """
+
+    def __init__(self, signum: int, kept: tuple[str, ...] = (), out: str = "") -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.kept = kept
+        self.out = out

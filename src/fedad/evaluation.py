@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from scipy.stats import rankdata
 
 from fedad.fl.messages import Message
 from fedad.metrics import evaluate, normal_positive_metrics
@@ -29,6 +30,20 @@ def pooled_arrays(
     return score, label, pred, client
 
 
+def ranking_scores(score: np.ndarray) -> np.ndarray:
+    """Scores for the ranking metrics, with non-finite ones placed fail-closed.
+
+    A detector that cannot score a sample (NaN, or +Inf from an overflow) is taken to flag
+    it: such scores rank above every finite one (ties among themselves), -Inf below. With
+    only finite scores this is the identity; otherwise the ranks, which give the same
+    AUROC, AUPR and EER as any scores of that order.
+    """
+    s = np.asarray(score, dtype=np.float64)
+    if np.all(np.isfinite(s)):
+        return s
+    return rankdata(np.where(np.isnan(s), np.inf, s)).astype(np.float64)
+
+
 def normal_positive(label: np.ndarray, pred: np.ndarray) -> dict[str, Any]:
     """Precision, recall, F1 with normal as the positive class (ONLAD's Table I convention)."""
     if len(label) == 0:
@@ -46,7 +61,7 @@ def monitor_metrics(evaluations: Mapping[int, Message]) -> dict[str, Any]:
     score, label, pred, _ = pooled_arrays(evaluations)
     if len(label) == 0:
         return {}
-    m = evaluate(label, score, pred)
+    m = evaluate(label, ranking_scores(score), pred)
     return {
         "eval_auroc": m["auroc"],
         "eval_f1": m["f1"],

@@ -142,10 +142,15 @@ class ServerContext:
                 return Mean(None, {})
             weights = [float(m.scalars[WEIGHT]) for m in good.values()]
             parts = [{k: m.arrays[k] for k in arrays} for m in good.values()]
-            return Mean(
-                weighted_mean_dicts(parts, weights),
-                {nid: Message(m.kind, {}, m.scalars) for nid, m in good.items()},
-            )
+            mean = weighted_mean_dicts(parts, weights)
+            bad = sorted(k for k, v in mean.items() if not np.all(np.isfinite(v)))
+            if bad:
+                self.event(
+                    f"the weighted mean of {', '.join(bad)} over nodes {sorted(good)} is not "
+                    "finite (an update of extreme magnitude); it is discarded"
+                )
+                return Mean(None, {})
+            return Mean(mean, {nid: Message(m.kind, {}, m.scalars) for nid, m in good.items()})
         self.secure_phases += 1
         grid = cast(SecureGrid, self.grid)
         out = grid.secure_mean(messages, arrays, wanted, self.secagg)

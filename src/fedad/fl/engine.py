@@ -18,6 +18,7 @@ import numpy as np
 
 from fedad.config import AttackConfig, PrivacyConfig
 from fedad.data.types import Federation
+from fedad.errors import RunError
 from fedad.evaluation import monitor_metrics
 from fedad.fl.algorithm import EVALUATE, Algorithm, ClientState, ServerResult
 from fedad.fl.context import ServerContext
@@ -231,8 +232,19 @@ def drive(
             "secure: it ran without SecAgg+"
         )
         log.warning(ctx.events[-1])
+    sampled = sum(int(r.get("clients_sampled", 0)) for r in ctx.history)
+    if sampled and not any(int(r.get("clients_replied", 0)) for r in ctx.history):
+        raise RunError(
+            f"{algorithm.name}: no client answered in any round, the model was never trained",
+            "see the events logged above (engine.dropout, engine.timeout, failing clients)",
+        )
     up, down, client_s = grid.bytes_up, grid.bytes_down, grid.client_seconds
     evaluations = evaluate_all(grid, result)
+    if not evaluations:
+        raise RunError(
+            f"{algorithm.name}: no client answered the evaluation phase",
+            "see the events logged above",
+        )
     return RunOutcome(
         result=result,
         evaluations=evaluations,

@@ -29,6 +29,7 @@ from pydantic import Field
 
 from fedad.data.types import ClientData
 from fedad.detector import quantile_threshold
+from fedad.errors import RunError
 from fedad.fl.aggregate import weighted_mean
 from fedad.fl.algorithm import (
     Algorithm,
@@ -133,7 +134,10 @@ class _GlobalModel(TorchBaseline):
             arrays={"mean": ArraySpec((int(latent),), "float64")},
         )
         if center.arrays is None:
-            raise RuntimeError("no client answered the Deep SVDD centre phase")
+            raise RunError(
+                f"{self.name}: no client answered the Deep SVDD centre phase",
+                "see the events logged above",
+            )
         assert isinstance(det, DeepSVDDDetector)
         det.set_center(center.arrays["mean"])
         ctx.end_round(0)
@@ -259,7 +263,9 @@ class Centralized(TorchBaseline):
                 continue
             parts.append(x)
         if not parts:
-            raise RuntimeError("no client uploaded usable data")
+            raise RunError(
+                f"{self.name}: no client uploaded usable data", "see the events logged above"
+            )
         pooled = np.concatenate(parts)
         det = self.make_detector().build()
         det.prepare(pooled)

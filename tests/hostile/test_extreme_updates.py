@@ -1,0 +1,90 @@
+"""Every registered method's server program survives any finite update (issue 8, item 2).
+
+A hostile grid replaces the arrays of chosen clients' replies (every phase but ``evaluate``)
+by finite values of magnitude 1e-300 .. 1e300 (clamped to the largest finite value of the
+array's dtype). The server program must finish, the evaluation and the metrics must be
+computed, and nothing may raise: excluding or discarding such updates is the methods' job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fedad.fl.algorithm import EVALUATE, Setup, build_algorithm, registry
+from fedad.fl.engine import InProcessGrid, drive
+from fedad.fl.messages import Message
+from fedad.runner import summarize
+from tests.conftest import make_federation
+
+CASES = [
+    (name, det)
+    for name, cls in registry().items()
+    for det in (cls.detectors or (None,))
+    if "vector" in cls.kinds
+]
+
+
+class HostileGrid(InProcessGrid):
+    """Replies of ``hostile`` clients carry arrays of magnitude ``10**exponent``."""
+
+    def __init__(self, *args: Any, hostile: set[int], exponent: int, sign: float, **kw: Any):
+        super().__init__(*args, **kw)
+        self.hostile, self.exponent, self.sign = hostile, exponent, sign
+        self._noise = np.random.default_rng(exponent + 1000)
+
+    def send_and_receive(
+        self, messages: Mapping[int, Message], timeout: float | None = None
+    ) -> dict[int, Message]:
+        replies = super().send_and_receive(messages, timeout)
+        for nid, reply in replies.items():
+            if reply.kind == EVALUATE or nid not in self.hostile:
+                continue
+            arrays = {}
+            for k, a in reply.arrays.items():
+                if np.issubdtype(a.dtype, np.floating):
+                    big = min(10.0**self.exponent, float(np.finfo(a.dtype).max) / 4)
+                    u = 1.0 + self._noise.random(a.shape)
+                    a = (self.sign * big * u).astype(a.dtype)
+                    assert np.all(np.isfinite(a))
+                arrays[k] = a
+            replies[nid] = Message(reply.kind, arrays, reply.scalars)
+        return replies
+
+
+@pytest.mark.parametrize(("name", "detector"), CASES, ids=[f"{n}-{d}" for n, d in CASES])
+@settings(
+    max_examples=6,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    exponent=st.integers(-300, 300),
+    hostile=st.sets(st.integers(0, 2), min_size=1, max_size=3),
+    sign=st.sampled_from([1.0, -1.0]),
+)
+def test_server_survives_any_finite_update(
+    name: str, detector: str | None, exponent: int, hostile: set[int], sign: float
+) -> None:
+    fed = make_federation("vector", clients=3, n=30)
+    setup = Setup("vector", fed.feature_shape, rounds=2, seed=0, contamination=0.05,
+                  num_clients=3)  # fmt: skip
+    params: dict[str, Any] = {"local_epochs": 1} if registry()[name].detectors else {}
+    if name.startswith("onlad"):
+        params = {"init_samples": 10, "observed": 40}
+    alg = build_algorithm(name, params, setup, detector)
+    grid = HostileGrid(alg, fed, seed=0, hostile=hostile, exponent=exponent, sign=sign)
+    outcome = drive(alg, grid, rounds=2, seed=0, server_data=fed.server_normal)
+    assert sorted(outcome.evaluations) == [0, 1, 2]
+    metrics, _ = summarize(name, alg, outcome)
+    assert metrics["auroc"] is None or 0.0 <= metrics["auroc"] <= 1.0
+    if name == "onlad-selective" and len(hostile) == 1 and exponent >= 10:
+        (h,) = hostile  # one client of three sends a huge model: selective aggregation drops it
+        for row in outcome.history:
+            assert f"{h}:0.0000" in row["client_weights"], row
