@@ -5,7 +5,7 @@ setup:
 	@bash scripts/setup.sh
 
 quickstart: setup
-	.venv/bin/fedad run configs/quickstart.toml --out runs/quickstart
+	.venv/bin/fedad run configs/quickstart.toml --out runs/quickstart --force
 
 test: setup
 	.venv/bin/ruff check src tests benchmarks

@@ -7,7 +7,10 @@ exit with status 2; no traceback.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,7 +21,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fedad.errors import FedadError
+from fedad.errors import FedadError, Interrupted
 from fedad.fl.flower_cli import app as flower_app
 
 app = typer.Typer(
@@ -77,19 +80,71 @@ def run(
         typer.Option("--set", help="override a config value: key=value (dotted keys)"),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="replace the fedad run already in --out")
+    ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option("--resume", help="complete an interrupted run in --out (same config)"),
+    ] = False,
 ) -> None:
-    """Run an experiment and write metrics, history, scores, checkpoints and report.html."""
+    """Run an experiment and write metrics, history, scores, checkpoints and report.html.
+
+    Exit status: 0 done, 2 bad input or a failed run (one line on stderr), 130 / 143 after
+    Ctrl-C / SIGTERM (the finished methods' results are kept; --resume completes the run).
+    """
     from fedad.config import load_config
 
     try:
         cfg = load_config(config, set_ or [])
-        out_dir = out or Path("runs") / config.stem
-        _run(cfg, out_dir, progress=cfg.engine.progress and not quiet)
+        out_dir = Path("runs") / config.stem if out is None else out
+        with _terminate_as_interrupt():
+            _run(cfg, out_dir, cfg.engine.progress and not quiet, force, resume)
     except FedadError as err:
         _fail(err)
+    except Interrupted as stop:
+        _interrupted(stop, config)
 
 
-def _run(cfg: Any, out_dir: Path, progress: bool) -> None:
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises :class:`Interrupted` (like Ctrl-C) for the duration of a run."""
+
+    def on_term(signum: int, frame: object) -> None:
+        raise Interrupted(signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted(stop: Interrupted, config: Path) -> None:
+    try:
+        name = signal.Signals(stop.signum).name
+    except ValueError:
+        name = f"signal {stop.signum}"
+    if stop.kept:
+        errors.print(
+            f"interrupted by {name}: kept {', '.join(stop.kept)} in {escape(stop.out)}/; "
+            f"complete the run with `fedad run {escape(str(config))} --resume --out "
+            f"{escape(stop.out)}`",
+            highlight=False,
+            soft_wrap=True,
+        )
+    else:
+        errors.print(f"interrupted by {name} before any method finished; nothing kept")
+    raise typer.Exit(128 + stop.signum)
+
+
+def _run(
+    cfg: Any, out_dir: Path, progress: bool, force: bool = False, resume: bool = False
+) -> None:
     from fedad.runner import run_experiment
 
     total = cfg.rounds * len(cfg.methods)
@@ -111,7 +166,9 @@ def _run(cfg: Any, out_dir: Path, progress: bool) -> None:
             if row["round"] >= 1:
                 bar.advance(task)
 
-        metrics = run_experiment(cfg, out_dir, on_round=on_round, on_method=on_method)
+        metrics = run_experiment(
+            cfg, out_dir, on_round=on_round, on_method=on_method, force=force, resume=resume
+        )
     console.print(results_table(metrics))
     secs = metrics["experiment"]["total_seconds"]
     console.print(f"wrote {out_dir}/ (report.html, metrics.json, history.csv) in {secs:.1f} s")
@@ -158,11 +215,14 @@ def report(
     """Rebuild report.html of a run directory."""
     from fedad.report.html import write_report
 
-    if not (run_dir / "metrics.json").is_file():
-        _fail(
-            FedadError(f"'{run_dir}' has no metrics.json", "give a directory written by fedad run")
-        )
-    path = write_report(run_dir)
+    try:
+        if not (run_dir / "metrics.json").is_file():
+            raise FedadError(
+                f"'{run_dir}' has no metrics.json", "give a directory written by fedad run"
+            )
+        path = write_report(run_dir)
+    except FedadError as err:
+        _fail(err)
     console.print(f"wrote {path}")
 
 

@@ -1,17 +1,24 @@
 """Run an experiment: one federation, every configured method, the outputs of DESIGN.md.
 
-``run_experiment`` builds the federation once, validates every method before training any,
-runs each on the configured engine, evaluates each client's final (last-round) detector on
-its local test set with a threshold from training data, and writes ``config.toml``,
-``metrics.json``, ``history.csv``, ``scores.npz``, ``checkpoints/`` and ``report.html``.
+``run_experiment`` claims the output directory (:mod:`fedad.outdir`: refused when it holds
+other files or another run, locked while the run writes), builds the federation once,
+validates every method before training any, runs each on the configured engine, evaluates
+each client's final (last-round) detector on its local test set with a threshold from
+training data, and writes ``config.toml``, ``metrics.json``, ``history.csv``,
+``scores.npz``, ``checkpoints/`` and ``report.html``. The standard files are rewritten
+(atomically) as each method finishes, so an interruption or a later error keeps what was
+done; ``resume=True`` runs only the methods not yet done.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+import signal
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,11 +30,13 @@ from fedad.config import ExperimentConfig, dump_toml
 from fedad.data.federation import build_federation, plan_federation
 from fedad.data.types import Federation
 from fedad.detector import DEFAULT_CONTAMINATION
-from fedad.evaluation import normal_positive, pooled_arrays
+from fedad.errors import FedadError, Interrupted
+from fedad.evaluation import normal_positive, pooled_arrays, ranking_scores
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import unprefixed
 from fedad.metrics import evaluate, evaluate_clients
+from fedad.outdir import Done, RunDir, config_difference, staged_dir, write_npz, write_text
 
 HISTORY_COLUMNS = [
     "method",
@@ -145,8 +154,9 @@ def summarize(
     ids = sorted(outcome.evaluations)
     ev = [outcome.evaluations[i] for i in ids]
     score, label_arr, pred, client = pooled_arrays(outcome.evaluations)
-    pooled = {**evaluate(label_arr, score, pred), **normal_positive(label_arr, pred)}
-    per_client = evaluate_clients(label_arr, score, pred, client)
+    ranked = ranking_scores(score)
+    pooled = {**evaluate(label_arr, ranked, pred), **normal_positive(label_arr, pred)}
+    per_client = evaluate_clients(label_arr, ranked, pred, client)
     thresholds = {i: float(m.scalars["threshold"]) for i, m in zip(ids, ev, strict=True)}
     for row in per_client:
         row["threshold"] = thresholds.get(int(row["client"] or 0))
@@ -170,6 +180,7 @@ def summarize(
         "detector": algorithm.detector,
         "params": algorithm.params.model_dump(),
         "personalized": algorithm.personalized,
+        "nonfinite_scores": int(np.sum(~np.isfinite(score))),
         "missing_nodes": outcome.missing_nodes,
         "events": outcome.events,
         "per_client": per_client,
@@ -184,16 +195,12 @@ def summarize(
     return _clean(metrics), arrays
 
 
-def save_npz(path: Path, arrays: dict[str, np.ndarray], compressed: bool = False) -> None:
-    """``np.savez`` of named arrays (a thin typed wrapper)."""
-    save = np.savez_compressed if compressed else np.savez
-    save(path, **arrays)  # type: ignore[arg-type]
-
-
 def save_checkpoint(out: Path, label: str, algorithm: Algorithm, outcome: RunOutcome) -> None:
-    """Write what :func:`fedad.runs.load_run` needs to rebuild every client's detector."""
-    d = out / "checkpoints" / label
-    d.mkdir(parents=True, exist_ok=True)
+    """Write what :func:`fedad.runs.load_run` needs to rebuild every client's detector.
+
+    The folder ``checkpoints/LABEL`` is written beside and renamed into place, so it is
+    either complete or absent.
+    """
     thresholds = {str(i): float(m.scalars["threshold"]) for i, m in outcome.evaluations.items()}
     meta = {
         "method": algorithm.name,
@@ -201,12 +208,13 @@ def save_checkpoint(out: Path, label: str, algorithm: Algorithm, outcome: RunOut
         "detector": algorithm.detector_config(),
         "thresholds": thresholds,
     }
-    (d / "detector.json").write_text(json.dumps(meta, indent=2))
-    if algorithm.personalized:
-        for i, m in sorted(outcome.evaluations.items()):
-            save_npz(d / f"client_{i}.npz", unprefixed(m.arrays, "detector"))
-    else:
-        save_npz(d / "global.npz", outcome.result.arrays)
+    with staged_dir(out / "checkpoints" / label) as d:
+        write_text(d / "detector.json", json.dumps(meta, indent=2))
+        if algorithm.personalized:
+            for i, m in sorted(outcome.evaluations.items()):
+                write_npz(d / f"client_{i}.npz", unprefixed(m.arrays, "detector"))
+        else:
+            write_npz(d / "global.npz", outcome.result.arrays)
 
 
 def resolved_config(cfg: ExperimentConfig, algorithms: dict[str, Algorithm]) -> dict[str, Any]:
@@ -219,14 +227,20 @@ def resolved_config(cfg: ExperimentConfig, algorithms: dict[str, Algorithm]) -> 
     return raw
 
 
-def write_history(path: Path, rows: list[dict[str, Any]]) -> None:
+def history_csv(rows: list[dict[str, Any]]) -> str:
+    """``history.csv``'s text: the fixed columns, then every other logged key, sorted."""
     extra = sorted({k for r in rows for k in r} - set(HISTORY_COLUMNS))
     cols = HISTORY_COLUMNS + extra
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=cols, restval="")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=cols, restval="")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
+    return buf.getvalue()
+
+
+def write_history(path: Path, rows: list[dict[str, Any]]) -> None:
+    write_text(path, history_csv(rows))
 
 
 def experiment_facts(cfg: ExperimentConfig, fed: Federation) -> dict[str, Any]:
@@ -255,44 +269,131 @@ def experiment_facts(cfg: ExperimentConfig, fed: Federation) -> dict[str, Any]:
     }
 
 
+def write_outputs(
+    out: Path, labels: list[str], done: dict[str, Done], facts: dict[str, Any], seconds: float
+) -> dict[str, Any]:
+    """Write ``metrics.json``, ``history.csv``, ``scores.npz`` from the methods done so far.
+
+    Methods appear in config order. ``experiment.status`` is ``"complete"`` once every
+    method is done, else ``"partial"`` with the missing ones in ``experiment.pending``.
+    """
+    finished = [lab for lab in labels if lab in done]
+    pending = [lab for lab in labels if lab not in done]
+    experiment = {
+        **facts,
+        "status": "partial" if pending else "complete",
+        "total_seconds": seconds,
+    }
+    if pending:
+        experiment["pending"] = pending
+    data = {"methods": {lab: done[lab].metrics for lab in finished}, "experiment": experiment}
+    arrays: dict[str, np.ndarray] = {}
+    for lab in finished:
+        arrays.update(done[lab].arrays)
+    write_npz(out / "scores.npz", arrays, compressed=True)
+    write_history(out / "history.csv", [row for lab in finished for row in done[lab].history])
+    write_text(out / "metrics.json", json.dumps(_clean(data), indent=2))
+    return data
+
+
+def _resumable(rd: RunDir, config_text: str, labels: list[str]) -> dict[str, Done]:
+    """The methods an interrupted run finished, after checking it ran this very config."""
+    path = rd.root / "config.toml"
+    try:
+        old = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as err:
+        raise FedadError(f"--resume: '{path}' is damaged ({str(err)[:120]})") from None
+    diff = config_difference(old, tomllib.loads(config_text))
+    if diff is not None:
+        raise FedadError(
+            f"--resume: the config differs from the run in '{rd.root}': {diff}",
+            "resume with the same config and --set values, or start anew with --force",
+        )
+    return rd.load_done(labels)
+
+
+def _report(out: Path) -> None:
+    from fedad.report.html import write_report
+
+    write_report(out)
+
+
 def run_experiment(
     cfg: ExperimentConfig,
     out: Path,
     on_round: RoundCallback | None = None,
     on_method: Callable[[str], None] | None = None,
+    force: bool = False,
+    resume: bool = False,
 ) -> dict[str, Any]:
-    """Run every method of ``cfg``, write all outputs to ``out``; return metrics.json's data."""
+    """Run every method of ``cfg``, write all outputs to ``out``; return metrics.json's data.
+
+    ``out`` is claimed first (:meth:`RunDir.claim <fedad.outdir.RunDir.claim>`): ``force``
+    replaces a run already there, ``resume`` keeps its finished methods and runs the rest.
+    On KeyboardInterrupt or :class:`~fedad.errors.Interrupted` the outputs of the finished
+    methods are written and :class:`~fedad.errors.Interrupted` is raised, naming them.
+    """
     t0 = time.perf_counter()
-    cfg = with_server_data(cfg)
-    fed = build_federation(cfg)
-    algorithms = build_algorithms(cfg, fed)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.toml").write_text(dump_toml(resolved_config(cfg, algorithms)))
-    methods: dict[str, Any] = {}
-    history: list[dict[str, Any]] = []
-    arrays: dict[str, np.ndarray] = {}
-    for label, alg in algorithms.items():
-        if on_method is not None:
-            on_method(label)
+    rd = RunDir.claim(out, force=force, resume=resume)
+    with rd:
+        try:
+            cfg = with_server_data(cfg)
+            fed = build_federation(cfg)
+            algorithms = build_algorithms(cfg, fed)
+            config_text = dump_toml(resolved_config(cfg, algorithms))
+            labels = list(algorithms)
+            done = _resumable(rd, config_text, labels) if resume else {}
+            rd.set_state("running", config_text)
+        except BaseException:
+            if not resume:
+                rd.discard_if_empty()
+            raise
+        facts = experiment_facts(cfg, fed)
+        try:
+            for label, alg in algorithms.items():
+                if label in done:
+                    continue
+                if on_method is not None:
+                    on_method(label)
 
-        def cb(row: dict[str, Any], label: str = label) -> None:
-            if on_round is not None:
-                on_round(label, row)
+                def cb(row: dict[str, Any], label: str = label) -> None:
+                    if on_round is not None:
+                        on_round(label, row)
 
-        outcome = run_method(cfg, alg, fed, on_round=cb, workdir=out)
-        metrics, arr = summarize(label, alg, outcome)
-        methods[label] = metrics
-        arrays.update(arr)
-        history.extend({"method": label, **row} for row in outcome.history)
-        save_checkpoint(out, label, alg, outcome)
-    data = {
-        "methods": methods,
-        "experiment": {**experiment_facts(cfg, fed), "total_seconds": time.perf_counter() - t0},
-    }
-    (out / "metrics.json").write_text(json.dumps(_clean(data), indent=2))
-    write_history(out / "history.csv", history)
-    save_npz(out / "scores.npz", arrays, compressed=True)
-    from fedad.report.html import write_report
-
-    write_report(out)
+                outcome = run_method(cfg, alg, fed, on_round=cb, workdir=out)
+                metrics, arr = summarize(label, alg, outcome)
+                rows = [{"method": label, **row} for row in outcome.history]
+                save_checkpoint(out, label, alg, outcome)
+                done[label] = Done(_clean(metrics), _clean(rows), arr)
+                rd.save_done(label, done[label])
+                write_outputs(out, labels, done, facts, time.perf_counter() - t0)
+        except BaseException as err:
+            _keep(rd, labels, done, facts, time.perf_counter() - t0)
+            if isinstance(err, KeyboardInterrupt | Interrupted):
+                signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+                kept = tuple(lab for lab in labels if lab in done)
+                raise Interrupted(int(signum), kept, str(out)) from None
+            raise
+        data = write_outputs(out, labels, done, facts, time.perf_counter() - t0)
+        _report(out)
+        rd.set_state("finished")
     return data
+
+
+def _keep(
+    rd: RunDir, labels: list[str], done: dict[str, Done], facts: dict[str, Any], seconds: float
+) -> None:
+    """After an interruption or error: the finished methods' outputs, and the state."""
+    if not done:
+        rd.discard_if_empty()
+        return
+    try:
+        write_outputs(rd.root, labels, done, facts, seconds)
+        rd.set_state("interrupted")
+        _report(rd.root)
+    except (FedadError, OSError, ValueError) as err:  # keep the original error in front
+        import logging
+
+        logging.getLogger("fedad").warning("could not write the partial report: %s", err)

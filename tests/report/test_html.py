@@ -262,3 +262,15 @@ def test_normal_positive_table_appears_only_when_logged(tmp_path: Path) -> None:
     (run / "metrics.json").write_text(json.dumps(m))
     text = render_report(run)
     assert "Normal-positive metrics" in text and "0.944" in text
+
+
+def test_incomplete_run_says_so_at_the_top(tmp_path: Path) -> None:
+    from fedad.report.html import render_report
+
+    (tmp_path / "metrics.json").write_text(
+        json.dumps({"methods": {}, "experiment": {"status": "partial", "pending": ["b<i>"]}})
+    )
+    html = render_report(tmp_path)
+    assert 'class="warning">This run is incomplete; not finished: b&lt;i&gt;.' in html
+    (tmp_path / "metrics.json").write_text(json.dumps({"methods": {}, "experiment": {}}))
+    assert "This run is incomplete" not in render_report(tmp_path)

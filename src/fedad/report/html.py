@@ -76,6 +76,7 @@ figure { margin: 1rem 0; } figcaption { color: #555; font-size: 0.88rem; max-wid
 img { max-width: 100%; height: auto; }
 pre { background: #f7f7f7; border: 1px solid #e3e3e3; padding: 0.8rem; overflow-x: auto; }
 .note { background: #f4f8fc; border-left: 4px solid #4C72B0; padding: 0.6rem 0.9rem; }
+.warning { background: #fdf3e7; border-left: 4px solid #DD8452; padding: 0.6rem 0.9rem; }
 """
 
 
@@ -183,6 +184,18 @@ def _per_client(
 
 
 # --------------------------------------------------------------------------- sections
+
+
+def _partial_banner(experiment: Mapping[str, Any]) -> str:
+    """A warning at the top of the report of an interrupted run (``status = "partial"``)."""
+    if experiment.get("status") != "partial":
+        return ""
+    pending = experiment.get("pending")
+    missing = ", ".join(map(str, pending)) if isinstance(pending, list) and pending else "?"
+    return (
+        f'<p class="warning">This run is incomplete; not finished: {_e(missing)}. Complete '
+        "it with <code>fedad run CONFIG --resume --out DIR</code> (same config).</p>"
+    )
 
 
 def _facts_section(run_dir: Path, metrics: Mapping[str, Any], n_methods: int) -> str:
@@ -404,6 +417,7 @@ def render_report(run_dir: str | Path) -> str:
     title = f"fedad report: {run.resolve().name}"
     subtitle = f"dataset {dataset}" if dataset is not None else ""
     sections = [
+        _partial_banner(metrics["experiment"]),
         _facts_section(run, metrics, len(entries)),
         _summary_section(entries),
         _normal_positive_section(entries),
@@ -442,8 +456,10 @@ def write_report(run_dir: str | Path) -> Path:
     :func:`fedad.metrics.evaluate_clients` when a method has none. Raises
     :class:`~fedad.errors.FedadError` when ``metrics.json`` is missing or malformed.
     """
+    from fedad.outdir import write_text
+
     run = Path(run_dir)
     text = render_report(run)
     out = run / "report.html"
-    out.write_text(text, encoding="utf-8")
+    write_text(out, text)
     return out
