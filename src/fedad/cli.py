@@ -138,7 +138,7 @@ def _interrupted(stop: Interrupted, config: Path) -> None:
             soft_wrap=True,
         )
     else:
-        errors.print(f"interrupted by {name} before any method finished; nothing kept")
+        errors.print(f"interrupted by {name}: no method had finished, no results kept")
     raise typer.Exit(128 + stop.signum)
 
 

@@ -238,8 +238,17 @@ class RunDir:
                 _remove(p)
 
     def discard_if_empty(self) -> None:
-        """After a run that wrote no result: leave no trace (the folder too, if ours)."""
+        """After a run that wrote no result: leave no trace (the folder too, if ours).
+
+        Flower logs (``.flower/``) are the exception: they say why a run failed, so they
+        stay, and the folder stays a (resultless) fedad run that the next run may reuse.
+        """
         if _has_results(self.root):
+            return
+        flower = self.root / ".flower"
+        if flower.is_dir() and any(flower.iterdir()):
+            with contextlib.suppress(FedadError):
+                self.set_state("failed")
             return
         with contextlib.suppress(FedadError):
             self.clear()

@@ -254,3 +254,16 @@ def test_real_signal_exits_128_plus_signum(tmp_path: Path, sig: signal.Signals) 
     kept = json.loads((out / "metrics.json").read_text())
     assert list(kept["methods"]) == ["onlad"]
     assert json.loads((out / ".fedad" / "run.json").read_text())["state"] == "interrupted"
+
+
+def test_flower_logs_of_a_resultless_run_are_kept_and_the_folder_reusable(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    rd = RunDir.claim(out)
+    logs = out / ".flower" / "fedavg-x" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "superlink.log").write_text("why it failed")
+    rd.discard_if_empty()
+    rd.release()
+    assert (logs / "superlink.log").read_text() == "why it failed"
+    with RunDir.claim(out):  # no results to protect: the next run takes the folder
+        assert not (out / ".flower").exists()

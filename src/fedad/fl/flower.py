@@ -45,12 +45,13 @@ conversion helpers imports ``flwr`` lazily, so this module imports without the e
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -644,19 +645,23 @@ def serve(
         dropout=e.dropout,
         poll_interval=poll_interval,
     )
-    fgrid.connect()
-    outcome = drive(
-        algorithm,
-        fgrid,
-        cfg.rounds,
-        cfg.seed,
-        e.fraction,
-        e.min_clients,
-        on_round=on_round,
-        eval_every=e.eval_every,
-        server_data=server_data,
-        secagg=SecAggSettings.from_config(cfg.privacy),
-    )
+    # a deployment's ServerApp is a process of its own: its warnings (a node that does not
+    # answer, a failed node) reach the user's console through the results directory
+    relay = ResultsDir(spec.results_dir).relay_warnings() if spec.results_dir else None
+    with relay or contextlib.nullcontext():
+        fgrid.connect()
+        outcome = drive(
+            algorithm,
+            fgrid,
+            cfg.rounds,
+            cfg.seed,
+            e.fraction,
+            e.min_clients,
+            on_round=on_round,
+            eval_every=e.eval_every,
+            server_data=server_data,
+            secagg=SecAggSettings.from_config(cfg.privacy),
+        )
     outcome.missing_nodes = sorted(set(outcome.missing_nodes) | fgrid.missing)
     return outcome
 
@@ -672,13 +677,29 @@ def _json_default(v: Any) -> Any:
     raise TypeError(f"cannot write {type(v).__name__} to JSON")
 
 
+class _WarningRelay(logging.Handler):
+    """Appends every WARNING (and worse) of the ``fedad`` logger to ``warnings.jsonl``."""
+
+    def __init__(self, results: ResultsDir) -> None:
+        super().__init__(level=logging.WARNING)
+        self.results = results
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.results.append_warning(record.getMessage())
+        except Exception:  # a full disk must not stop the run
+            self.handleError(record)
+
+
 class ResultsDir:
     """How a ServerApp in another process hands its :class:`RunOutcome` back.
 
     Files: ``rounds.jsonl`` (one history row per line, appended as rounds end, so the
-    caller can show progress), ``arrays.npz`` (``result/NAME`` and ``eval/CLIENT/NAME``)
-    and ``outcome.json`` (everything else; written last, atomically: its presence means
-    done), or ``error.json`` when the server program failed.
+    caller can show progress), ``warnings.jsonl`` (the ServerApp's warnings as they happen,
+    e.g. ``node 2: no reply to 'train' within 30 s``, which the caller logs on its console),
+    ``arrays.npz`` (``result/NAME`` and ``eval/CLIENT/NAME``) and ``outcome.json``
+    (everything else; written last, atomically: its presence means done), or
+    ``error.json`` when the server program failed.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -707,6 +728,32 @@ class ResultsDir:
             return []
         lines = self.rounds_file.read_text().split("\n")[:-1]  # the last may be partial
         return [json.loads(x) for x in lines[start:]]
+
+    @property
+    def warnings_file(self) -> Path:
+        return self.path / "warnings.jsonl"
+
+    def append_warning(self, text: str) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        with self.warnings_file.open("a") as fh:
+            fh.write(json.dumps(text) + "\n")
+
+    def read_warnings(self, start: int = 0) -> list[str]:
+        """Complete warning lines from line ``start`` on."""
+        if not self.warnings_file.is_file():
+            return []
+        lines = self.warnings_file.read_text().split("\n")[:-1]  # the last may be partial
+        return [str(json.loads(x)) for x in lines[start:]]
+
+    @contextlib.contextmanager
+    def relay_warnings(self) -> Iterator[None]:
+        """Within the block, the ``fedad`` logger's warnings also go to ``warnings.jsonl``."""
+        handler = _WarningRelay(self)
+        log.addHandler(handler)
+        try:
+            yield
+        finally:
+            log.removeHandler(handler)
 
     def write(self, outcome: RunOutcome) -> None:
         self.path.mkdir(parents=True, exist_ok=True)

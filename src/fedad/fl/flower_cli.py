@@ -9,6 +9,13 @@
 TLS: the SuperLink takes ``--certfile``/``--keyfile``/``--ca-certfile``, the others
 ``--root-certificates`` (all passed through to Flower's own flags); ``--insecure`` runs
 without TLS. Nothing here imports ``flwr`` until a command runs.
+
+Mistakes are one line each, before or instead of Flower's logs: a port already in use (a
+bind test first; a Flower process that still stops while starting is summed up in one line
+and its held-back output is not printed), a ``--superlink`` that is not ``HOST:PORT`` or
+where nothing accepts connections within ``--connect-timeout`` seconds. Ctrl-C or SIGTERM
+stops the Flower process and everything it started (exit status 130 or 143); so does
+fedad's own death, even by SIGKILL (:class:`~fedad.fl.flower_deploy.Supervisor`).
 """
 
 from __future__ import annotations
@@ -16,13 +23,16 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
-from typing import Annotated
+from typing import IO, Annotated
 
 import typer
 
-from fedad.errors import FedadError
+from fedad.errors import FedadError, Interrupted
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -53,18 +63,127 @@ def _require_flwr() -> None:
     require_flwr("flower-deployment")
 
 
-def run_foreground(argv: list[str], env: dict[str, str]) -> int:
-    """Run a Flower process in the foreground; Ctrl-C or SIGTERM stops it and its children."""
-    from fedad.fl.flower_deploy import Supervisor, die_with_parent, sigterm_as_interrupt
+ConnectTimeout = Annotated[
+    float,
+    typer.Option(
+        "--connect-timeout", help="seconds to wait for the SuperLink to accept connections"
+    ),
+]
 
-    sup = Supervisor(Path(os.devnull))  # only for stop_all(); it writes no logs here
+STARTUP = 20.0
+"""Seconds a foreground Flower process's output is held back while it starts."""
+
+
+class _Relay:
+    """Copies a child's output to our stdout, holding it back until :meth:`release`."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.held: list[bytes] = []
+        self.released = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream: IO[bytes]) -> None:
+        for line in iter(stream.readline, b""):
+            with self._lock:
+                if self.released:
+                    self._write(line)
+                else:
+                    self.held.append(line)
+
+    @staticmethod
+    def _write(data: bytes) -> None:
+        out = getattr(sys.stdout, "buffer", None)
+        with contextlib.suppress(OSError, ValueError):
+            if out is not None:
+                out.write(data)
+                out.flush()
+            else:
+                sys.stdout.write(data.decode(errors="replace"))
+                sys.stdout.flush()
+
+    def text(self) -> str:
+        with self._lock:
+            return b"".join(self.held).decode(errors="replace")
+
+    def release(self) -> None:
+        """Print what was held; from now on, pass the output straight through."""
+        with self._lock:
+            self.released = True
+            if self.held:
+                self._write(b"".join(self.held))
+            self.held = []
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+
+def run_foreground(
+    argv: list[str],
+    env: dict[str, str],
+    what: str = "the Flower process",
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    port_option: str = "--port",
+    startup: float = STARTUP,
+) -> int:
+    """Run a Flower server process in the foreground; return its exit status.
+
+    Its output is held back while it starts (until it listens on ``port``, at most
+    ``startup`` seconds): if it stops with an error meanwhile, that becomes a one-line
+    :class:`~fedad.errors.FedadError` (``port P ... already in use ... PORT_OPTION`` for a
+    taken port) instead of Flower's log. Ctrl-C or SIGTERM stops it and its children
+    (130, 143), as does the death of this process; call it from the main thread.
+    """
+    from fedad.fl.flower_deploy import (
+        PORT_BUSY,
+        READY_LINE,
+        Supervisor,
+        failure_line,
+        port_open,
+        sigterm_as_interrupt,
+    )
+
+    sup = Supervisor(Path(os.devnull))  # its processes write to our stdout, not to logs
     try:
         with sigterm_as_interrupt():
-            proc = subprocess.Popen(argv, env=env, preexec_fn=die_with_parent)
-            sup.procs["main"] = proc
-            return proc.wait()
+            proc = sup.start("main", argv, env, stdout=subprocess.PIPE)
+            assert proc.stdout is not None
+            relay = _Relay(proc.stdout)
+            probe = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+            deadline = time.monotonic() + startup
+            while proc.poll() is None and time.monotonic() < deadline:
+                if READY_LINE in relay.text():
+                    break
+                if port is not None and port_open(probe, port):
+                    time.sleep(0.5)  # a port held by another process makes it exit now
+                    if proc.poll() is None:
+                        break
+                time.sleep(0.05)
+            code = proc.poll()
+            if code is not None:
+                relay.join(2.0)  # all of its output
+            text = relay.text()
+            if code is not None and code != 0 and READY_LINE not in text:
+                if port is not None and PORT_BUSY.search(text):
+                    raise FedadError(
+                        f"port {port} on {host} is already in use, so {what} cannot listen on it",
+                        f"stop the process that uses it, or choose another port with {port_option}",
+                    )
+                command = " ".join([Path(argv[0]).name, *argv[1:]])
+                raise FedadError(
+                    f"{what} stopped while starting (exit status {code}): {failure_line(text)}",
+                    f"run '{command}' to see all of its output",
+                )
+            relay.release()
+            code = proc.wait()
+            relay.join(2.0)
+            return code
     except KeyboardInterrupt:
         return 130
+    except Interrupted as err:
+        return 128 + int(err.signum)
     finally:
         sup.stop_all()
 
@@ -89,7 +208,7 @@ def superlink(
     """Start a SuperLink; ServerApps run where `fedad flower run` is called."""
     try:
         _require_flwr()
-        from fedad.fl.flower_deploy import superlink_argv, tls_args_superlink
+        from fedad.fl.flower_deploy import check_port_free, superlink_argv, tls_args_superlink
 
         tls = tls_args_superlink(
             str(certfile) if certfile else None,
@@ -97,7 +216,10 @@ def superlink(
             str(ca_certfile) if ca_certfile else None,
             insecure,
         )
-        code = run_foreground(superlink_argv(host, port, tls), _env(home))
+        check_port_free(host, port, "the SuperLink")
+        code = run_foreground(
+            superlink_argv(host, port, tls), _env(home), "the SuperLink", port=port, host=host
+        )
     except FedadError as err:
         _fail(err)
     raise typer.Exit(code)
@@ -119,12 +241,19 @@ def supernode(
     root_certificates: RootCert = None,
     insecure: Insecure = False,
     home: Home = None,
+    connect_timeout: ConnectTimeout = 30.0,
 ) -> None:
     """Start a SuperNode holding client PARTITION_ID of NUM_PARTITIONS."""
     try:
         _require_flwr()
         from fedad.config import read_toml
-        from fedad.fl.flower_deploy import supernode_argv, tls_args_client
+        from fedad.fl.flower_deploy import (
+            check_port_free,
+            parse_address,
+            supernode_argv,
+            tls_args_client,
+            wait_reachable,
+        )
 
         if not 0 <= partition_id < num_partitions:
             raise FedadError(
@@ -136,13 +265,16 @@ def supernode(
             read_toml(config)  # a missing file or bad TOML is a one-line error now
             data_config = str(config.resolve())
         tls = tls_args_client(str(root_certificates) if root_certificates else None, insecure)
+        parse_address(superlink)
+        check_port_free("127.0.0.1", port, "the SuperNode's local API")
+        wait_reachable(superlink, "--superlink", connect_timeout)
         argv = supernode_argv(superlink, partition_id, num_partitions, port, tls, data_config)
         with contextlib.ExitStack() as stack:
             cache = cache_dir
             if cache is None:
                 cache = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fedad-")))
             env = _env(home, {"FEDAD_FLOWER_CACHE": str(Path(cache).resolve())})
-            code = run_foreground(argv, env)
+            code = run_foreground(argv, env, "the SuperNode", port=port)
     except FedadError as err:
         _fail(err)
     raise typer.Exit(code)
@@ -160,22 +292,44 @@ def run_cmd(
     root_certificates: RootCert = None,
     insecure: Insecure = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+    connect_timeout: ConnectTimeout = 30.0,
+    force: Annotated[
+        bool, typer.Option("--force", help="replace the fedad run already in --out")
+    ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option("--resume", help="complete an interrupted run in --out (same config)"),
+    ] = False,
 ) -> None:
-    """Run an experiment on a running SuperLink and its SuperNodes (engine flower-deployment)."""
-    from fedad.cli import _run
+    """Run an experiment on a running SuperLink and its SuperNodes (engine flower-deployment).
+
+    The output directory follows `fedad run`'s rules (docs/runs.md): --force, --resume.
+    """
+    from fedad.cli import _interrupted, _run
+    from fedad.errors import Interrupted
 
     try:
         _require_flwr()
         from fedad.config import load_config
-        from fedad.fl.flower_deploy import RemoteSuperLink, remote_superlink, tls_args_client
+        from fedad.fl.flower_deploy import (
+            RemoteSuperLink,
+            parse_address,
+            remote_superlink,
+            tls_args_client,
+            wait_reachable,
+        )
 
         tls_args_client(str(root_certificates) if root_certificates else None, insecure)
+        parse_address(superlink)
         cfg = load_config(config, [*(set_ or []), 'engine.name="flower-deployment"'])
+        wait_reachable(superlink, "--superlink", connect_timeout)
         link = RemoteSuperLink(
             superlink, str(root_certificates) if root_certificates else None, insecure
         )
         out_dir = out or Path("runs") / config.stem
         with remote_superlink(link):
-            _run(cfg, out_dir, progress=cfg.engine.progress and not quiet)
+            _run(cfg, out_dir, cfg.engine.progress and not quiet, force=force, resume=resume)
     except FedadError as err:
         _fail(err)
+    except Interrupted as stop:
+        _interrupted(stop, config)
