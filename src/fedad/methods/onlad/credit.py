@@ -1,4 +1,6 @@
-"""Selective aggregation of ONLAD models (Qin et al., Sec. III-B, Algorithm 1): pure functions.
+"""Aggregation weights of the ONLAD family: pure functions.
+
+Selective aggregation (Qin et al., Sec. III-B, Algorithm 1):
 
 * FedAvg weights (eq. 6): :math:`c_k = n_k / N`.
 * Credit scores (Algorithm 1, line 8):
@@ -10,6 +12,20 @@
   paper states :math:`\\sum_k c_k = 1`; we normalise over the clients that pass, which is the
   only reading under which that holds once some are excluded.
 * Adaptive threshold (Sec. IV-B(5)): :math:`\\lambda` decreases linearly over the rounds.
+
+Robust variant (``onlad-robust``, ours): the same credit scores, gated by each update's
+*effect* on the observed loss: the relative change
+:math:`\\delta_k = (\\ell(\\beta + s_k(\\beta_k - \\beta)) - \\ell(\\beta)) / \\ell(\\beta)`
+when client :math:`k`'s update is applied alone, at its FedAvg share :math:`s_k = n_k/N`, to
+the global model :math:`\\beta` the clients started from. An update with
+:math:`\\delta_k > t` (``tolerance``, default 0) gets weight 0; an aggregate whose observed
+loss exceeds :math:`(1+t)\\,\\ell(\\beta)` is not taken (:func:`share_steps`,
+:func:`update_effects`, :func:`effect_gate`, :func:`robust_credit_scores`,
+:func:`accept_aggregate`).
+
+Every function here accepts any finite or non-finite input without raising: a loss that is
+not finite and positive (an overflowed or degenerate model) means weight 0, as does a client
+size that is not finite and non-negative. Malformed *shapes* are programming errors and raise.
 """
 
 from __future__ import annotations
@@ -18,27 +34,56 @@ from collections.abc import Sequence
 
 import numpy as np
 
+Floats = Sequence[float] | np.ndarray
+"""One number per client: a list or a 1-d array."""
 
-def fedavg_weights(n: Sequence[float]) -> np.ndarray:
-    """Eq. 6: :math:`n_k / N`."""
+
+def usable(losses: Floats) -> np.ndarray:
+    """Mask of the losses that can carry credit: finite and strictly positive."""
+    ell = np.asarray(losses, dtype=np.float64)
+    return np.isfinite(ell) & (ell > 0)
+
+
+def _sizes(n: Floats, size: int) -> np.ndarray:
+    nk = np.asarray(n, dtype=np.float64)
+    if nk.shape != (size,):
+        raise ValueError("need one loss and one size per client")
+    return np.where(np.isfinite(nk) & (nk >= 0), nk, 0.0)
+
+
+def fedavg_weights(n: Floats) -> np.ndarray:
+    """Eq. 6: :math:`n_k / N`; all zeros when :math:`N = 0` (nobody has data)."""
     w = np.asarray(n, dtype=np.float64)
+    w = np.where(np.isfinite(w) & (w >= 0), w, 0.0)
+    top = w.max(initial=0.0)
+    if top <= 0:
+        return np.zeros_like(w)
+    w = w / top  # sizes up to 1.8e308 sum without overflow
     return w / w.sum()
 
 
-def credit_scores(
-    losses: Sequence[float], n: Sequence[float], lam: float | None = None
-) -> np.ndarray:
-    """Algorithm 1: credit scores, zero above ``lam``; all zeros when every client is above."""
+def credit_scores(losses: Floats, n: Floats, lam: float | None = None) -> np.ndarray:
+    """Algorithm 1: :math:`c_k \\propto n_k / \\ell_k`, zero above ``lam``, summing to 1.
+
+    A loss that is not finite and positive gets 0 (it cannot be ranked: an overflowed model,
+    or a degenerate zero loss whose :math:`1/\\ell_k` is unbounded), as does a loss above
+    ``lam`` (and every loss when ``lam`` is NaN). All zeros when no client is left.
+    Computed as :math:`(n_k/\\max n)(\\min\\ell/\\ell_k)`, each factor in :math:`[0, 1]`, so
+    losses from 1e-308 to 1e308 and sizes up to 1e308 never overflow.
+    """
     ell = np.asarray(losses, dtype=np.float64)
-    nk = np.asarray(n, dtype=np.float64)
-    if ell.shape != nk.shape or ell.ndim != 1 or ell.size == 0:
+    if ell.ndim != 1 or ell.size == 0:
         raise ValueError("need one loss and one size per client")
-    if np.any(ell <= 0) or not np.all(np.isfinite(ell)):
-        raise ValueError("losses must be finite and positive")
-    keep = np.ones_like(ell, dtype=bool) if lam is None else ell <= lam
-    raw = np.where(keep, (nk / nk.sum()) / ell, 0.0)
-    total = raw.sum()
-    return raw / total if total > 0 else raw
+    nk = _sizes(n, ell.size)
+    keep = usable(ell) & (nk > 0)
+    if lam is not None:
+        keep &= ell <= lam
+    if not keep.any():
+        return np.zeros_like(ell)
+    ref = ell[keep].min()
+    raw = np.zeros_like(ell)
+    raw[keep] = (nk[keep] / nk[keep].max()) * (ref / ell[keep])
+    return raw / raw.sum()
 
 
 def adaptive_lambda(lam: float, round_no: int, rounds: int, decay: float) -> float:
@@ -46,3 +91,93 @@ def adaptive_lambda(lam: float, round_no: int, rounds: int, decay: float) -> flo
     if rounds <= 1:
         return lam
     return lam * (1.0 - decay * (round_no - 1) / (rounds - 1))
+
+
+def median_lambda(losses: Floats, factor: float) -> float:
+    """Scale-free :math:`\\lambda = f \\cdot \\mathrm{median}_k \\ell_k` over the usable losses.
+
+    NaN when no loss is usable (then :func:`credit_scores` excludes everyone anyway).
+    """
+    ell = np.asarray(losses, dtype=np.float64)
+    ok = usable(ell)
+    if not ok.any():
+        return float("nan")
+    with np.errstate(over="ignore"):
+        return float(np.median(ell[ok]) * factor)
+
+
+# -- onlad-robust ---------------------------------------------------------------------------
+
+
+def share_steps(prev: np.ndarray, models: Sequence[np.ndarray], n: Floats) -> list[np.ndarray]:
+    """Each client's update at its FedAvg share: :math:`\\beta + s_k(\\beta_k - \\beta)`,
+    :math:`s_k = n_k / N` (:func:`fedavg_weights`).
+
+    This is the step client :math:`k`'s update contributes to the average of eq. 8, taken
+    alone from the global model :math:`\\beta` the clients started from. Overflow gives
+    non-finite arrays (whose losses are then unusable), never an error.
+    """
+    share = fedavg_weights(n)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return [prev + s * (b - prev) for s, b in zip(share, models, strict=True)]
+
+
+def update_effects(losses: Floats, prev_loss: float) -> np.ndarray:
+    """:math:`\\delta_k = (\\ell_k - \\ell_{prev}) / \\ell_{prev}`: relative change of the
+    observed loss.
+
+    :math:`\\ell_k` is the observed loss of client :math:`k`'s step (:func:`share_steps`),
+    :math:`\\ell_{prev}` that of the global model the clients started from. Negative: the
+    update moves the global model towards the server's normal data; positive: away from it.
+    Unusable losses (and an unusable :math:`\\ell_{prev}`) give :math:`+\\infty`, which no
+    gate accepts.
+    """
+    ell = np.asarray(losses, dtype=np.float64)
+    out = np.full(ell.shape, np.inf)
+    if not (np.isfinite(prev_loss) and prev_loss > 0):
+        return out
+    ok = usable(ell)
+    with np.errstate(over="ignore"):
+        out[ok] = (ell[ok] - prev_loss) / prev_loss
+    out[~np.isfinite(out)] = np.inf
+    return out
+
+
+def effect_gate(effects: Floats, tolerance: float = 0.0) -> np.ndarray:
+    """Accept the updates whose effect is at most ``tolerance``: :math:`\\delta_k \\le t`.
+
+    *Reject on negative impact* (Nelson et al. 2008; Barreno et al. 2010), on the server's
+    held-out normal data: needs no estimate of how many clients are bad (a majority of bad
+    clients is still rejected, unlike a median rule) and is scale-free.
+    """
+    d = np.asarray(effects, dtype=np.float64)
+    return np.isfinite(d) & (d <= tolerance)
+
+
+def robust_credit_scores(
+    losses: Floats,
+    step_losses: Floats,
+    n: Floats,
+    prev_loss: float,
+    tolerance: float = 0.0,
+) -> np.ndarray:
+    """``onlad-robust``: credit scores :math:`c_k \\propto n_k / \\ell_k` (``losses``, as in
+    :func:`credit_scores`) over the clients whose update at its share passes
+    :func:`effect_gate` (``step_losses``, the observed losses of :func:`share_steps`); zero
+    for the rest; all zeros when nobody passes (the server then keeps its model).
+
+    When every update helps it equals :func:`credit_scores`, itself close to FedAvg when the
+    clients' observed losses are alike.
+    """
+    ell = np.asarray(losses, dtype=np.float64)
+    gate = effect_gate(update_effects(step_losses, prev_loss), tolerance)
+    if gate.shape != ell.shape:
+        raise ValueError("need one loss and one step loss per client")
+    return credit_scores(np.where(gate, ell, np.inf), n)
+
+
+def accept_aggregate(loss: float, prev_loss: float, tolerance: float = 0.0) -> bool:
+    """``onlad-robust``'s last check: the aggregate of eq. 8 replaces the global model only if
+    its observed loss is finite and at most :math:`(1 + t)\\,\\ell_{prev}`, so that with
+    ``tolerance = 0`` the global model's observed loss never rises from round to round."""
+    return bool(np.isfinite(loss) and loss <= prev_loss * (1.0 + tolerance))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Self
 
 import numpy as np
@@ -9,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
 from fedad.methods.onlad.model import (
+    default_hidden,
     hidden,
     init_input_weights,
     init_phase,
@@ -23,7 +25,7 @@ class OSELMParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    n_hidden: int | None = Field(default=64, ge=1, le=1 << 16)
+    n_hidden: int | None = Field(default=None, ge=1, le=1 << 16)
     alpha_scale: float = Field(default=1.0, gt=0.0)
     ridge: float = Field(default=1e-3, gt=0.0)
     forgetting: float = Field(default=1.0, gt=0.0, le=1.0)
@@ -36,14 +38,17 @@ class OSELMAutoEncoder(BaseDetector):
     """OS-ELM autoencoder (ONLAD): score = mean squared reconstruction error.
 
     ``fit(X)`` runs the initial phase (eq. 4) on ``X``; ``partial_fit(X)`` the sequential
-    phase (eq. 5), or the initial phase when nothing was learned yet.
+    phase (eq. 5), or the initial phase when nothing was learned yet. ``n_hidden = None``
+    takes :func:`~fedad.methods.onlad.model.default_hidden` of the input width when the
+    weights are drawn (or read from ``alpha``'s shape by :meth:`set_arrays`); from then on
+    :meth:`get_params` records the resolved width.
     """
 
     ParamsModel = OSELMParams
 
     def __init__(
         self,
-        n_hidden: int = 64,
+        n_hidden: int | None = None,
         alpha_scale: float = 1.0,
         ridge: float = 1e-3,
         forgetting: float = 1.0,
@@ -69,35 +74,58 @@ class OSELMAutoEncoder(BaseDetector):
 
     def init_weights(self, n_inputs: int) -> Self:
         """Draw the fixed :math:`\\alpha, b` (seeded: equal seeds give equal weights)."""
+        if self.n_hidden is None:
+            self.n_hidden = default_hidden(n_inputs)
         self.alpha_, self.bias_ = init_input_weights(
             n_inputs, self.n_hidden, self.seed, self.alpha_scale
         )
         return self
 
-    def hidden(self, x: np.ndarray) -> np.ndarray:
-        return hidden(x, self.alpha_, self.bias_)
+    def set_scaling(self, shift: np.ndarray, scale: np.ndarray) -> Self:
+        """Standardize every input as :math:`(x - \\text{shift}) / \\text{scale}` per feature."""
+        self.shift_ = np.asarray(shift, dtype=np.float64).reshape(-1)
+        self.scale_ = np.asarray(scale, dtype=np.float64).reshape(-1)
+        if self.shift_.shape != self.scale_.shape or not (
+            np.all(np.isfinite(self.shift_))
+            and np.all(np.isfinite(self.scale_))
+            and np.all(self.scale_ > 0)
+        ):
+            raise ValueError("shift and scale must be finite, of one length, scale > 0")
+        return self
 
-    def _flat(self, x: np.ndarray) -> np.ndarray:
-        return np.asarray(x, dtype=np.float64).reshape(len(x), -1)
+    def transform(self, x: np.ndarray) -> np.ndarray:
+        """The model's input: ``x`` flattened to rows, standardized if a scaling is set."""
+        a = np.asarray(x, dtype=np.float64)
+        z = a.reshape(len(a), math.prod(a.shape[1:]))  # also for zero rows
+        if hasattr(self, "shift_"):
+            z = (z - self.shift_) / self.scale_
+        return z
+
+    def hidden(self, x: np.ndarray) -> np.ndarray:
+        """:math:`H = G(z\\alpha + b)` of the raw input ``x`` (``z`` = :meth:`transform`)."""
+        return self._h(self.transform(x))
+
+    def _h(self, z: np.ndarray) -> np.ndarray:
+        return hidden(z, self.alpha_, self.bias_)
 
     def fit(self, x: np.ndarray) -> Self:
-        xf = self._flat(x)
-        self.init_weights(xf.shape[1])
-        self.beta_, self.p_ = init_phase(self.hidden(xf), xf, self.ridge)
-        return self.set_threshold(xf)
+        z = self.transform(x)
+        self.init_weights(z.shape[1])
+        self.beta_, self.p_ = init_phase(self._h(z), z, self.ridge)
+        return self.set_threshold(x)
 
     def partial_fit(self, x: np.ndarray) -> Self:
         """Learn one chunk (eq. 5); the first chunk ever runs eq. 4 instead."""
         if len(x) == 0:
             return self
-        xf = self._flat(x)
+        z = self.transform(x)
         if not hasattr(self, "alpha_"):
-            self.init_weights(xf.shape[1])
+            self.init_weights(z.shape[1])
         if not hasattr(self, "beta_"):
-            self.beta_, self.p_ = init_phase(self.hidden(xf), xf, self.ridge)
+            self.beta_, self.p_ = init_phase(self._h(z), z, self.ridge)
         else:
             self.beta_, self.p_ = sequential_phase(
-                self.beta_, self.p_, self.hidden(xf), xf, self.forgetting
+                self.beta_, self.p_, self._h(z), z, self.forgetting
             )
         return self
 
@@ -106,13 +134,13 @@ class OSELMAutoEncoder(BaseDetector):
 
         Uses the model as it is before the chunk (prequential); the hidden layer and the
         residual of the detection step are reused by the update (eq. 5). ``tau = None``
-        learns every sample. Returns the 0/1 flags.
+        learns every sample. Returns the 0/1 flags. An empty chunk changes nothing.
         """
-        xf = self._flat(x)
-        h = self.hidden(xf)
-        residual = xf - h @ self.beta_
+        z = self.transform(x)
+        h = self._h(z)
+        residual = z - h @ self.beta_
         scores = np.mean(residual**2, axis=1)
-        flagged = np.zeros(len(xf), dtype=bool) if tau is None else scores > tau
+        flagged = np.zeros(len(z), dtype=bool) if tau is None else scores > tau
         keep = ~flagged
         self.beta_, self.p_ = sequential_phase_residual(
             self.beta_, self.p_, h[keep], residual[keep], self.forgetting
@@ -120,11 +148,13 @@ class OSELMAutoEncoder(BaseDetector):
         return flagged.astype(np.int64)
 
     def score(self, x: np.ndarray) -> np.ndarray:
-        xf = self._flat(x)
-        return reconstruction_error(xf, self.hidden(xf), self.beta_)
+        z = self.transform(x)
+        return reconstruction_error(z, self._h(z), self.beta_)
 
     def get_arrays(self) -> dict[str, np.ndarray]:
         out = {"alpha": self.alpha_, "bias": self.bias_, "beta": self.beta_, "p": self.p_}
+        if hasattr(self, "shift_"):
+            out.update(shift=self.shift_, scale=self.scale_)
         if hasattr(self, "threshold_"):
             out["threshold_"] = np.asarray(self.threshold_, dtype=np.float64)
         return out
@@ -134,6 +164,17 @@ class OSELMAutoEncoder(BaseDetector):
         self.bias_ = np.asarray(arrays["bias"], dtype=np.float64)
         self.beta_ = np.asarray(arrays["beta"], dtype=np.float64)
         self.p_ = np.asarray(arrays["p"], dtype=np.float64)
+        if self.alpha_.ndim != 2 or self.n_hidden not in (None, self.alpha_.shape[1]):
+            raise ValueError(f"alpha has shape {self.alpha_.shape}, n_hidden is {self.n_hidden}")
+        self.n_hidden = int(self.alpha_.shape[1])
+        if ("shift" in arrays) != ("scale" in arrays):
+            raise ValueError("shift and scale come together")
+        if "shift" in arrays:
+            self.set_scaling(arrays["shift"], arrays["scale"])
+            if self.shift_.shape != (self.alpha_.shape[0],):
+                raise ValueError(
+                    f"shift has {self.shift_.size} features, alpha has {len(self.alpha_)}"
+                )
         if "threshold_" in arrays:
             self.threshold_ = float(arrays["threshold_"])
         return self

@@ -11,18 +11,31 @@ seeded shuffle, then equal parts; the paper's "updating times"). On each round i
 chunks that arrived since it last took part, and for each chunk first *detects* (scores the
 chunk with its current model) and then *learns* (eq. 5) only the samples scored at most
 :math:`\\tau`: anomalous inputs are reported, not learned. Prequential detection counts are
-kept per client. It replies :math:`(\\beta_k, P_k, n_k)`.
+kept per client. It replies :math:`(\\beta_k, P_k, n_k)` and how many samples it learned; a
+client with nothing new (fewer samples than rounds, or every new sample flagged) returns the
+global model unchanged with ``learned = 0``: the server leaves it out of the aggregation
+(history column ``clients_idle``), which is not a failure.
 
-Aggregation (three registered methods on this machinery):
+Aggregation (four registered methods on this machinery):
 
 * ``onlad``: FedAvg, :math:`c_k = n_k / N` (eq. 6);
 * ``onlad-score``: credit scores from each :math:`\\beta_k`'s loss on the observed set
   (eq. 7, Algorithm 1 line 8), no threshold;
 * ``onlad-selective``: credit scores with the loss threshold :math:`\\lambda` (Algorithm 1);
   ``adaptive = true`` lowers :math:`\\lambda` linearly over the rounds (Sec. IV-B(5)). When
-  every client is above :math:`\\lambda` the previous global model is kept (and logged).
+  every client is above :math:`\\lambda` the previous global model is kept (and logged);
+* ``onlad-robust`` (ours, not in the paper): credit scores over the clients whose update,
+  applied alone at its FedAvg share to the global model, does not raise the observed loss
+  (:mod:`fedad.methods.onlad.credit`); an aggregate that would raise it is not taken; and,
+  by default (``rescale``), inputs standardized with the server's normal data, so that no
+  client's data influence the model's input scaling.
 
 Then :math:`P = \\sum_k c_k P_k`, :math:`\\beta = \\sum_k c_k \\beta_k` (eq. 8).
+
+Every aggregation survives any finite update: an observed loss that is not finite and
+positive gives a credit-based method's client weight 0 (an event names it), and an aggregate
+that is not finite, or whose observed loss is not, is discarded and the previous global
+model kept (an event; FedAvg's only check).
 
 The detector every client ends with is the last global model with the server's threshold
 :math:`\\tau` (the ``1 - contamination`` quantile of its scores on the observed set): ONLAD's
@@ -35,11 +48,15 @@ clients are unreliable (an absolute default would exclude honest clients on one 
 no one on another). ``adaptive`` then shrinks the margin above the median linearly, and an
 absolute ``lam`` itself, by ``adaptive_decay`` at the last round. The loss of eq. 7 is the
 mean squared reconstruction error over the observed set; :math:`n_k` is the client's number
-of training samples.
+of training samples. ``n_hidden`` defaults to :func:`~fedad.methods.onlad.model.default_hidden`
+of the input width (undercomplete, Sec. III-A(2)).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -51,24 +68,44 @@ from fedad.fl.algorithm import Algorithm, ClientState, Handler, Params, ServerRe
 from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message
 from fedad.fl.validate import spec_of
-from fedad.methods.onlad.credit import adaptive_lambda, credit_scores, fedavg_weights
+from fedad.methods.onlad.credit import (
+    accept_aggregate,
+    adaptive_lambda,
+    credit_scores,
+    fedavg_weights,
+    median_lambda,
+    robust_credit_scores,
+    share_steps,
+    update_effects,
+    usable,
+)
 from fedad.methods.onlad.detector import OSELMAutoEncoder
+from fedad.methods.onlad.model import default_hidden, standardizer
 from fedad.seeding import rng as seeded_rng
 
 TRAIN = "train"
+FIXED = ("alpha", "bias", "shift", "scale")
+"""Arrays that never change during a run: sent to each client once, kept in its state."""
 PREQUENTIAL = ("tp", "fp", "fn", "tn")
 
 
 class ONLADParams(Params):
     """Parameters of the ONLAD family."""
 
-    n_hidden: int = Field(default=64, ge=1, description="hidden units of the OS-ELM")
+    n_hidden: int | None = Field(
+        default=None,
+        ge=1,
+        description="hidden units of the OS-ELM; default min(64, max(1, n_features // 2))",
+    )
     alpha_scale: float = Field(default=1.0, gt=0.0, description="alpha, b ~ U(-s, s)")
     ridge: float = Field(default=1e-3, gt=0.0, description="ridge term of eq. 4")
     forgetting: float = Field(default=1.0, gt=0.0, le=1.0, description="forgetting factor")
     init_samples: int = Field(default=200, ge=1, description="server's initial normal set")
     observed: int = Field(default=1000, ge=1, description="server's observed set")
     detect: bool = Field(default=True, description="learn only samples scored <= tau")
+    rescale: bool = Field(
+        default=False, description="standardize inputs with the server's normal data"
+    )
 
 
 class SelectiveParams(ONLADParams):
@@ -84,6 +121,37 @@ class SelectiveParams(ONLADParams):
     )
 
 
+class RobustParams(ONLADParams):
+    """Adds the tolerance of the effect gate of ``onlad-robust``; rescales by default."""
+
+    rescale: bool = Field(
+        default=True, description="standardize inputs with the server's normal data"
+    )
+    tolerance: float = Field(
+        default=0.0,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="accept an update that raises the observed loss by at most this share",
+    )
+
+
+@dataclass(frozen=True)
+class RoundInfo:
+    """What an aggregation rule may look at besides the clients' losses and sizes."""
+
+    round_no: int
+    rounds: int
+    prev_loss: float
+    """Observed loss of the global model the clients started from this round."""
+    ctx: ServerContext
+    prev_beta: np.ndarray
+    """The global :math:`\\beta` the clients started from."""
+    betas: tuple[np.ndarray, ...]
+    """The clients' :math:`\\beta_k`, in the order of the losses."""
+    loss_of: Callable[[np.ndarray], float]
+    """Observed loss (eq. 7) of any :math:`\\beta`."""
+
+
 def stream_chunks(n: int, rounds: int, seed: int, client_id: int) -> list[np.ndarray]:
     """The client's stream: a seeded shuffle of its ``n`` samples cut into ``rounds`` chunks."""
     order = seeded_rng(seed, client_id, 0x57E).permutation(n)
@@ -97,7 +165,8 @@ def observed_loss(h: np.ndarray, x: np.ndarray, beta: np.ndarray) -> float:
     so the server computes it once.
     """
     xf = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
-    return float(np.mean((xf - h @ beta) ** 2))
+    with np.errstate(over="ignore", invalid="ignore"):  # a poisoned beta may overflow: inf
+        return float(np.mean((xf - h @ beta) ** 2))
 
 
 class _ONLAD(Algorithm):
@@ -105,6 +174,8 @@ class _ONLAD(Algorithm):
 
     ParamsModel: ClassVar[type[Params]] = ONLADParams
     params: ONLADParams
+    nobody_passes: ClassVar[str] = "no client's update can be used"
+    """The event's words when every update gets weight 0 (empty: no event, only ``kept``)."""
 
     @classmethod
     def server_samples(cls, params: dict[str, Any]) -> int:
@@ -112,10 +183,17 @@ class _ONLAD(Algorithm):
         assert isinstance(p, ONLADParams)
         return p.init_samples + p.observed
 
+    @property
+    def n_hidden(self) -> int:
+        """The hidden width: ``n_hidden``, or :func:`default_hidden` of the input width."""
+        if self.params.n_hidden is not None:
+            return self.params.n_hidden
+        return default_hidden(math.prod(self.setup.feature_shape))
+
     def make_detector(self) -> OSELMAutoEncoder:
         p = self.params
         return OSELMAutoEncoder(
-            n_hidden=p.n_hidden,
+            n_hidden=self.n_hidden,
             alpha_scale=p.alpha_scale,
             ridge=p.ridge,
             forgetting=p.forgetting,
@@ -128,12 +206,11 @@ class _ONLAD(Algorithm):
 
     # -- client ------------------------------------------------------------------------------
     def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
-        for name in ("alpha", "bias"):
+        for name in FIXED:
             if name in msg.arrays:
                 state[name] = np.array(msg.arrays[name])
-        det = self.make_detector().set_arrays(
-            {"alpha": state["alpha"], "bias": state["bias"], **dict(msg.arrays)}
-        )
+        fixed = {k: state[k] for k in FIXED if k in state}
+        det = self.make_detector().set_arrays({**fixed, **dict(msg.arrays)})
         round_no, rounds = int(msg.get("round")), int(msg.get("rounds"))
         tau = float(msg.get("tau"))
         chunks = stream_chunks(data.n_train, rounds, self.setup.seed, data.client_id)
@@ -141,6 +218,8 @@ class _ONLAD(Algorithm):
         counts = state.get("prequential", np.zeros(4, dtype=np.int64)).copy()
         learned = 0
         for idx in chunks[last:round_no]:
+            if len(idx) == 0:  # fewer samples than rounds: nothing arrived in this chunk
+                continue
             x = data.x_train[idx]
             flagged = det.detect_and_learn(x, tau if self.params.detect else None) == 1
             truth = data.y_train[idx] == 1  # evaluation only: never used to decide
@@ -189,11 +268,17 @@ class _ONLAD(Algorithm):
         return Message(reply.kind, {**reply.arrays, "prequential": counts}, reply.scalars)
 
     # -- server ------------------------------------------------------------------------------
-    def weights(
-        self, losses: list[float], n: list[float], round_no: int, ctx: ServerContext
-    ) -> np.ndarray:
-        """Aggregation weights :math:`c_k` of the replying clients."""
+    def weights(self, losses: list[float], n: list[float], rnd: RoundInfo) -> np.ndarray:
+        """Aggregation weights :math:`c_k` of the clients with an update (FedAvg here)."""
         return fedavg_weights(n)
+
+    def excludes_unusable(self) -> bool:
+        """Whether the weights depend on the losses (then an unusable loss means exclusion)."""
+        return True
+
+    def accepts(self, new_loss: float, prev_loss: float) -> bool:
+        """Whether a finite aggregate with observed loss ``new_loss`` replaces the model."""
+        return True
 
     def server(self, ctx: ServerContext) -> ServerResult:
         s = ctx.server_data
@@ -203,10 +288,15 @@ class _ONLAD(Algorithm):
             )
         n_init = min(self.params.init_samples, max(1, len(s) // 6))
         init, observed = s[:n_init], s[n_init : n_init + self.params.observed]
-        det = self.make_detector().fit(init)
+        det = self.make_detector()
+        if self.params.rescale:
+            det.set_scaling(*standardizer(s[: n_init + self.params.observed]))
+        det.fit(init)
         beta, p = det.beta_, det.p_
+        z_obs = det.transform(observed)
         h_obs = det.hidden(observed)
-        ctx.log(initial_loss=observed_loss(h_obs, observed, beta))
+        loss = observed_loss(h_obs, z_obs, beta)
+        ctx.log(initial_loss=loss)
         have_weights: set[int] = set()
         spec = spec_of({"beta": beta, "p": p})
         for r in range(1, ctx.rounds + 1):
@@ -216,34 +306,81 @@ class _ONLAD(Algorithm):
             for i in ctx.sample():
                 arrays = {"beta": beta, "p": p}
                 if i not in have_weights:
-                    arrays.update(alpha=det.alpha_, bias=det.bias_)
+                    arrays.update({k: v for k, v in det.get_arrays().items() if k in FIXED})
                 msgs[i] = Message(TRAIN, arrays, {"round": r, "rounds": ctx.rounds, "tau": tau})
             replies = ctx.send(msgs, arrays=spec, scalars=["num_examples", "learned"])
             have_weights.update(replies)
-            ids = sorted(replies)
-            losses = [observed_loss(h_obs, observed, replies[i].arrays["beta"]) for i in ids]
+            # a reply that learned nothing carries the global model back unchanged: no update,
+            # left out of the aggregation (and not a failure)
+            ids = [i for i in sorted(replies) if float(replies[i].scalars["learned"]) > 0]
+            losses = [observed_loss(h_obs, z_obs, replies[i].arrays["beta"]) for i in ids]
             n = [float(replies[i].scalars["num_examples"]) for i in ids]
-            c = self.weights(losses, n, r, ctx) if ids else np.zeros(0)
+            rnd = RoundInfo(
+                r,
+                ctx.rounds,
+                loss,
+                ctx,
+                beta,
+                tuple(replies[i].arrays["beta"] for i in ids),
+                lambda b: observed_loss(h_obs, z_obs, b),
+            )
+            c = self.weights(losses, n, rnd) if ids else np.zeros(0)
+            if self.excludes_unusable():
+                for i, v, ck in zip(ids, losses, c, strict=True):
+                    if not usable([v])[0] and ck == 0:
+                        ctx.event(
+                            f"node {i}: observed loss {v:.6g} is not finite and positive; "
+                            "its update is excluded"
+                        )
+            kept = bool(ids)
             if c.sum() > 0:
-                beta = sum(ck * replies[i].arrays["beta"] for ck, i in zip(c, ids, strict=True))
-                p = sum(ck * replies[i].arrays["p"] for ck, i in zip(c, ids, strict=True))
-            elif ids:
-                ctx.event("every client's observed loss exceeds lambda; global model kept")
+                new = _combine(c, [replies[i].arrays for i in ids])
+                new_loss = observed_loss(h_obs, z_obs, new[0]) if new else float("nan")
+                if new is not None and np.isfinite(new_loss):
+                    if self.accepts(new_loss, loss):
+                        (beta, p), loss, kept = new, new_loss, False
+                else:
+                    ctx.event(
+                        "the aggregated model is not finite on the observed set; global model kept"
+                    )
+            elif ids and self.nobody_passes:
+                ctx.event(f"{self.nobody_passes}; global model kept")
             ctx.log(
-                loss=observed_loss(h_obs, observed, beta),
+                loss=loss,
+                kept=int(kept),
                 tau=tau,
-                excluded=int(np.sum(c == 0)) if ids else 0,
+                clients_idle=len(replies) - len(ids),
+                excluded=int(np.sum(c == 0)),
                 client_losses=" ".join(f"{i}:{v:.6g}" for i, v in zip(ids, losses, strict=True)),
                 client_weights=" ".join(f"{i}:{v:.4f}" for i, v in zip(ids, c, strict=True)),
             )
             if ctx.wants_checkpoint(r):
-                det.beta_, det.p_ = beta, p
-                tau_r = quantile_threshold(det.score(observed), self.contamination)
-                ctx.checkpoint(r, ServerResult(det.get_arrays(), {"threshold": tau_r}))
+                ctx.checkpoint(r, self._result(det, beta, p, observed))
             ctx.end_round(r)
+        return self._result(det, beta, p, observed)
+
+    def _result(
+        self, det: OSELMAutoEncoder, beta: np.ndarray, p: np.ndarray, observed: np.ndarray
+    ) -> ServerResult:
+        """The global model with the threshold it is used at (also in its saved arrays)."""
         det.beta_, det.p_ = beta, p
-        tau = quantile_threshold(det.score(observed), self.contamination)
-        return ServerResult(arrays=det.get_arrays(), scalars={"threshold": tau})
+        det.threshold_ = quantile_threshold(det.score(observed), self.contamination)
+        return ServerResult(arrays=det.get_arrays(), scalars={"threshold": det.threshold_})
+
+
+def _combine(
+    c: np.ndarray, models: list[Mapping[str, np.ndarray]]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Eq. 8, :math:`\\beta = \\sum_k c_k \\beta_k`, :math:`P = \\sum_k c_k P_k`, over
+    :math:`c_k > 0`; ``None`` when a sum is not finite (finite updates of 1e300 can overflow).
+    """
+    used = [(ck, m) for ck, m in zip(c, models, strict=True) if ck > 0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        beta = np.sum([ck * m["beta"] for ck, m in used], axis=0)
+        p = np.sum([ck * m["p"] for ck, m in used], axis=0)
+    if not (np.all(np.isfinite(beta)) and np.all(np.isfinite(p))):
+        return None
+    return beta, p
 
 
 @register
@@ -253,6 +390,9 @@ class ONLAD(_ONLAD):
     name = "onlad"
     summary = "ONLAD: online OS-ELM autoencoders, FedAvg of beta and P (eq. 6)"
 
+    def excludes_unusable(self) -> bool:
+        return False
+
 
 @register
 class ONLADScore(_ONLAD):
@@ -261,9 +401,7 @@ class ONLADScore(_ONLAD):
     name = "onlad-score"
     summary = "ONLAD + credit scores from observed-set losses (eq. 7, Alg. 1 l. 8)"
 
-    def weights(
-        self, losses: list[float], n: list[float], round_no: int, ctx: ServerContext
-    ) -> np.ndarray:
+    def weights(self, losses: list[float], n: list[float], rnd: RoundInfo) -> np.ndarray:
         return credit_scores(losses, n)
 
 
@@ -275,16 +413,36 @@ class ONLADSelective(_ONLAD):
     summary = "ONLAD + selective aggregation: credit scores, clients over lambda excluded"
     ParamsModel = SelectiveParams
     params: SelectiveParams
+    nobody_passes = "every client's observed loss exceeds lambda"
 
-    def weights(
-        self, losses: list[float], n: list[float], round_no: int, ctx: ServerContext
-    ) -> np.ndarray:
+    def weights(self, losses: list[float], n: list[float], rnd: RoundInfo) -> np.ndarray:
         p = self.params
         decay = p.adaptive_decay if p.adaptive else 0.0
         if p.lam is not None:
-            lam = adaptive_lambda(p.lam, round_no, ctx.rounds, decay)
+            lam = adaptive_lambda(p.lam, rnd.round_no, rnd.rounds, decay)
         else:
-            margin = adaptive_lambda(p.lam_factor - 1.0, round_no, ctx.rounds, decay)
-            lam = float(np.median(losses)) * (1.0 + margin)
-        ctx.log(lam=lam)
+            margin = adaptive_lambda(p.lam_factor - 1.0, rnd.round_no, rnd.rounds, decay)
+            lam = median_lambda(losses, 1.0 + margin)
+        rnd.ctx.log(lam=lam)
         return credit_scores(losses, n, lam)
+
+
+@register
+class ONLADRobust(_ONLAD):
+    """ONLAD clients, credit scores over the updates that do not worsen the global model."""
+
+    name = "onlad-robust"
+    summary = "ONLAD + credit scores over updates that do not raise the observed loss (ours)"
+    ParamsModel = RobustParams
+    params: RobustParams
+    nobody_passes = ""  # expected once the model has converged: history `kept`, no event
+
+    def weights(self, losses: list[float], n: list[float], rnd: RoundInfo) -> np.ndarray:
+        steps = share_steps(rnd.prev_beta, rnd.betas, n)
+        step_losses = [rnd.loss_of(b) for b in steps]
+        effects = update_effects(step_losses, rnd.prev_loss)
+        rnd.ctx.log(client_effects=" ".join(f"{v:.4g}" for v in effects))
+        return robust_credit_scores(losses, step_losses, n, rnd.prev_loss, self.params.tolerance)
+
+    def accepts(self, new_loss: float, prev_loss: float) -> bool:
+        return accept_aggregate(new_loss, prev_loss, self.params.tolerance)

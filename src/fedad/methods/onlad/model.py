@@ -23,9 +23,47 @@ Everything is float64 numpy: the matrices are small (:math:`\\tilde N \\times \\
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fedad.seeding import rng as seeded_rng
+
+MAX_DEFAULT_HIDDEN = 64
+
+
+def _rows(x: np.ndarray) -> np.ndarray:
+    """``x`` as float64 rows (samples) of flattened features; also for zero samples."""
+    a = np.asarray(x, dtype=np.float64)
+    return a.reshape(len(a), math.prod(a.shape[1:]))
+
+
+def default_hidden(n_inputs: int) -> int:
+    """Default hidden width :math:`\\tilde N = \\min(64, \\max(1, \\lfloor n/2 \\rfloor))`.
+
+    ONLAD's autoencoder is *undercomplete* (Qin et al., Sec. III-A(2): :math:`\\tilde N < n`):
+    with as many hidden units as inputs the OS-ELM can learn the identity map and
+    reconstruct anomalies as well as normal data. Half the input width keeps a
+    bottleneck on narrow tabular data (36 features: 18 units); 64 caps the
+    :math:`\\tilde N \\times \\tilde N` matrix :math:`P` on wide inputs (784 pixels: 64, as
+    before). A one-feature input gets one unit (no bottleneck is possible).
+    """
+    return min(MAX_DEFAULT_HIDDEN, max(1, int(n_inputs) // 2))
+
+
+def standardizer(x: np.ndarray, floor: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature shift and scale of ``x`` (rows = samples): mean, and std floored.
+
+    The scale is :math:`\\max(\\sigma_j, f \\cdot \\mathrm{rms}_j \\sigma_j)`, so a
+    (nearly) constant feature — an image's always-dark border pixel — cannot blow a small
+    deviation up into a huge input; all-constant data get scale 1.
+    """
+    xf = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
+    shift = xf.mean(axis=0)
+    std = xf.std(axis=0)
+    rms = float(np.sqrt(np.mean(std**2)))
+    scale = np.maximum(std, floor * rms) if rms > 0 else np.ones_like(std)
+    return shift, scale
 
 
 def init_input_weights(
@@ -43,7 +81,7 @@ def init_input_weights(
 
 def hidden(x: np.ndarray, alpha: np.ndarray, bias: np.ndarray) -> np.ndarray:
     """:math:`H = G(x\\alpha + b)` with the logistic sigmoid :math:`G`."""
-    z = np.asarray(x, dtype=np.float64).reshape(len(x), -1) @ alpha + bias
+    z = _rows(x) @ alpha + bias
     return 0.5 * (1.0 + np.tanh(0.5 * z))  # numerically stable sigmoid
 
 
@@ -96,8 +134,7 @@ def sequential_phase_residual(
 
 def reconstruction_error(x: np.ndarray, h: np.ndarray, beta: np.ndarray) -> np.ndarray:
     """Per-sample :math:`\\lVert x - H\\beta \\rVert^2 / n`."""
-    xf = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
-    return np.mean((xf - h @ beta) ** 2, axis=1)
+    return np.mean((_rows(x) - h @ beta) ** 2, axis=1)
 
 
 def batch_ridge(h: np.ndarray, t: np.ndarray, ridge: float = 1e-3) -> np.ndarray:
