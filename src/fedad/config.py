@@ -44,6 +44,10 @@ class DataConfig(_Strict):
     test_fraction: float = Field(default=0.3, gt=0.0, lt=1.0)
     server_normal: int = Field(default=0, ge=0)
     standardize: bool = True
+    missing: Literal["error", "drop", "impute-mean"] = Field(
+        default="error",
+        description="NaN/Inf feature values: error, drop the rows, or impute the training mean",
+    )
 
 
 class PartitionConfig(_Strict):

@@ -7,6 +7,9 @@ The protocol (also in ``docs/data.md``); every random step draws from its own st
    ``data.sources`` (``"name"`` or ``"name@path"``) and ``data.anomaly_source`` (with
    ``data.anomaly_source_path``). All must have the same kind and feature shape.
    Classes of data sets other than ``data.name`` get ids after it (``name:class``).
+   Each loaded data set is checked once for NaN/Inf feature values, which
+   ``data.missing`` turns into an error (default), dropped rows, or values imputed with
+   the training mean at step 8 (:mod:`fedad.data.missing`).
 2. **Normal and anomaly.** A class data set needs ``data.normal``; ``data.anomaly`` lists
    its anomaly classes and may be empty only when ``data.anomaly_source`` is set. Classes in
    neither list are not used. Data sets with a fixed definition (ODDS) must omit both:
@@ -33,7 +36,9 @@ The protocol (also in ``docs/data.md``); every random step draws from its own st
    training count of ``c`` (uniformly if no client holds ``c``); test anomalies are dealt
    evenly in random order. A client left without a test normal takes one from a client with
    several (preferring its own classes) when possible.
-8. **Standardization** (``kind == "vector"`` and ``data.standardize``): z-score with the
+8. **Imputation** (``data.missing = "impute-mean"``): missing values become their feature's
+   mean over the clients' training data, in training, test and server data alike.
+   **Standardization** (``kind == "vector"`` and ``data.standardize``): z-score with the
    mean and standard deviation of the union of the clients' training data (what a server
    gets from the clients' counts, sums and sums of squares), applied to training, test and
    server data; a zero deviation becomes 1. Images stay in [0, 1].
@@ -51,6 +56,7 @@ import numpy as np
 
 from fedad.attacks import attacked_clients, gaussian_data, n_affected
 from fedad.config import ExperimentConfig
+from fedad.data.missing import check_missing, fill_missing, training_means
 from fedad.data.partition import partition, round_half_up
 from fedad.data.registry import load_dataset, normalize_name
 from fedad.data.types import ClientData, DataKind, Dataset, Federation
@@ -197,6 +203,13 @@ def _load(
         raise DataError(f"{where} '{name}': {err}; {hint}") from None
 
 
+def _load_checked(
+    cfg: ExperimentConfig, name: str, path: str | None, where: str = "", hint: str = ""
+) -> Dataset:
+    """:func:`_load`, then the missing-value check of ``data.missing`` (once per data set)."""
+    return check_missing(_load(name, path, cfg.data.size, where, hint), name, cfg.data.missing)
+
+
 def _load_members(cfg: ExperimentConfig) -> list[_Member]:
     d = cfg.data
     main = normalize_name(d.name)
@@ -213,7 +226,7 @@ def _load_members(cfg: ExperimentConfig) -> list[_Member]:
     offset = 0
     for i, (name, path) in enumerate(wanted):
         where = "" if i == 0 else "data.sources entry"
-        ds = _load(name, path, d.size, where, f"give its path as '{name}@PATH'")
+        ds = _load_checked(cfg, name, path, where, f"give its path as '{name}@PATH'")
         normal, anomaly = _roles(cfg, ds, name)
         members.append(_Member(name, ds, offset, "source", normal, anomaly))
         offset += len(ds.classes)
@@ -232,7 +245,7 @@ def _load_members(cfg: ExperimentConfig) -> list[_Member]:
                 "use data.anomaly for anomaly classes of the same data set",
             )
         hint = "its path is data.anomaly_source_path"
-        ds = _load(key, d.anomaly_source_path, d.size, "data.anomaly_source", hint)
+        ds = _load_checked(cfg, key, d.anomaly_source_path, "data.anomaly_source", hint)
         every = tuple(range(len(ds.classes)))
         members.append(_Member(key, ds, offset, "anomaly_source", (), every))
     first = members[0]
@@ -280,6 +293,7 @@ class FederationPlan:
     classes: np.ndarray
     standardize: bool
     catalog: _Catalog = field(repr=False)
+    impute: bool = False
     gaussian_clients: dict[int, float] = field(default_factory=dict)
     attack_seed: int = 0
     notes: dict[str, object] = field(default_factory=dict)
@@ -632,6 +646,7 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
         classes=classes,
         standardize=d.standardize and main.dataset.kind == "vector",
         catalog=catalog,
+        impute=d.missing == "impute-mean",
         notes=notes,
         gaussian_clients=gaussian,
         attack_seed=cfg.seed,
@@ -692,6 +707,14 @@ def materialize(plan: FederationPlan) -> Federation:
         )
     server = cat.gather(plan.server_ids) if len(plan.server_ids) else None
     notes = dict(plan.notes)
+    if plan.impute:
+        means = training_means([c.x_train for c in clients], plan.name)
+        for c in clients:
+            c.x_train = fill_missing(c.x_train, means)
+            c.x_test = fill_missing(c.x_test, means)
+        if server is not None:
+            server = fill_missing(server, means)
+        notes["imputed_means"] = [float(v) for v in means]
     if plan.standardize:
         mean, std = pooled_mean_std([c.x_train for c in clients])
         mu, sd = mean.astype(np.float32), std.astype(np.float32)

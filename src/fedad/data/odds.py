@@ -113,10 +113,12 @@ def _numeric(frame: Any, where: str) -> np.ndarray:
     return np.stack(cols, axis=1).astype(np.float32)
 
 
-def _dataset(name: str, x: np.ndarray, anomaly: np.ndarray) -> Dataset:
+def _dataset(
+    name: str, x: np.ndarray, anomaly: np.ndarray, columns: Any = ()
+) -> Dataset:
     return Dataset(
         name, np.ascontiguousarray(x), anomaly.astype(np.int64), "vector", _CLASSES,
-        fixed_split=True,
+        fixed_split=True, columns=tuple(str(c) for c in columns),
     )  # fmt: skip
 
 
@@ -143,8 +145,9 @@ def load_odds_shuttle(path: str | None = None, size: int | None = None) -> Datas
     frame = _table("Shuttle.rda", path, "odds_shuttle", ["Class"])
     cls = frame["Class"].astype(str).to_numpy()
     keep = cls != _SHUTTLE_DROPPED
-    x = _numeric(frame.drop(columns=["Class"]), "Shuttle.rda")[keep]
-    return _dataset("odds_shuttle", x, cls[keep] != _SHUTTLE_NORMAL)
+    features = frame.drop(columns=["Class"])
+    x = _numeric(features, "Shuttle.rda")[keep]
+    return _dataset("odds_shuttle", x, cls[keep] != _SHUTTLE_NORMAL, features.columns)
 
 
 _SATELLITE_ANOMALIES = ("cotton crop", "damp grey soil", "vegetation stubble")
@@ -159,8 +162,9 @@ def load_odds_satellite(path: str | None = None, size: int | None = None) -> Dat
     """Statlog Landsat: the three smallest classes are anomalies, the other three normal."""
     frame = _table("Satellite.rda", path, "odds_satellite", ["classes"])
     cls = frame["classes"].astype(str).to_numpy()
-    x = _numeric(frame.drop(columns=["classes"]), "Satellite.rda")
-    return _dataset("odds_satellite", x, np.isin(cls, _SATELLITE_ANOMALIES))
+    features = frame.drop(columns=["classes"])
+    x = _numeric(features, "Satellite.rda")
+    return _dataset("odds_satellite", x, np.isin(cls, _SATELLITE_ANOMALIES), features.columns)
 
 
 @register_dataset(
@@ -173,8 +177,9 @@ def load_odds_breastw(path: str | None = None, size: int | None = None) -> Datas
     frame = _table("BreastCancer.rda", path, "odds_breastw", ["Id", "Class"])
     frame = frame.dropna()
     cls = frame["Class"].astype(str).to_numpy()
-    x = _numeric(frame.drop(columns=["Id", "Class"]), "BreastCancer.rda")
-    return _dataset("odds_breastw", x, cls == "malignant")
+    features = frame.drop(columns=["Id", "Class"])
+    x = _numeric(features, "BreastCancer.rda")
+    return _dataset("odds_breastw", x, cls == "malignant", features.columns)
 
 
 @register_dataset(
@@ -186,5 +191,6 @@ def load_odds_ionosphere(path: str | None = None, size: int | None = None) -> Da
     """Ionosphere radar returns: constant V2 dropped, V1 as a number, 'bad' anomalous."""
     frame = _table("Ionosphere.rda", path, "odds_ionosphere", ["V2", "Class"])
     cls = frame["Class"].astype(str).to_numpy()
-    x = _numeric(frame.drop(columns=["V2", "Class"]), "Ionosphere.rda")
-    return _dataset("odds_ionosphere", x, cls == "bad")
+    features = frame.drop(columns=["V2", "Class"])
+    x = _numeric(features, "Ionosphere.rda")
+    return _dataset("odds_ionosphere", x, cls == "bad", features.columns)

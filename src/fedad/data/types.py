@@ -33,6 +33,8 @@ class Dataset:
     fixed_split: bool = False
     x_test: np.ndarray | None = None
     y_test: np.ndarray | None = None
+    columns: tuple[str, ...] = ()
+    """Names of the features of a table (empty: features are named by their index)."""
 
     @property
     def feature_shape(self) -> tuple[int, ...]:

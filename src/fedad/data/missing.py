@@ -1,0 +1,116 @@
+"""Missing and infinite feature values: found once per loaded data set, then handled.
+
+``data.missing`` says what happens to a NaN or +-Inf feature value (both count as missing):
+
+* ``"error"`` (default): a one-line :class:`~fedad.errors.DataError` naming the data set,
+  how many values in how many rows, and the columns;
+* ``"drop"``: rows (training and test) holding one are removed before anything else;
+* ``"impute-mean"``: each is replaced by its feature's mean over the clients' training data
+  (never test or server data), the statistic a server could get from the clients' sums and
+  counts of observed values. Applied to training, test and server data alike, before
+  standardization.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+from fedad.data.types import Dataset
+from fedad.errors import DataError
+
+MissingPolicy = Literal["error", "drop", "impute-mean"]
+
+__all__ = ["MissingPolicy", "check_missing", "fill_missing", "training_means"]
+
+
+def _bad_rows(x: np.ndarray | None) -> np.ndarray:
+    if x is None or x.size == 0:
+        return np.zeros(0 if x is None else len(x), dtype=bool)
+    if not np.issubdtype(x.dtype, np.floating):
+        return np.zeros(len(x), dtype=bool)
+    return ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
+
+
+def _describe(ds: Dataset, name: str) -> str:
+    parts = [p for p in (ds.x, ds.x_test) if p is not None and len(p)]
+    flat = [p.reshape(len(p), -1) for p in parts]
+    bad = [~np.isfinite(f) for f in flat]
+    count = sum(int(b.sum()) for b in bad)
+    rows = sum(int(b.any(axis=1).sum()) for b in bad)
+    cols = np.flatnonzero(np.any([b.any(axis=0) for b in bad], axis=0))
+    names = [ds.columns[c] if c < len(ds.columns) else str(c) for c in cols]
+    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    what = "columns" if ds.columns else "features"
+    return (
+        f"data set '{name}' has {count} missing or infinite values in {rows} rows "
+        f"({what} {shown})"
+    )
+
+
+def check_missing(ds: Dataset, name: str, policy: MissingPolicy) -> Dataset:
+    """``ds`` checked for NaN/Inf under ``policy`` (see the module docstring).
+
+    ``"drop"`` returns the data set without the affected rows; ``"impute-mean"`` returns it
+    with every missing or infinite value as NaN, for :func:`fill_missing` to fill later.
+    """
+    bad, bad_test = _bad_rows(ds.x), _bad_rows(ds.x_test)
+    if not (bad.any() or bad_test.any()):
+        return ds
+    if policy == "error":
+        raise DataError(
+            _describe(ds, name),
+            'set data.missing = "drop" or "impute-mean", or clean the data',
+        )
+    if policy == "drop":
+        if bad.all():
+            raise DataError(f"data.missing = 'drop' leaves data set '{name}' without rows")
+        out = dataclasses.replace(ds, x=ds.x[~bad], y=ds.y[~bad])
+        if ds.x_test is not None and ds.y_test is not None:
+            out = dataclasses.replace(out, x_test=ds.x_test[~bad_test], y_test=ds.y_test[~bad_test])
+        return out
+    out = dataclasses.replace(ds, x=np.where(np.isfinite(ds.x), ds.x, np.nan).astype(ds.x.dtype))
+    if ds.x_test is not None:
+        x_test = np.where(np.isfinite(ds.x_test), ds.x_test, np.nan).astype(ds.x_test.dtype)
+        out = dataclasses.replace(out, x_test=x_test)
+    return out
+
+
+def training_means(blocks: Sequence[np.ndarray], name: str) -> np.ndarray:
+    """Per-feature mean of the observed (finite) values in the clients' training ``blocks``.
+
+    :math:`\\mu_j = \\sum_k s_{kj} / \\sum_k c_{kj}` from each client's sum and count of
+    observed values of feature :math:`j`.
+    """
+    total: np.ndarray | None = None
+    count: np.ndarray | None = None
+    for b in blocks:
+        if len(b) == 0:
+            continue
+        x = b.reshape(len(b), -1).astype(np.float64)
+        seen = np.isfinite(x)
+        s, c = np.where(seen, x, 0.0).sum(axis=0), seen.sum(axis=0)
+        total = s if total is None else total + s
+        count = c if count is None else count + c
+    if total is None or count is None:
+        raise DataError(f"data.missing = 'impute-mean': '{name}' has no training data")
+    if np.any(count == 0):
+        j = int(np.flatnonzero(count == 0)[0])
+        raise DataError(
+            f"data.missing = 'impute-mean': feature {j} of '{name}' has no observed value in "
+            "the training data",
+            'use data.missing = "drop" or remove that feature',
+        )
+    return total / count
+
+
+def fill_missing(x: np.ndarray, means: np.ndarray) -> np.ndarray:
+    """``x`` with each NaN replaced by its feature's value in ``means`` (same dtype)."""
+    if len(x) == 0:
+        return x
+    flat = x.reshape(len(x), -1)
+    out = np.where(np.isnan(flat), means[None, :].astype(x.dtype), flat)
+    return out.reshape(x.shape).astype(x.dtype, copy=False)

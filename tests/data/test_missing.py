@@ -1,0 +1,57 @@
+"""data.missing: NaN/Inf found once per data set; error, drop or training-mean imputation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedad.data.missing import check_missing, fill_missing, training_means
+from fedad.data.types import Dataset
+from fedad.errors import DataError
+
+
+def _ds() -> Dataset:
+    x = np.arange(24, dtype=np.float32).reshape(6, 4)
+    x[1, 2] = np.nan
+    x[4, 0] = np.inf
+    xt = np.ones((3, 4), np.float32)
+    xt[2, 3] = -np.inf
+    return Dataset("t", x, np.arange(6) % 2, "vector", ("a", "b"), True, xt, np.zeros(3, int),
+                   columns=("w", "x", "y", "z"))  # fmt: skip
+
+
+def test_error_names_set_count_rows_and_columns() -> None:
+    with pytest.raises(DataError) as err:
+        check_missing(_ds(), "t", "error")
+    msg = str(err.value)
+    assert "'t' has 3 missing or infinite values in 3 rows (columns w, y, z)" in msg
+    assert "data.missing" in msg and "\n" not in msg
+
+
+def test_drop_removes_rows_of_train_and_test() -> None:
+    out = check_missing(_ds(), "t", "drop")
+    assert out.x.shape == (4, 4) and np.isfinite(out.x).all()
+    assert list(out.y) == [0, 0, 1, 1]
+    assert out.x_test is not None and out.x_test.shape == (2, 4)
+
+
+def test_impute_marks_nan_then_fills_with_training_means_only() -> None:
+    out = check_missing(_ds(), "t", "impute-mean")
+    assert np.isnan(out.x[4, 0]) and np.isnan(out.x[1, 2])
+    train = [out.x[:3], out.x[3:]]
+    mu = training_means(train, "t")
+    assert mu[0] == pytest.approx(np.mean([0, 4, 8, 12, 20]))
+    assert mu[2] == pytest.approx(np.mean([2, 10, 14, 18, 22]))
+    filled = fill_missing(out.x, mu)
+    assert filled[4, 0] == pytest.approx(mu[0]) and filled.dtype == np.float32
+    assert np.array_equal(filled[0], out.x[0])
+
+
+def test_clean_data_is_untouched() -> None:
+    ds = Dataset("c", np.zeros((3, 2), np.float32), np.zeros(3, int), "vector", ("n",))
+    assert check_missing(ds, "c", "error") is ds
+
+
+def test_feature_never_observed_in_training() -> None:
+    with pytest.raises(DataError, match="feature 1"):
+        training_means([np.array([[1.0, np.nan]])], "t")
