@@ -110,3 +110,169 @@ def test_missing_and_broken_files(tmp_path: Path) -> None:
     bad.write_text("rounds = [\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(bad)
+
+
+# --------------------------------------------------------------------------- issue 8 limits
+
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize(
+    ("over", "key"),
+    [
+        ({"partition": {"alpha": INF}}, "partition.alpha"),
+        ({"partition": {"alpha": NAN}}, "partition.alpha"),
+        ({"partition": {"dominant_fraction": NAN}}, "partition.dominant_fraction"),
+        ({"privacy": {"noise_multiplier": INF}}, "privacy.noise_multiplier"),
+        ({"privacy": {"noise_multiplier": NAN}}, "privacy.noise_multiplier"),
+        ({"privacy": {"clip": INF}}, "privacy.clip"),
+        ({"privacy": {"secagg_clip": INF}}, "privacy.secagg_clip"),
+        ({"privacy": {"secagg_shares": NAN}}, "privacy.secagg_shares"),
+        ({"privacy": {"secagg_threshold": NAN}}, "privacy.secagg_threshold"),
+        ({"attack": {"scale": INF}}, "attack.scale"),
+        ({"attack": {"fraction": NAN}}, "attack.fraction"),
+        ({"engine": {"timeout": INF}}, "engine.timeout"),
+        ({"engine": {"fraction": NAN}}, "engine.fraction"),
+        ({"engine": {"dropout": NAN}}, "engine.dropout"),
+        ({"data": {**BASE["data"], "test_fraction": NAN}}, "data.test_fraction"),
+        ({"data": {**BASE["data"], "test_anomaly_fraction": NAN}}, "data.test_anomaly_fraction"),
+    ],
+)
+def test_non_finite_floats_are_refused(over: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(cfg(**over))
+    msg = str(e.value)
+    assert f"'{key}'" in msg and "finite" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize(
+    ("over", "needle"),
+    [
+        ({"rounds": 10**20}, "'rounds'"),
+        ({"rounds": 1e20}, "'rounds'"),
+        ({"rounds": 1_000_001}, "1,000,000"),
+        ({"partition": {"clients": 100_001}}, "100,000"),
+        ({"seed": 2**63}, "'seed'"),
+        ({"seed": -(2**63) - 1}, "'seed'"),
+        ({"engine": {"min_clients": 11}}, "engine.min_clients=11 exceeds partition.clients=10"),
+    ],
+)
+def test_absurd_sizes_are_refused(over: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(cfg(**over))
+    msg = str(e.value)
+    assert needle in msg and "\n" not in msg
+
+
+def test_limits_themselves_are_accepted() -> None:
+    c = parse_config(
+        cfg(
+            rounds=1_000_000,
+            seed=-(2**63),
+            partition={"clients": 100_000},
+            engine={"min_clients": 100_000},
+        )
+    )
+    assert c.rounds == 1_000_000 and c.seed == -(2**63)
+    assert parse_config(cfg(seed=-7)).seed == -7
+    assert parse_config(cfg(seed=2**63 - 1)).seed == 2**63 - 1
+
+
+@pytest.mark.parametrize(
+    "label",
+    ["../../x", "/abs", "a/b", "a\\b", ".", "..", "...", "", "x" * 65, "a b", "ü", "a\nb", "a:b"],
+)
+def test_unsafe_labels_are_refused(label: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(cfg(methods=[{"name": "fedavg"}, {"name": "local", "label": label}]))
+    msg = str(e.value)
+    assert "'methods.1.label'" in msg and "letters, digits" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("label", ["fedavg-ae", "a", "x" * 64, "v1.2+dp_b", ".hidden", "a..b"])
+def test_plain_labels_are_accepted(label: str) -> None:
+    assert parse_config(cfg(methods=[{"name": "fedavg", "label": label}])).labels() == [label]
+
+
+def test_labels_are_unique_regardless_of_case() -> None:
+    with pytest.raises(ConfigError, match="used twice"):
+        parse_config(cfg(methods=[{"name": "a", "label": "Mine"}, {"name": "b", "label": "mine"}]))
+    c = parse_config(cfg(methods=[{"name": "fedavg"}, {"name": "local", "label": "FedAvg"}]))
+    assert c.labels() == ["fedavg-2", "FedAvg"]
+
+
+@pytest.mark.parametrize("value", ["error", "drop", "impute-mean"])
+def test_data_missing_values(value: str) -> None:
+    c = parse_config(cfg(data={**BASE["data"], "missing": value}))
+    assert c.data.missing == value
+    assert parse_config(cfg()).data.missing == "error"
+
+
+@pytest.mark.parametrize("value", ["zero", "impute", "", 0, None])
+def test_data_missing_refuses_others(value: object) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(cfg(data={**BASE["data"], "missing": value}))
+    assert "'data.missing'" in str(e.value)
+
+
+@pytest.mark.parametrize("item", ["=3", " =3", ".a=1", "a.=1", "a..b=1", "data. .name=x"])
+def test_overrides_with_empty_key_parts(item: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        apply_overrides(cfg(), [item])
+    msg = str(e.value)
+    assert f"--set '{item}'" in msg and "\n" not in msg
+
+
+def test_overrides_through_a_value_are_refused() -> None:
+    with pytest.raises(ConfigError, match="'0' holds a value, not a table"):
+        apply_overrides(cfg(), ["data.normal.0.x=1"])
+    with pytest.raises(ConfigError, match="'name' holds a value"):
+        apply_overrides(cfg(), ["data.name.x=1"])
+
+
+def test_override_values_are_one_toml_value() -> None:
+    raw = apply_overrides(cfg(), ["data.name=a\nrounds = 99", "seed=inf"])
+    assert raw["data"]["name"] == "a\nrounds = 99" and "rounds" not in raw
+    with pytest.raises(ConfigError, match="'seed'"):
+        parse_config(raw)
+    with pytest.raises(ConfigError, match="rounds"):
+        parse_config(apply_overrides(cfg(), ["rounds=1e20"]))
+
+
+def test_config_file_problems(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(tmp_path)
+    binary = tmp_path / "b.toml"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe")
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        load_config(binary)
+    nul = tmp_path / "nul.toml"
+    nul.write_bytes(b"rounds = 3\x00\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(nul)
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match="too deeply"):
+        load_config(deep)
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf" + dump_toml(cfg()).encode())
+    assert load_config(bom).rounds == 10
+
+    def deny(self: Path) -> bytes:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    ok = tmp_path / "ok.toml"
+    ok.write_text(dump_toml(cfg()))
+    monkeypatch.setattr(Path, "read_bytes", deny)
+    with pytest.raises(ConfigError, match="permission denied"):
+        load_config(ok)
+
+
+def test_oversized_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fedad.config as config_module
+
+    big = tmp_path / "big.toml"
+    big.write_text("# padding\n" * 20)
+    monkeypatch.setattr(config_module, "MAX_CONFIG_BYTES", 100)
+    with pytest.raises(ConfigError, match="more than a config's limit"):
+        load_config(big)

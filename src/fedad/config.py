@@ -8,6 +8,7 @@ silently ignored setting. :func:`load_config` turns any validation problem into 
 from __future__ import annotations
 
 import copy
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -20,9 +21,24 @@ SchemeName = Literal["iid", "dirichlet", "dominant", "one-class", "by-source"]
 EngineName = Literal["inprocess", "flower-simulation", "flower-deployment"]
 AttackName = Literal["none", "gaussian-data", "contamination", "scaled-update", "sign-flip"]
 
+MAX_ROUNDS = 1_000_000
+"""Most federated rounds a config may ask for (``rounds``)."""
+MAX_CLIENTS = 100_000
+"""Most clients a config may ask for (``partition.clients``)."""
+SEED_RANGE = (-(2**63), 2**63 - 1)
+"""Smallest and largest ``seed``: a signed 64-bit integer."""
+MAX_LABEL = 64
+"""Longest ``[[methods]] label``: it names a directory of the run."""
+MAX_CONFIG_BYTES = 16 * 2**20
+"""Largest config file read (a config is a few kilobytes; anything bigger is a wrong file)."""
+
+_LABEL = re.compile(rf"[A-Za-z0-9_.+-]{{1,{MAX_LABEL}}}")
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: every float field (and the float arm of every int | float union)
+    # must be finite; ``inf`` and ``nan`` are refused with pydantic's ``finite_number`` error.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class DataConfig(_Strict):
@@ -46,7 +62,10 @@ class DataConfig(_Strict):
     standardize: bool = True
     missing: Literal["error", "drop", "impute-mean"] = Field(
         default="error",
-        description="NaN/Inf feature values: error, drop the rows, or impute the training mean",
+        description=(
+            "what to do with NaN/Inf feature values: error (default), drop the rows, "
+            "or impute the training mean"
+        ),
     )
 
 
@@ -54,7 +73,7 @@ class PartitionConfig(_Strict):
     """How the normal training data are split over clients (see docs/data.md)."""
 
     scheme: SchemeName = "iid"
-    clients: int = Field(default=10, ge=1)
+    clients: int = Field(default=10, ge=1, le=MAX_CLIENTS)
     alpha: float = Field(default=0.5, gt=0.0)
     dominant_fraction: float = Field(default=0.9, ge=0.0, le=1.0)
     contamination: float = 0.0
@@ -144,12 +163,25 @@ class MethodConfig(_Strict):
     detector: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("label")
+    @classmethod
+    def _safe_label(cls, v: str | None) -> str | None:
+        """A label names a directory of the run: a plain name, never a path."""
+        if v is None:
+            return v
+        if not _LABEL.fullmatch(v) or set(v) == {"."}:
+            raise ValueError(
+                f"a label is 1 to {MAX_LABEL} characters from letters, digits and - _ . + "
+                "and not only dots (it names a folder of the run; write e.g. 'fedavg-ae')"
+            )
+        return v
+
 
 class ExperimentConfig(_Strict):
     """A whole experiment: one federation, one or more methods."""
 
-    seed: int = 0
-    rounds: int = Field(default=10, ge=1)
+    seed: int = Field(default=0, ge=SEED_RANGE[0], le=SEED_RANGE[1])
+    rounds: int = Field(default=10, ge=1, le=MAX_ROUNDS)
     data: DataConfig
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
@@ -172,45 +204,80 @@ class ExperimentConfig(_Strict):
                 f"attack.clients={self.attack.clients} exceeds partition.clients="
                 f"{self.partition.clients}"
             )
-        labels = [m.label for m in self.methods if m.label]
+        if self.engine.min_clients > self.partition.clients:
+            raise ValueError(
+                f"engine.min_clients={self.engine.min_clients} exceeds partition.clients="
+                f"{self.partition.clients}: lower engine.min_clients or raise partition.clients"
+            )
+        # labels name folders: unique regardless of case (macOS and Windows fold it)
+        labels = [m.label.casefold() for m in self.methods if m.label]
         if len(labels) != len(set(labels)):
             dup = sorted({x for x in labels if labels.count(x) > 1})
-            raise ValueError(f"methods[].label {dup} used twice; labels must be unique")
+            raise ValueError(
+                f"methods[].label {dup} used twice (ignoring case); labels must be unique"
+            )
         return self
 
     def labels(self) -> list[str]:
         """Keys in metrics.json: ``label``, else ``name``; a repeated key gets ``-2``, ``-3`` ...
 
         Explicit labels must be unique (checked at validation); generated ones skip any
-        key already taken.
+        key already taken. Keys name folders, so both compare without case.
         """
-        taken = {m.label for m in self.methods if m.label}
+        taken = {m.label.casefold() for m in self.methods if m.label}
         out: list[str] = []
         for m in self.methods:
             if m.label:
                 out.append(m.label)
                 continue
             key, k = m.name, 1
-            while key in out or key in taken:
+            while key.casefold() in taken or key.casefold() in {o.casefold() for o in out}:
                 k += 1
                 key = f"{m.name}-{k}"
             out.append(key)
         return out
 
 
+_UNION_ARMS = {"int", "float", "str", "bool"}
+
+
 def _format_error(err: ValidationError) -> str:
     first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "config"
     kind = first["type"]
+    parts = [str(p) for p in first["loc"]]
+    # the arm of a union (``privacy.secagg_shares.int``) is pydantic's, not a key
+    arm = bool(parts) and (parts[-1] in _UNION_ARMS or parts[-1].startswith("literal["))
+    if kind != "extra_forbidden" and len(parts) > 1 and arm:
+        parts.pop()
+    loc = ".".join(parts)
     msg = first["msg"]
     if kind == "extra_forbidden":
         return f"unknown key '{loc}' in the config (remove it or check its spelling; see DESIGN.md)"
     if kind == "missing":
         return f"missing key '{loc}' in the config (add it; see configs/quickstart.toml)"
     msg = msg.removeprefix("Value error, ")
+    if kind == "finite_number":
+        msg = "must be a finite number (inf and nan are not allowed)"
+    elif kind == "int_parsing_size":
+        msg = "the number is far too large"
+    if not loc:
+        return f"invalid config: {msg}"
+    if loc in _LIMITS and kind in ("less_than_equal", "greater_than_equal", "int_parsing_size"):
+        msg = _LIMITS[loc]
     given = first.get("input")
-    shown = "" if isinstance(given, dict | list) else f" (got {given!r})"
+    shown = "" if isinstance(given, dict | list) else f" (got {_short(repr(given))})"
     return f"invalid value for '{loc}'{shown}: {msg}"
+
+
+_LIMITS = {
+    "rounds": f"must be 1 to {MAX_ROUNDS:,} (lower rounds)",
+    "partition.clients": f"must be 1 to {MAX_CLIENTS:,} (lower partition.clients)",
+    "seed": "must be a signed 64-bit integer, -2**63 to 2**63 - 1",
+}
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def parse_config(raw: dict[str, Any]) -> ExperimentConfig:
@@ -222,10 +289,12 @@ def parse_config(raw: dict[str, Any]) -> ExperimentConfig:
 
 
 def _parse_value(text: str) -> Any:
+    """A TOML value (``3``, ``[0, 1]``, ``"x"``), else the text itself as a string."""
     try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+        parsed = tomllib.loads(f"v = {text}")
+    except (tomllib.TOMLDecodeError, RecursionError):
         return text
+    return parsed["v"] if list(parsed) == ["v"] else text
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -235,10 +304,19 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         if "=" not in item:
             raise ConfigError(f"--set '{item}' is not key=value (write e.g. --set rounds=3)")
         key, value = item.split("=", 1)
-        parts = key.strip().split(".")
+        parts = [p.strip() for p in key.strip().split(".")]
+        if not key.strip():
+            raise ConfigError(f"--set '{item}' has no key before '=' (write e.g. --set rounds=3)")
+        if not all(parts):
+            raise ConfigError(
+                f"--set '{item}': key '{key.strip()}' has an empty part between dots "
+                "(write dotted keys like --set partition.alpha=0.1)"
+            )
         node: Any = out
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
+            if not isinstance(node, dict | list):
+                raise ConfigError(f"--set '{key}': '{parts[i - 1]}' holds a value, not a table")
             if isinstance(node, list):
                 if not part.isdigit() or int(part) >= len(node):
                     raise ConfigError(
@@ -259,15 +337,50 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
-    """Read a TOML file, turning a missing file or a syntax error into a one-line error."""
+    """Read a TOML file; any problem with the file is a one-line :class:`ConfigError`.
+
+    A missing path, a directory or other non-file, an unreadable or oversized file, bytes
+    that are not UTF-8 text and TOML syntax errors are each named with the path.
+    """
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file '{p}' does not exist (give the path of a TOML file)")
     try:
-        with p.open("rb") as fh:
-            return tomllib.load(fh)
+        st = p.stat()
+    except FileNotFoundError:
+        raise ConfigError(
+            f"config file '{p}' does not exist (give the path of a TOML file)"
+        ) from None
+    except OSError as err:
+        raise ConfigError(f"cannot read config file '{p}': {err.strerror}") from None
+    if p.is_dir():
+        raise ConfigError(f"config file '{p}' is a directory (give the path of a TOML file in it)")
+    if not p.is_file():
+        raise ConfigError(f"config file '{p}' is not a regular file (give the path of a TOML file)")
+    if st.st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"config file '{p}' has {st.st_size:,} bytes, more than a config's limit of "
+            f"{MAX_CONFIG_BYTES:,} (is it the right file?)"
+        )
+    try:
+        raw = p.read_bytes()
+    except PermissionError:
+        raise ConfigError(
+            f"cannot read config file '{p}': permission denied (check its permissions)"
+        ) from None
+    except OSError as err:
+        raise ConfigError(f"cannot read config file '{p}': {err.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"config file '{p}' is not UTF-8 text (byte {err.start}: {raw[err.start]:#04x}); "
+            "is it a TOML file?"
+        ) from None
+    try:
+        return tomllib.loads(text.removeprefix("\ufeff"))  # a BOM some editors write
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config file '{p}' is not valid TOML: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"config file '{p}' nests arrays or tables too deeply") from None
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:

@@ -54,6 +54,8 @@ def test_idx_header_is_big_endian_real_layout() -> None:
         (b"\x00\x00\x08\x00", "0 dimensions"),
         (b"\x00\x00\x08\x02\x00\x00\x00\x02", "truncated inside its IDX header"),
         (b"\x00\x00\x08\x01" + b"\x00\x00\x00\x05" + b"\x00\x01", "needs 13"),
+        # dims 2**22 x 2**21 x 2**21: 2**64 bytes, which wraps to 0 in int64
+        (b"\x00\x00\x08\x03\x00\x40\x00\x00\x00\x20\x00\x00\x00\x20\x00\x00", "claims"),
     ],
 )
 def test_malformed_idx_gives_one_line_error(raw: bytes, needle: str) -> None:

@@ -52,7 +52,8 @@ def _cfg(tmp_path: Path, path: Path, missing: str | None) -> Path:
 
 def test_missing_values_are_a_one_line_error(tmp_path: Path, holey_ionosphere: Path) -> None:
     out = tmp_path / "run"
-    res = runner.invoke(app, ["run", str(_cfg(tmp_path, holey_ionosphere, None)), "--out", str(out)])
+    cfg = _cfg(tmp_path, holey_ionosphere, None)
+    res = runner.invoke(app, ["run", str(cfg), "--out", str(out)])
     msg = one_line_error(res)
     assert "'odds_ionosphere' has 5 missing or infinite values in 5 rows (columns V4, V7)" in msg
     assert not out.exists()  # nothing trained, nothing left behind

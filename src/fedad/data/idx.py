@@ -15,9 +15,12 @@ conversion to float.
 from __future__ import annotations
 
 import gzip
+import math
 import os
+import zlib
 from functools import lru_cache
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -37,6 +40,9 @@ __all__ = [
 ]
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+MAX_IDX_BYTES = 2 * 2**30
+"""Largest (decompressed) IDX file read: MNIST's training images are 47 MB."""
+_CHUNK = 16 * 2**20
 
 _DTYPES: dict[int, np.dtype] = {
     0x08: np.dtype(np.uint8),
@@ -62,11 +68,11 @@ MNIST_CLASSES = tuple(str(d) for d in range(10))
 KMNIST_CLASSES = ("o", "ki", "su", "tsu", "na", "ha", "ma", "ya", "re", "wo")
 
 
-def parse_idx(raw: bytes, where: str = "IDX data") -> np.ndarray:
-    """Decode the bytes of an (uncompressed) IDX file into a native-endian array.
+def _header(raw: bytes, where: str) -> tuple[np.dtype, tuple[int, ...], int, int]:
+    """``(dtype, dims, header bytes, total bytes)`` from the start of an IDX file.
 
-    Raises a one-line :class:`DataError` naming ``where`` on a malformed header or a data
-    length that does not match the header's dimensions.
+    ``raw`` needs the magic number and the dimensions; sizes are exact Python integers, so
+    dimensions whose product overflows 64 bits are refused, not wrapped around.
     """
     if len(raw) < 4:
         raise DataError(f"{where} is not an IDX file: only {len(raw)} bytes")
@@ -78,15 +84,34 @@ def parse_idx(raw: bytes, where: str = "IDX data") -> np.ndarray:
         )
     code, ndim = raw[2], raw[3]
     if code not in _DTYPES:
-        raise DataError(f"{where} has unknown IDX type code {code:#04x}")
+        raise DataError(
+            f"{where} has unknown IDX type code {code:#04x}",
+            "known: 0x08 ubyte, 0x09 byte, 0x0b int16, 0x0c int32, 0x0d float32, 0x0e float64",
+        )
     if ndim == 0:
         raise DataError(f"{where} has an IDX header with 0 dimensions")
     header = 4 + 4 * ndim
     if len(raw) < header:
         raise DataError(f"{where} is truncated inside its IDX header ({len(raw)} bytes)")
-    dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
+    dims = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     dtype = _DTYPES[code]
-    expected = header + int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    expected = header + math.prod(dims) * dtype.itemsize
+    if expected > MAX_IDX_BYTES:
+        raise DataError(
+            f"{where} has an IDX header (dims {dims}, {dtype.name}) that claims {expected:,} "
+            f"bytes, more than the {MAX_IDX_BYTES:,} fedad reads",
+            "the file is corrupt or not an image data set; get it again",
+        )
+    return dtype, dims, header, expected
+
+
+def parse_idx(raw: bytes, where: str = "IDX data") -> np.ndarray:
+    """Decode the bytes of an (uncompressed) IDX file into a native-endian array.
+
+    Raises a one-line :class:`DataError` naming ``where`` on a malformed header, absurd
+    dimensions or a data length that does not match the header's dimensions.
+    """
+    dtype, dims, header, expected = _header(raw, where)
     if len(raw) != expected:
         raise DataError(
             f"{where} has {len(raw)} bytes but its IDX header (dims {dims}, "
@@ -100,17 +125,54 @@ def parse_idx(raw: bytes, where: str = "IDX data") -> np.ndarray:
     return data
 
 
+class _Reader(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+def _read_bounded(fh: _Reader, where: str) -> bytes:
+    """The bytes of an IDX stream, never more than its header claims (plus one to notice).
+
+    Reads in chunks, so neither a gzip bomb nor a header claiming terabytes makes the
+    reader allocate more than the data really hold.
+    """
+    head = fh.read(4)
+    if len(head) == 4 and head[0] == 0 and head[1] == 0 and head[3] > 0:
+        head += fh.read(4 * head[3])
+    try:
+        _, _, _, expected = _header(head, where)
+    except DataError:
+        return head  # parse_idx names the problem
+    buf = bytearray(head)
+    while len(buf) <= expected:
+        chunk = fh.read(min(_CHUNK, expected + 1 - len(buf)))
+        if not chunk:
+            break
+        buf += chunk
+    if len(buf) > expected:
+        raise DataError(
+            f"{where} is longer than the {expected:,} bytes its IDX header describes",
+            "the file is corrupt; get it again",
+        )
+    return bytes(buf)
+
+
 @lru_cache(maxsize=16)
 def _read_idx_cached(path: str, size: int, mtime_ns: int) -> np.ndarray:
     del size, mtime_ns  # only part of the cache key
+    where = f"'{path}'"
     try:
         with open(path, "rb") as fh:
             head = fh.read(2)
             fh.seek(0)
-            raw = gzip.decompress(fh.read()) if head == b"\x1f\x8b" else fh.read()
-    except (OSError, EOFError, gzip.BadGzipFile) as err:
-        raise DataError(f"cannot read IDX file '{path}': {err}") from None
-    return parse_idx(raw, where=f"'{path}'")
+            if head == b"\x1f\x8b":
+                with gzip.GzipFile(fileobj=fh) as gz:
+                    raw = _read_bounded(gz, where)
+            else:
+                raw = _read_bounded(fh, where)
+    except (OSError, EOFError, zlib.error) as err:
+        why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise DataError(f"cannot read IDX file {where}: {why or type(err).__name__}") from None
+    return parse_idx(raw, where=where)
 
 
 def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
@@ -143,8 +205,11 @@ def _images(arr: np.ndarray, where: Path) -> np.ndarray:
 
 
 def _labels(arr: np.ndarray, where: Path, n_images: int, n_classes: int) -> np.ndarray:
-    if arr.ndim != 1:
-        raise DataError(f"'{where}' holds data of shape {arr.shape}, expected labels (N,)")
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise DataError(
+            f"'{where}' holds {arr.dtype.name} data of shape {arr.shape}, "
+            "expected integer labels (N,)"
+        )
     if arr.shape[0] != n_images:
         raise DataError(f"'{where}' has {arr.shape[0]} labels for {n_images} images")
     if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= n_classes):
