@@ -51,19 +51,39 @@ def _mb(v: Any) -> str:
     return "–" if v is None else f"{v / 1e6:.2f}"
 
 
+def _pm(m: dict[str, Any], key: str, digits: int = 3) -> str:
+    """``mean +- std`` of a several-seed aggregate, else the value."""
+    std = m.get("std")
+    text = _fmt(m.get(key), digits)
+    if isinstance(std, dict) and isinstance(std.get(key), float) and m.get(key) is not None:
+        text += f" ± {std[key]:.{digits}f}"
+    return text
+
+
 def results_table(metrics: dict[str, Any]) -> Table:
-    """The terminal summary: one row per method, pooled metrics."""
-    t = Table(title="results (pooled over clients' local test sets)")
+    """The terminal summary: one row per method, pooled metrics (mean +- std over seeds)."""
+    seeds = metrics.get("experiment", {}).get("seeds")
+    title = "results (pooled over clients' local test sets)"
+    if isinstance(seeds, list):
+        title = f"results: mean ± std over {len(seeds)} seeds (pooled over clients' test sets)"
+    t = Table(title=title)
     t.add_column("method", no_wrap=True)
-    for col in ("AUROC", "AUPR", "F1", "precision", "recall", "FE", "ME"):
+    # with seeds, mean ± std of the ranking metrics and F1; FE = 1 - precision and
+    # ME = 1 - recall make room for the spread
+    cols: tuple[tuple[str, str], ...] = (("AUROC", "auroc"), ("AUPR", "aupr"), ("F1", "f1"))
+    cols += (("precision", "precision"), ("recall", "recall"))
+    if not isinstance(seeds, list):
+        cols += (("FE", "fe"), ("ME", "me"))
+    for col, _ in cols:
         t.add_column(col, justify="right", no_wrap=True)
     t.add_column("MB up", justify="right")
     t.add_column("MB down", justify="right")
     t.add_column("s", justify="right")
+    spread = ("auroc", "aupr", "f1")
     for label, m in metrics["methods"].items():
         t.add_row(
             label,
-            *(_fmt(m.get(k)) for k in ("auroc", "aupr", "f1", "precision", "recall", "fe", "me")),
+            *(_pm(m, k) if k in spread else _fmt(m.get(k)) for _, k in cols),
             _mb(m.get("bytes_up")),
             _mb(m.get("bytes_down")),
             _fmt(m.get("seconds"), 1),
@@ -87,19 +107,30 @@ def run(
         bool,
         typer.Option("--resume", help="complete an interrupted run in --out (same config)"),
     ] = False,
+    jobs: Annotated[
+        int,
+        typer.Option("--jobs", "-j", min=1, help="with seeds = [...]: seeds run in N processes"),
+    ] = 1,
 ) -> None:
     """Run an experiment and write metrics, history, scores, checkpoints and report.html.
 
-    Exit status: 0 done, 2 bad input or a failed run (one line on stderr), 130 / 143 after
-    Ctrl-C / SIGTERM (the finished methods' results are kept; --resume completes the run).
+    With ``seeds = [...]`` each seed is a complete run in OUT/seed-N/ and OUT/ holds the
+    mean +- std over seeds. Exit status: 0 done, 2 bad input or a failed run (one line on
+    stderr), 130 / 143 after Ctrl-C / SIGTERM (the finished methods' results are kept;
+    --resume completes the run).
     """
     from fedad.config import load_config
 
     try:
         cfg = load_config(config, set_ or [])
         out_dir = Path("runs") / config.stem if out is None else out
+        if jobs > 1 and cfg.seeds is None:
+            raise FedadError(
+                "--jobs runs seeds in parallel, and this config has one seed",
+                "give seeds = [0, 1, 2] in the config or --set 'seeds=[0,1,2]'",
+            )
         with _terminate_as_interrupt():
-            _run(cfg, out_dir, cfg.engine.progress and not quiet, force, resume)
+            _run(cfg, out_dir, cfg.engine.progress and not quiet, force, resume, jobs)
     except FedadError as err:
         _fail(err)
     except Interrupted as stop:
@@ -143,11 +174,20 @@ def _interrupted(stop: Interrupted, config: Path) -> None:
 
 
 def _run(
-    cfg: Any, out_dir: Path, progress: bool, force: bool = False, resume: bool = False
+    cfg: Any,
+    out_dir: Path,
+    progress: bool,
+    force: bool = False,
+    resume: bool = False,
+    jobs: int = 1,
 ) -> None:
     from fedad.runner import run_experiment
+    from fedad.seeds import run_seeds
 
-    total = cfg.rounds * len(cfg.methods)
+    seeds = cfg.seed_list()
+    parallel = cfg.seeds is not None and jobs > 1
+    total = len(seeds) if parallel else cfg.rounds * len(cfg.methods) * len(seeds)
+    current = {"seed": ""}
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -160,15 +200,34 @@ def _run(
         task = bar.add_task("preparing data", total=total)
 
         def on_method(label: str) -> None:
-            bar.update(task, description=f"[cyan]{label}")
+            bar.update(task, description=f"[cyan]{current['seed']}{label}")
 
         def on_round(label: str, row: dict[str, Any]) -> None:
             if row["round"] >= 1:
                 bar.advance(task)
 
-        metrics = run_experiment(
-            cfg, out_dir, on_round=on_round, on_method=on_method, force=force, resume=resume
-        )
+        def on_seed(seed: int, what: str) -> None:
+            current["seed"] = f"seed {seed}: "
+            if parallel and what != "start":
+                bar.advance(task)
+            if parallel:
+                bar.update(task, description=f"[cyan]{jobs} workers")
+
+        if cfg.seeds is None:
+            metrics = run_experiment(
+                cfg, out_dir, on_round=on_round, on_method=on_method, force=force, resume=resume
+            )
+        else:
+            metrics = run_seeds(
+                cfg,
+                out_dir,
+                jobs=jobs,
+                on_round=on_round,
+                on_method=on_method,
+                on_seed=on_seed,
+                force=force,
+                resume=resume,
+            )
     console.print(results_table(metrics))
     secs = metrics["experiment"]["total_seconds"]
     console.print(f"wrote {out_dir}/ (report.html, metrics.json, history.csv) in {secs:.1f} s")

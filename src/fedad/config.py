@@ -11,7 +11,7 @@ import copy
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -27,6 +27,8 @@ MAX_CLIENTS = 100_000
 """Most clients a config may ask for (``partition.clients``)."""
 SEED_RANGE = (-(2**63), 2**63 - 1)
 """Smallest and largest ``seed``: a signed 64-bit integer."""
+MAX_SEEDS = 1000
+"""Most seeds one run may ask for (``seeds``)."""
 MAX_LABEL = 64
 """Longest ``[[methods]] label``: it names a directory of the run."""
 MAX_CONFIG_BYTES = 16 * 2**20
@@ -181,6 +183,12 @@ class ExperimentConfig(_Strict):
     """A whole experiment: one federation, one or more methods."""
 
     seed: int = Field(default=0, ge=SEED_RANGE[0], le=SEED_RANGE[1])
+    seeds: list[Annotated[int, Field(ge=SEED_RANGE[0], le=SEED_RANGE[1])]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SEEDS,
+        description="several seeds: each a complete run in OUT/seed-N/, aggregated in OUT/",
+    )
     rounds: int = Field(default=10, ge=1, le=MAX_ROUNDS)
     data: DataConfig
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
@@ -189,8 +197,18 @@ class ExperimentConfig(_Strict):
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     methods: list[MethodConfig] = Field(min_length=1)
 
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and len(set(v)) != len(v):
+            dup = sorted({s for s in v if v.count(s) > 1})
+            raise ValueError(f"seeds {dup} are listed twice; each seed runs once")
+        return v
+
     @model_validator(mode="after")
     def _check_classes(self) -> ExperimentConfig:
+        if self.seeds is not None and "seed" in self.model_fields_set:
+            raise ValueError("give 'seed' or 'seeds', not both (seeds = [0, 1, 2] runs each)")
         d = self.data
         if d.normal is not None and d.anomaly is not None:
             both = sorted(set(d.normal) & set(d.anomaly))
@@ -217,6 +235,16 @@ class ExperimentConfig(_Strict):
                 f"methods[].label {dup} used twice (ignoring case); labels must be unique"
             )
         return self
+
+    def seed_list(self) -> list[int]:
+        """The seeds to run: ``seeds``, else ``[seed]``."""
+        return list(self.seeds) if self.seeds is not None else [self.seed]
+
+    def for_seed(self, seed: int) -> ExperimentConfig:
+        """This config as a single run with ``seed`` (what each ``OUT/seed-N/`` runs)."""
+        one = self.model_copy(update={"seed": seed, "seeds": None})
+        one.model_fields_set.discard("seeds")
+        return one
 
     def labels(self) -> list[str]:
         """Keys in metrics.json: ``label``, else ``name``; a repeated key gets ``-2``, ``-3`` ...
@@ -329,6 +357,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             else:
                 if last:
                     node[part] = _parse_value(value)
+                    if node is out and part in ("seed", "seeds"):  # one replaces the other
+                        node.pop("seeds" if part == "seed" else "seed", None)
                 else:
                     node = node.setdefault(part, {})
                     if not isinstance(node, dict | list):

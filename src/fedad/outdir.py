@@ -45,6 +45,8 @@ OUTPUTS = ("config.toml", "metrics.json", "history.csv", "scores.npz", "report.h
 """Files a run writes at the top of its directory."""
 OUTPUT_DIRS = ("checkpoints", ".flower", STATE_DIR)
 """Folders a run writes (``.flower``: the Flower engines' homes and logs)."""
+SEED_DIRS = re.compile(r"seed--?[0-9]{1,20}")
+"""Folders of the seeds of a several-seed run (``seed-N``, :mod:`fedad.seeds`)."""
 _LABEL = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 _TMP = re.compile(
     r"\.(?:config\.toml|metrics\.json|history\.csv|scores\.npz|report\.html)\.tmp-[0-9]+"
@@ -125,12 +127,25 @@ class Done:
 def _user_entries(root: Path) -> list[str]:
     """Entries of ``root`` that no fedad run writes (our interrupted temporary files aside)."""
     ours = set(OUTPUTS) | set(OUTPUT_DIRS)
-    return sorted(p.name for p in root.iterdir() if not (p.name in ours or _TMP.fullmatch(p.name)))
+    return sorted(
+        p.name
+        for p in root.iterdir()
+        if not (p.name in ours or _TMP.fullmatch(p.name) or _seed_run(p))
+    )
+
+
+def _seed_run(p: Path) -> bool:
+    """A seed's folder of a several-seed run (a fedad run itself)."""
+    return bool(SEED_DIRS.fullmatch(p.name)) and p.is_dir() and not p.is_symlink()
 
 
 def _has_results(root: Path) -> bool:
     done = root / STATE_DIR / DONE_DIR
-    return (root / "metrics.json").exists() or (done.is_dir() and any(done.iterdir()))
+    return (
+        (root / "metrics.json").exists()
+        or (done.is_dir() and any(done.iterdir()))
+        or any(_seed_run(p) and _has_results(p) for p in root.iterdir())
+    )
 
 
 class RunDir:
@@ -230,7 +245,7 @@ class RunDir:
         for name in ("checkpoints", ".flower"):
             _remove(self.root / name)
         for p in list(self.root.iterdir()):
-            if _TMP.fullmatch(p.name):
+            if _TMP.fullmatch(p.name) or _seed_run(p):
                 _remove(p)
         state = self.root / STATE_DIR
         for p in state.iterdir() if state.is_dir() else []:

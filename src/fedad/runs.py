@@ -141,6 +141,13 @@ def load_run(run_dir: str | Path) -> Run:
             f"'{root}' is not a run directory (no metrics.json)", "give the --out of `fedad run`"
         )
     metrics = read_metrics(root / "metrics.json")
+    seeds = metrics["experiment"].get("seeds")
+    if isinstance(seeds, list) and not (root / "checkpoints").exists():
+        first = seeds[0] if seeds and isinstance(seeds[0], int) else "N"
+        raise FedadError(
+            f"'{root}' holds a run over {len(seeds)} seeds, each in its own folder",
+            f"load one seed's run, e.g. fedad.load('{root / f'seed-{first}'}')",
+        )
     config = read_config(root / "config.toml")
     detectors: dict[str, dict[int, BaseDetector]] = {}
     ckpt = root / "checkpoints"

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from matplotlib.figure import Figure
 
 import fedad
@@ -69,7 +70,8 @@ h1 { margin-bottom: 0.2rem; } h2 { border-bottom: 1px solid #ddd; padding-bottom
        margin-top: 2.2rem; }
 table { border-collapse: collapse; margin: 0.6rem 0; font-size: 0.9rem; }
 th, td { border: 1px solid #ddd; padding: 0.25rem 0.55rem; }
-th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th { background: #f3f3f3; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.best { font-weight: bold; } tr.mean td { border-top: 2px solid #999; font-style: italic; }
 .facts th { text-align: left; } .muted { color: #777; } .scroll { overflow-x: auto; }
 figure { margin: 1rem 0; } figcaption { color: #555; font-size: 0.88rem; max-width: 60rem; }
@@ -206,7 +208,13 @@ def _facts_section(run_dir: Path, metrics: Mapping[str, Any], n_methods: int) ->
     return f'<h2>Experiment</h2><table class="facts">{rows}</table>'
 
 
-def _summary_section(entries: Mapping[str, Mapping[str, Any]]) -> str:
+def _std(entry: Mapping[str, Any], key: str) -> float | None:
+    """The standard deviation over seeds of ``key`` (several-seed runs), else None."""
+    std = entry.get("std")
+    return _num(std.get(key)) if isinstance(std, dict) else None
+
+
+def _summary_section(entries: Mapping[str, Mapping[str, Any]], n_seeds: int = 0) -> str:
     if not entries:
         return '<h2>Summary</h2><p class="muted">No methods in metrics.json.</p>'
     best: dict[str, float] = {}
@@ -225,12 +233,21 @@ def _summary_section(entries: Mapping[str, Mapping[str, Any]]) -> str:
             x = _num(value)
             cls = "num best" if key in best and x is not None and x == best[key] else "num"
             title = f' title="{_e(_fmt(value, "int"))} bytes"' if kind == "bytes" and x else ""
-            cells.append(f'<td class="{cls}"{title}>{_e(_fmt(value, kind))}</td>')
+            text = _fmt(value, kind)
+            sd = _std(entry, key)
+            if sd is not None and x is not None and kind == "ratio":
+                text += f" ± {_fmt(sd, kind)}"
+            cells.append(f'<td class="{cls}"{title}>{_e(text)}</td>')
         body.append(f"<tr>{''.join(cells)}</tr>")
+    what = (
+        f"Mean ± standard deviation over {n_seeds} seeds (each a complete run) of the pooled"
+        if n_seeds
+        else "Pooled"
+    )
     return (
         "<h2>Summary</h2>"
-        '<p class="muted">Pooled test-set metrics of the last round\'s model; the best value '
-        "of each metric is in bold.</p>"
+        f'<p class="muted">{_e(what)} test-set metrics of the last round\'s model; the best '
+        "value of each metric is in bold.</p>"
         f'<div class="scroll"><table><thead><tr><th>Label</th><th>Method / detector</th>{head}'
         f"</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
     )
@@ -262,6 +279,89 @@ def _normal_positive_section(entries: Mapping[str, Mapping[str, Any]]) -> str:
         "as the positive class. Same predictions, same thresholds.</p>"
         f"<table><thead><tr><th>Label</th>{head}</tr></thead><tbody>{rows}</tbody></table>"
     )
+
+
+SEED_METRICS = (("auroc", "AUROC"), ("aupr", "AUPR"), ("f1", "F1"))
+
+
+def _seeds_section(
+    run_dir: Path, entries: Mapping[str, Mapping[str, Any]], seeds: list[Any], notes: list[str]
+) -> str:
+    """A several-seed run: each seed's values, their spread, and links to the seeds' reports."""
+    per_seed: dict[str, dict[int, dict[str, Any]]] = {}
+    for label, entry in entries.items():
+        rows = entry.get("per_seed")
+        if isinstance(rows, list):
+            per_seed[label] = {
+                int(seed): r
+                for r in rows
+                if isinstance(r, dict) and (seed := _num(r.get("seed"))) is not None
+            }
+    shown = [int(s) for s in seeds if isinstance(s, int) and not isinstance(s, bool)]
+    labels = list(per_seed)
+    top = "".join(f'<th colspan="{len(SEED_METRICS)}">{_e(lab)}</th>' for lab in labels)
+    sub = "".join(f"<th>{h}</th>" for _, h in SEED_METRICS) * len(labels)
+    body = []
+    for s in shown:
+        name = f"seed-{s}"
+        link = (
+            f'<a href="{_e(name)}/report.html">{_e(s)}</a>'
+            if (run_dir / name / "report.html").is_file()
+            else _e(s)
+        )
+        cells = [f'<td class="num">{link}</td>']
+        for lab in labels:
+            row = per_seed[lab].get(s, {})
+            cells += [
+                f'<td class="num">{_e(_fmt(row.get(k), "ratio"))}</td>' for k, _ in SEED_METRICS
+            ]
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    table = (
+        '<div class="scroll"><table class="per-seed"><thead>'
+        f'<tr><th rowspan="2">Seed</th>{top}</tr><tr>{sub}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
+    auroc = {
+        lab: {s: _num(r.get("auroc")) for s, r in rows.items()} for lab, rows in per_seed.items()
+    }
+    figure = ""
+    if any(v is not None for rows in auroc.values() for v in rows.values()):
+        try:
+            figure = _figure_html(
+                plots.seed_spread_figure(auroc),
+                "AUROC per seed",
+                "Pooled AUROC of each seed's run (dots) with the mean and one standard deviation "
+                "(bar) per method.",
+            )
+        except Exception as exc:  # a broken figure must not cost the rest of the report
+            notes.append(f"figure 'AUROC per seed' could not be drawn: {exc}")
+    return (
+        "<h2>Seeds</h2>"
+        '<p class="muted">Every seed is a complete run (its own partition, initialisation '
+        "and sampling) in <code>seed-N/</code>, with its own report: follow a seed's link for "
+        "its ROC curves, score histograms and per-client metrics.</p>" + figure + table
+    )
+
+
+def _mean_over_seeds(history: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per-round columns averaged over seeds (a several-seed run's history has ``seed``)."""
+    out: dict[str, dict[str, Any]] = {}
+    for method, table in history.items():
+        if "seed" not in table or "round" not in table:
+            out[method] = dict(table)
+            continue
+        rounds = np.unique(table["round"][np.isfinite(table["round"])])
+        cols = [c for c in table if c not in ("seed", "round")]
+        mean: dict[str, Any] = {"round": rounds}
+        for c in cols:
+            values = []
+            for r in rounds:
+                v = table[c][table["round"] == r]
+                v = v[np.isfinite(v)]
+                values.append(float(v.mean()) if v.size else math.nan)
+            mean[c] = np.asarray(values)
+        out[method] = mean
+    return out
 
 
 def _per_client_section(per_client: Mapping[str, Mapping[int, Mapping[str, Any]]]) -> str:
@@ -309,6 +409,7 @@ def _figures_section(
     history: Mapping[str, Any],
     per_client: Mapping[str, Mapping[int, Mapping[str, Any]]],
     notes: list[str],
+    several: bool = False,
 ) -> str:
     pairs = {lab: (ms.label, ms.score) for lab, ms in scores.items()}
     thresholds = {lab: _threshold(entries.get(lab, {})) for lab in pairs}
@@ -377,6 +478,16 @@ def _figures_section(
         ),
     ]
     parts = ["<h2>Figures</h2>"]
+    if several:  # scores and per-client metrics belong to one seed's run: see its report
+        specs = [
+            (a, f"{t} (mean over seeds)", m, c)
+            for a, t, m, c in specs
+            if t not in ("ROC curves", "Score histograms", "Per-client AUROC")
+        ]
+        parts.append(
+            '<p class="muted">ROC curves, score histograms and per-client metrics are in each '
+            "seed's own report (see Seeds); per-round curves below are means over seeds.</p>"
+        )
     for available, title, make, caption in specs:
         parts.append(f"<h3>{_e(title)}</h3>")
         if not available:
@@ -412,6 +523,11 @@ def render_report(run_dir: str | Path) -> str:
         notes.append("no scores.npz: ROC curves and histograms are left out")
     per_client = _per_client(entries, scores)
     config = read_config_text(run / "config.toml")
+    seeds = metrics["experiment"].get("seeds")
+    several = isinstance(seeds, list)
+    if several:
+        history = _mean_over_seeds(history)
+        notes[:] = [n for n in notes if not n.startswith("no scores.npz")]
 
     dataset = metrics["experiment"].get("dataset")
     title = f"fedad report: {run.resolve().name}"
@@ -419,10 +535,11 @@ def render_report(run_dir: str | Path) -> str:
     sections = [
         _partial_banner(metrics["experiment"]),
         _facts_section(run, metrics, len(entries)),
-        _summary_section(entries),
+        _summary_section(entries, len(seeds) if several else 0),
+        _seeds_section(run, entries, seeds, notes) if several else "",
         _normal_positive_section(entries),
-        _figures_section(entries, scores, history, per_client, notes),
-        _per_client_section(per_client),
+        _figures_section(entries, scores, history, per_client, notes, several),
+        "" if several else _per_client_section(per_client),
         f'<h2>Evaluation protocol</h2><p class="note">{_e(PROTOCOL_NOTE)}</p>',
     ]
     if notes:

@@ -275,3 +275,34 @@ def per_client_auroc_figure(
         fig.colorbar(image, ax=ax, label="AUROC")
     ax.set_title("per-client AUROC")
     return fig
+
+
+def seed_spread_figure(per_seed: Mapping[str, Mapping[int, float | None]]) -> Figure:
+    """Each seed's value per method (dots) with the mean +- one standard deviation (bar).
+
+    ``per_seed[label][seed] = value`` (``None``: undefined; left out). The standard deviation
+    is numpy's (``ddof = 0``), as in the aggregate ``metrics.json``.
+    """
+    methods = list(per_seed)
+    fig = _new_figure(max(5.0, 1.1 * len(methods) + 2.0), 3.8)
+    ax = fig.add_subplot()
+    if not methods:
+        _empty(ax, "no per-seed values")
+        return fig
+    for i, m in enumerate(methods):
+        values = np.array(
+            [v for v in per_seed[m].values() if v is not None and math.isfinite(v)], dtype=float
+        )
+        if values.size == 0:
+            ax.text(i, 0.5, "n/a", ha="center", fontsize=8)
+            continue
+        jitter = np.linspace(-0.12, 0.12, values.size) if values.size > 1 else np.zeros(1)
+        ax.scatter(i + jitter, values, s=18, alpha=0.8, zorder=3)
+        ax.errorbar(
+            i + 0.25, values.mean(), yerr=values.std(), fmt="_", color="0.2", capsize=4, zorder=4
+        )
+    ax.set_xticks(np.arange(len(methods)), methods, rotation=30, ha="right")
+    ax.set_xlim(-0.6, len(methods) - 0.4)
+    ax.set_ylabel("AUROC")
+    ax.set_title("AUROC per seed (dots) and mean ± std (bar)")
+    return fig

@@ -1,0 +1,462 @@
+"""Several seeds in one run: each seed a complete run in ``OUT/seed-N/``, aggregated in ``OUT/``.
+
+A config with ``seeds = [0, 1, 2]`` runs :func:`fedad.runner.run_experiment` once per seed
+(the config with ``seed = N``), each into its own directory with every file a single run
+writes, and keeps an aggregate at the top of ``OUT``:
+
+* ``metrics.json``: today's shape; each method's numeric metrics are the **mean over
+  seeds**, ``std`` holds their standard deviations (numpy's ``np.std``, ``ddof = 0``) and
+  ``per_seed`` lists ``{"seed": N, metric: value, ...}``. A metric is averaged only when
+  every finished seed has a finite value for it; otherwise its mean and std are ``null``
+  (never a mean over the seeds that happened to work). ``per_client`` and ``events`` stay
+  in each seed's own ``metrics.json``. ``experiment`` keeps the facts all seeds share and
+  adds ``seeds``.
+* ``history.csv``: every seed's rows, with a ``seed`` column first.
+* ``report.html``: mean +- std, the per-seed spread, links to each seed's report.
+* ``config.toml``: the config as given (with ``seeds``); each seed's resolved config is in
+  its directory.
+
+``jobs > 1`` runs seeds in that many worker processes (``spawn``); each seed's results are
+identical to a ``jobs = 1`` run. A seed that fails is reported and the others are kept: the
+aggregate covers the finished seeds, ``experiment.failed_seeds`` names the failures, and the
+run ends with a one-line :class:`~fedad.errors.FedadError`. Ctrl-C / SIGTERM keep the
+finished seeds (and the finished methods of the seed that was running); ``resume`` completes
+the run.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedad.config import ExperimentConfig, dump_toml
+from fedad.errors import FedadError, Interrupted
+from fedad.outdir import RUN_FILE, STATE_DIR, RunDir, config_difference, write_text
+
+log = logging.getLogger("fedad")
+
+SEED_DIR = "seed-{}"
+"""Name of the directory of one seed's run inside ``OUT``."""
+
+SHARED = ("method", "detector", "params", "personalized")
+"""Non-numeric entries of a method kept in the aggregate (equal across seeds)."""
+DROPPED = ("per_client", "events", "missing_nodes")
+"""Entries left in each seed's own metrics.json."""
+
+OnSeed = Callable[[int, str], None]
+"""Called with (seed, "start" | "done" | "failed") as seeds progress."""
+
+
+def seed_dir(out: Path, seed: int) -> Path:
+    """``OUT/seed-N``."""
+    return out / SEED_DIR.format(seed)
+
+
+# -- aggregation (pure) -----------------------------------------------------------------------
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return float(v) if math.isfinite(v) else None
+
+
+def _is_metric(v: Any) -> bool:
+    return v is None or (isinstance(v, int | float) and not isinstance(v, bool))
+
+
+def aggregate_method(entries: Sequence[tuple[int, Mapping[str, Any]]]) -> dict[str, Any]:
+    """One method's aggregate entry from ``[(seed, metrics entry), ...]``.
+
+    Numeric keys: the mean over seeds (``None`` unless every seed has a finite value), with
+    ``std[key]`` the population standard deviation; ``per_seed`` the seeds' own values.
+    """
+    keys: list[str] = []
+    for _, e in entries:
+        for k, v in e.items():
+            if k not in keys and k not in SHARED and k not in DROPPED and _is_metric(v):
+                keys.append(k)
+    keys = [k for k in keys if any(_number(e.get(k)) is not None for _, e in entries)]
+    first = entries[0][1]
+    out: dict[str, Any] = {}
+    std: dict[str, float | None] = {}
+    for k in keys:
+        values = [_number(e.get(k)) for _, e in entries]
+        if all(v is not None for v in values):
+            arr = np.asarray(values, dtype=np.float64)
+            out[k], std[k] = float(np.mean(arr)), float(np.std(arr))
+        else:
+            out[k], std[k] = None, None
+    for k in SHARED:
+        if k in first and all(e.get(k) == first[k] for _, e in entries):
+            out[k] = first[k]
+    out["std"] = std
+    out["per_seed"] = [{"seed": s, **{k: e.get(k) for k in keys}} for s, e in entries]
+    return out
+
+
+def aggregate(
+    per_seed: Mapping[int, Mapping[str, Any]], seeds: Sequence[int], labels: Sequence[str]
+) -> dict[str, Any]:
+    """``metrics.json`` of a several-seed run from the seeds' own ``metrics.json`` data.
+
+    ``per_seed`` holds the finished seeds; ``seeds`` all seeds in config order; ``labels``
+    the methods in config order. A method appears when at least one seed finished it.
+    """
+    done = [s for s in seeds if s in per_seed]
+    methods: dict[str, Any] = {}
+    for label in labels:
+        entries = [
+            (s, per_seed[s]["methods"][label])
+            for s in done
+            if isinstance(per_seed[s].get("methods", {}).get(label), dict)
+        ]
+        if entries:
+            methods[label] = aggregate_method(entries)
+    experiment: dict[str, Any] = {}
+    facts = [per_seed[s].get("experiment", {}) for s in done]
+    if facts:
+        for k, v in facts[0].items():
+            if k not in ("seed", "status", "pending", "total_seconds") and all(
+                f.get(k) == v for f in facts[1:]
+            ):
+                experiment[k] = v
+    experiment["seeds"] = list(seeds)
+    return {"methods": methods, "experiment": experiment}
+
+
+def history_with_seeds(texts: Sequence[tuple[int, str]]) -> str:
+    """Every seed's ``history.csv`` text as one CSV with a ``seed`` column first."""
+    rows: list[dict[str, str]] = []
+    columns: list[str] = ["seed"]
+    for seed, text in texts:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        for c in reader.fieldnames or []:
+            if c and c not in columns:
+                columns.append(c)
+        for row in reader:
+            rows.append({"seed": str(seed), **{k: v for k, v in row.items() if k}})
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=columns, restval="", extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+# -- running ---------------------------------------------------------------------------------
+
+
+def top_config_text(cfg: ExperimentConfig) -> str:
+    """``OUT/config.toml``: the config as given, with ``seeds`` (no ``seed``)."""
+    raw = cfg.model_dump(mode="json", exclude_none=True)
+    raw.pop("seed", None)
+    return dump_toml(raw)
+
+
+def _finished(d: Path) -> dict[str, Any] | None:
+    """A seed directory's metrics.json data when that run finished, else None."""
+    from fedad.report.rundir import read_metrics
+
+    state = d / STATE_DIR / RUN_FILE
+    if not (state.is_file() and (d / "metrics.json").is_file()):
+        return None
+    try:
+        info = json.loads(state.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(info, dict) or info.get("state") != "finished":
+        return None
+    data = read_metrics(d / "metrics.json")
+    return data if data["experiment"].get("status") == "complete" else None
+
+
+def _check_resume(rd: RunDir, text: str) -> None:
+    import tomllib
+
+    path = rd.root / "config.toml"
+    try:
+        old = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as err:
+        raise FedadError(f"--resume: '{path}' is damaged ({str(err)[:120]})") from None
+    diff = config_difference(old, tomllib.loads(text))
+    if diff is not None:
+        raise FedadError(
+            f"--resume: the config differs from the run in '{rd.root}': {diff}",
+            "resume with the same config and --set values, or start anew with --force",
+        )
+
+
+class _Aggregate:
+    """The top of ``OUT``: rewritten after every seed."""
+
+    def __init__(self, cfg: ExperimentConfig, out: Path) -> None:
+        self.out = out
+        self.seeds = cfg.seed_list()
+        self.labels = cfg.labels()
+        self.per_seed: dict[int, dict[str, Any]] = {}
+        self.failed: dict[int, str] = {}
+        self.t0 = time.perf_counter()
+
+    def write(self, report: bool = True) -> dict[str, Any]:
+        data = aggregate(self.per_seed, self.seeds, self.labels)
+        exp = data["experiment"]
+        pending = [s for s in self.seeds if s not in self.per_seed and s not in self.failed]
+        exp["status"] = "complete" if not pending and not self.failed else "partial"
+        if pending:
+            exp["pending"] = [SEED_DIR.format(s) for s in pending]
+        if self.failed:
+            exp["failed_seeds"] = [{"seed": s, "error": e} for s, e in sorted(self.failed.items())]
+        exp["total_seconds"] = time.perf_counter() - self.t0
+        from fedad.runner import _clean
+
+        texts = []
+        for s in self.seeds:
+            p = seed_dir(self.out, s) / "history.csv"
+            if s in self.per_seed and p.is_file():
+                try:
+                    texts.append((s, p.read_text(encoding="utf-8")))
+                except (OSError, UnicodeDecodeError) as err:
+                    raise FedadError(f"cannot read '{p}': {err}") from None
+        write_text(self.out / "history.csv", history_with_seeds(texts))
+        write_text(self.out / "metrics.json", json.dumps(_clean(data), indent=2))
+        if report:
+            from fedad.report.html import write_report
+
+            write_report(self.out)
+        return data
+
+
+def run_seeds(
+    cfg: ExperimentConfig,
+    out: Path,
+    *,
+    jobs: int = 1,
+    on_round: Callable[[str, dict[str, Any]], None] | None = None,
+    on_method: Callable[[str], None] | None = None,
+    on_seed: OnSeed | None = None,
+    force: bool = False,
+    resume: bool = False,
+) -> dict[str, Any]:
+    """Run every seed of ``cfg`` into ``out/seed-N`` and write the aggregate; return its data.
+
+    ``on_round`` / ``on_method`` are passed to each seed's run when ``jobs == 1`` (workers
+    report only through ``on_seed``).
+    """
+    if jobs < 1:
+        raise FedadError(f"--jobs {jobs}: give 1 or more worker processes")
+    rd = RunDir.claim(out, force=force, resume=resume)
+    with rd:
+        text = top_config_text(cfg)
+        try:
+            if resume:
+                _check_resume(rd, text)
+            rd.set_state("running", text)
+        except BaseException:
+            if not resume:
+                rd.discard_if_empty()
+            raise
+        agg = _Aggregate(cfg, out)
+        todo: list[int] = []
+        for s in agg.seeds:
+            prior = _finished(seed_dir(out, s)) if resume else None
+            if prior is not None:
+                agg.per_seed[s] = prior
+            else:
+                todo.append(s)
+        try:
+            if jobs == 1 or len(todo) <= 1:
+                _serial(cfg, out, todo, agg, resume, on_round, on_method, on_seed)
+            else:
+                _parallel(cfg, out, todo, agg, resume, jobs, on_seed)
+        except BaseException as err:
+            kept = tuple(SEED_DIR.format(s) for s in agg.seeds if s in agg.per_seed)
+            _keep(rd, agg)
+            if isinstance(err, KeyboardInterrupt | Interrupted):
+                signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+                raise Interrupted(int(signum), kept, str(out)) from None
+            raise
+        data = agg.write()
+        rd.set_state("finished" if not agg.failed else "failed")
+    if agg.failed:
+        s, why = next(iter(sorted(agg.failed.items())))
+        n = len(agg.failed)
+        raise FedadError(
+            f"{n} of {len(agg.seeds)} seeds failed (seed {s}: {why})",
+            f"the other seeds' results are in {out}/; see experiment.failed_seeds"
+            if agg.per_seed
+            else "no seed finished; fix the first error and run again",
+        )
+    return data
+
+
+def _keep(rd: RunDir, agg: _Aggregate) -> None:
+    """After an interruption: the aggregate of the finished seeds, and the state."""
+    try:
+        if agg.per_seed:
+            agg.write()
+        rd.set_state("interrupted")
+    except (FedadError, OSError, ValueError) as err:
+        log.warning("could not write the partial aggregate: %s", err)
+
+
+def _one_seed_dir_resumable(d: Path, resume: bool) -> bool:
+    return resume and (d / STATE_DIR / RUN_FILE).is_file()
+
+
+def _serial(
+    cfg: ExperimentConfig,
+    out: Path,
+    todo: Sequence[int],
+    agg: _Aggregate,
+    resume: bool,
+    on_round: Callable[[str, dict[str, Any]], None] | None,
+    on_method: Callable[[str], None] | None,
+    on_seed: OnSeed | None,
+) -> None:
+    from fedad.runner import run_experiment
+
+    for s in todo:
+        d = seed_dir(out, s)
+        if on_seed is not None:
+            on_seed(s, "start")
+        try:
+            data = run_experiment(
+                cfg.for_seed(s),
+                d,
+                on_round=on_round,
+                on_method=on_method,
+                force=d.exists() and not _one_seed_dir_resumable(d, resume),
+                resume=_one_seed_dir_resumable(d, resume),
+            )
+        except FedadError as err:
+            _failed(agg, s, str(err), on_seed)
+            continue
+        agg.per_seed[s] = data
+        agg.write(report=False)
+        if on_seed is not None:
+            on_seed(s, "done")
+
+
+def _failed(agg: _Aggregate, seed: int, why: str, on_seed: OnSeed | None) -> None:
+    log.warning("seed %s failed: %s", seed, why)
+    agg.failed[seed] = why
+    agg.write(report=False)
+    if on_seed is not None:
+        on_seed(seed, "failed")
+
+
+def _worker_init(threads: int) -> None:
+    """Worker processes: SIGTERM stops a seed like in the CLI; CPU threads shared out."""
+    import torch
+
+    def on_term(signum: int, frame: object) -> None:
+        raise Interrupted(signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it sends SIGTERM
+    torch.set_num_threads(threads)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+
+
+def _worker(raw: dict[str, Any], seed: int, d: str, resume: bool) -> tuple[str, Any]:
+    """Run one seed in a worker; the outcome as plain data (exceptions do not cross)."""
+    from fedad.config import parse_config
+    from fedad.runner import run_experiment
+
+    path = Path(d)
+    cfg = parse_config(raw).for_seed(seed)
+    try:
+        data = run_experiment(
+            cfg,
+            path,
+            force=path.exists() and not _one_seed_dir_resumable(path, resume),
+            resume=_one_seed_dir_resumable(path, resume),
+        )
+    except FedadError as err:
+        return "failed", str(err)
+    except Interrupted as stop:
+        return "interrupted", stop.signum
+    return "done", data
+
+
+def _parallel(
+    cfg: ExperimentConfig,
+    out: Path,
+    todo: Sequence[int],
+    agg: _Aggregate,
+    resume: bool,
+    jobs: int,
+    on_seed: OnSeed | None,
+) -> None:
+    jobs = min(jobs, len(todo))
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    raw = cfg.model_dump(mode="json", exclude_none=True)
+    raw.pop("seed", None)  # the config has seeds; each worker runs cfg.for_seed(s)
+    ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_worker_init, initargs=(threads,))
+    running: dict[Future[tuple[str, Any]], int] = {}
+    try:
+        for s in todo:
+            running[pool.submit(_worker, raw, s, str(seed_dir(out, s)), resume)] = s
+            if on_seed is not None:
+                on_seed(s, "start")
+        interrupted: int | None = None
+        while running:
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                s = running.pop(fut)
+                try:
+                    status, value = fut.result()
+                except Exception as err:  # a worker that died (killed, out of memory)
+                    status, value = "failed", f"worker process failed: {err}"
+                if status == "done":
+                    agg.per_seed[s] = value
+                    agg.write(report=False)
+                    if on_seed is not None:
+                        on_seed(s, "done")
+                elif status == "interrupted":
+                    interrupted = int(value)
+                else:
+                    _failed(agg, s, str(value), on_seed)
+        if interrupted is not None:
+            raise Interrupted(interrupted)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)  # nothing new starts
+        _stop_workers(pool)
+        # collect what the stopped workers kept as finished seeds
+        for fut, s in running.items():
+            try:
+                status, value = fut.result(timeout=60)
+            except Exception:
+                continue
+            if status == "done":
+                agg.per_seed[s] = value
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """SIGTERM to every worker: each keeps its finished methods and stops."""
+    procs = getattr(pool, "_processes", None) or {}
+    for p in list(procs.values()):
+        try:
+            if p.pid is not None and p.is_alive():
+                os.kill(p.pid, signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
