@@ -1,17 +1,17 @@
 """Aggregation weights of the ONLAD family: pure functions.
 
-Selective aggregation (Qin et al., Sec. III-B, Algorithm 1):
+Selective aggregation [ONLAD Sec. III-B, Alg. 1]:
 
-* FedAvg weights (eq. 6): :math:`c_k = n_k / N`.
-* Credit scores (Algorithm 1, line 8):
+* FedAvg weights [ONLAD eq. 6]: :math:`c_k = n_k / N`.
+* Credit scores [ONLAD Alg. 1 l. 8]:
   :math:`c_k = \\frac{(n_k/N)(1/\\ell_k)/M}{\\sum_j (n_j/N)(1/\\ell_j)/M}` with
   :math:`M = \\sum_j 1/\\ell_j`; :math:`M` and :math:`N` cancel, so
   :math:`c_k \\propto n_k / \\ell_k`, where :math:`\\ell_k` is the loss of client
-  :math:`k`'s :math:`\\beta_k` on the server's observed set (eq. 7).
-* Thresholded (lines 5-6): a client with :math:`\\ell_k > \\lambda` gets :math:`c_k = 0`. The
-  paper states :math:`\\sum_k c_k = 1`; we normalise over the clients that pass, which is the
-  only reading under which that holds once some are excluded.
-* Adaptive threshold (Sec. IV-B(5)): :math:`\\lambda` decreases linearly over the rounds.
+  :math:`k`'s :math:`\\beta_k` on the server's observed set [ONLAD eq. 7].
+* Thresholded [ONLAD Alg. 1 l. 5-6]: a client with :math:`\\ell_k > \\lambda` gets
+  :math:`c_k = 0`. The paper states :math:`\\sum_k c_k = 1`; we normalise over the clients
+  that pass, which is the only reading under which that holds once some are excluded.
+* Adaptive threshold [ONLAD Sec. IV-B(5)]: :math:`\\lambda` decreases linearly over the rounds.
 
 Robust variant (``onlad-robust``, ours): the same credit scores, gated by each update's
 *effect* on the observed loss: the relative change
@@ -52,7 +52,7 @@ def _sizes(n: Floats, size: int) -> np.ndarray:
 
 
 def fedavg_weights(n: Floats) -> np.ndarray:
-    """Eq. 6: :math:`n_k / N`; all zeros when :math:`N = 0` (nobody has data)."""
+    """[ONLAD eq. 6]: :math:`n_k / N`; all zeros when :math:`N = 0` (nobody has data)."""
     w = np.asarray(n, dtype=np.float64)
     w = np.where(np.isfinite(w) & (w >= 0), w, 0.0)
     top = w.max(initial=0.0)
@@ -63,7 +63,7 @@ def fedavg_weights(n: Floats) -> np.ndarray:
 
 
 def credit_scores(losses: Floats, n: Floats, lam: float | None = None) -> np.ndarray:
-    """Algorithm 1: :math:`c_k \\propto n_k / \\ell_k`, zero above ``lam``, summing to 1.
+    """[ONLAD Alg. 1 l. 5-8]: :math:`c_k \\propto n_k / \\ell_k`, zero above ``lam``, summing to 1.
 
     A loss that is not finite and positive gets 0 (it cannot be ranked: an overflowed model,
     or a degenerate zero loss whose :math:`1/\\ell_k` is unbounded), as does a loss above
@@ -113,7 +113,7 @@ def share_steps(prev: np.ndarray, models: Sequence[np.ndarray], n: Floats) -> li
     """Each client's update at its FedAvg share: :math:`\\beta + s_k(\\beta_k - \\beta)`,
     :math:`s_k = n_k / N` (:func:`fedavg_weights`).
 
-    This is the step client :math:`k`'s update contributes to the average of eq. 8, taken
+    This is the step client :math:`k`'s update contributes to FedAvg's average [ONLAD eq. 6], taken
     alone from the global model :math:`\\beta` the clients started from. Overflow gives
     non-finite arrays (whose losses are then unusable), never an error.
     """
@@ -177,7 +177,7 @@ def robust_credit_scores(
 
 
 def accept_aggregate(loss: float, prev_loss: float, tolerance: float = 0.0) -> bool:
-    """``onlad-robust``'s last check: the aggregate of eq. 8 replaces the global model only if
+    """``onlad-robust``'s last check: the aggregate [ONLAD eq. 8] replaces the global model only if
     its observed loss is finite and at most :math:`(1 + t)\\,\\ell_{prev}`, so that with
     ``tolerance = 0`` the global model's observed loss never rises from round to round."""
     return bool(np.isfinite(loss) and loss <= prev_loss * (1.0 + tolerance))

@@ -37,8 +37,8 @@ class OSELMParams(BaseModel):
 class OSELMAutoEncoder(BaseDetector):
     """OS-ELM autoencoder (ONLAD): score = mean squared reconstruction error.
 
-    ``fit(X)`` runs the initial phase (eq. 4) on ``X``; ``partial_fit(X)`` the sequential
-    phase (eq. 5), or the initial phase when nothing was learned yet. ``n_hidden = None``
+    ``fit(X)`` runs the initial phase [ONLAD eq. 4] on ``X``; ``partial_fit(X)`` the sequential
+    phase [ONLAD eq. 5], or the initial phase when nothing was learned yet. ``n_hidden = None``
     takes :func:`~fedad.methods.onlad.model.default_hidden` of the input width when the
     weights are drawn (or read from ``alpha``'s shape by :meth:`set_arrays`); from then on
     :meth:`get_params` records the resolved width.
@@ -115,7 +115,7 @@ class OSELMAutoEncoder(BaseDetector):
         return self.set_threshold(x)
 
     def partial_fit(self, x: np.ndarray) -> Self:
-        """Learn one chunk (eq. 5); the first chunk ever runs eq. 4 instead."""
+        """Learn one chunk [ONLAD eq. 5]; the first chunk ever runs [ONLAD eq. 4] instead."""
         if len(x) == 0:
             return self
         z = self.transform(x)
@@ -133,7 +133,7 @@ class OSELMAutoEncoder(BaseDetector):
         """ONLAD's runtime step on one chunk: flag samples scoring above ``tau``, learn the rest.
 
         Uses the model as it is before the chunk (prequential); the hidden layer and the
-        residual of the detection step are reused by the update (eq. 5). ``tau = None``
+        residual of the detection step are reused by the update [ONLAD eq. 5]. ``tau = None``
         learns every sample. Returns the 0/1 flags. An empty chunk changes nothing.
         """
         z = self.transform(x)

@@ -1,36 +1,40 @@
-"""ONLAD with selective model aggregation (Qin, Matsutani, Kondo): the federated protocol.
+"""ONLAD with selective model aggregation ([ONLAD]: Qin, Matsutani, Kondo): the FL protocol.
 
-Server (Sec. III-B): draws the fixed :math:`\\alpha, b`, runs the initial phase (eq. 4) on a
-small normal set it holds, and keeps an *observed set* of other normal samples (never test
-data). Each round it sends :math:`(\\beta, P)` (and :math:`\\alpha, b` to a client that has
-not got them yet) with a detection threshold :math:`\\tau` — the ``1 - contamination``
-quantile of the global model's scores on the observed set.
+The paper's equations and the functions implementing each: :mod:`fedad.methods.onlad`.
+
+Server [ONLAD Sec. III-B]: draws the fixed :math:`\\alpha, b`, runs the initial phase
+[ONLAD eq. 4] on a small normal set it holds, and keeps an *observed set* of other normal
+samples (never test data). Each round it sends :math:`(\\beta, P)` (and :math:`\\alpha, b`
+to a client that has not got them yet) with a detection threshold :math:`\\tau` — the
+``1 - contamination`` quantile of the global model's scores on the observed set.
 
 Client (ONLAD, online): its training data arrive as a stream cut into ``rounds`` chunks (a
-seeded shuffle, then equal parts; the paper's "updating times"). On each round it takes the
-chunks that arrived since it last took part, and for each chunk first *detects* (scores the
-chunk with its current model) and then *learns* (eq. 5) only the samples scored at most
-:math:`\\tau`: anomalous inputs are reported, not learned. Prequential detection counts are
-kept per client. It replies :math:`(\\beta_k, P_k, n_k)` and how many samples it learned; a
-client with nothing new (fewer samples than rounds, or every new sample flagged) returns the
-global model unchanged with ``learned = 0``: the server leaves it out of the aggregation
-(history column ``clients_idle``), which is not a failure.
+seeded shuffle, then equal parts; the "updating times" of [ONLAD Sec. IV-B(3)]). On each
+round it takes the chunks that arrived since it last took part, and for each chunk first
+*detects* (scores the chunk with its current model) and then *learns* [ONLAD eq. 5] only
+the samples scored at most :math:`\\tau`: anomalous inputs are reported, not learned.
+Prequential detection counts are kept per client. It replies :math:`(\\beta_k, P_k, n_k)`
+and how many samples it learned; a client with nothing new (fewer samples than rounds, or
+every new sample flagged) returns the global model unchanged with ``learned = 0``: the
+server leaves it out of the aggregation (history column ``clients_idle``), which is not a
+failure.
 
 Aggregation (four registered methods on this machinery):
 
-* ``onlad``: FedAvg, :math:`c_k = n_k / N` (eq. 6);
+* ``onlad``: FedAvg, :math:`c_k = n_k / N` [ONLAD eq. 6];
 * ``onlad-score``: credit scores from each :math:`\\beta_k`'s loss on the observed set
-  (eq. 7, Algorithm 1 line 8), no threshold;
-* ``onlad-selective``: credit scores with the loss threshold :math:`\\lambda` (Algorithm 1);
-  ``adaptive = true`` lowers :math:`\\lambda` linearly over the rounds (Sec. IV-B(5)). When
-  every client is above :math:`\\lambda` the previous global model is kept (and logged);
-* ``onlad-robust`` (ours, not in the paper): credit scores over the clients whose update,
+  [ONLAD eq. 7, Alg. 1 l. 8], no threshold;
+* ``onlad-selective``: credit scores with the loss threshold :math:`\\lambda`
+  [ONLAD Alg. 1]; ``adaptive = true`` lowers :math:`\\lambda` linearly over the rounds
+  [ONLAD Sec. IV-B(5)]. When every client is above :math:`\\lambda` the previous global
+  model is kept (and logged);
+* ``onlad-robust`` (ours, not in [ONLAD]): credit scores over the clients whose update,
   applied alone at its FedAvg share to the global model, does not raise the observed loss
   (:mod:`fedad.methods.onlad.credit`); an aggregate that would raise it is not taken; and,
   by default (``rescale``), inputs standardized with the server's normal data, so that no
   client's data influence the model's input scaling.
 
-Then :math:`P = \\sum_k c_k P_k`, :math:`\\beta = \\sum_k c_k \\beta_k` (eq. 8).
+Then :math:`P = \\sum_k c_k P_k`, :math:`\\beta = \\sum_k c_k \\beta_k` [ONLAD eq. 8].
 
 Every aggregation survives any finite update: an observed loss that is not finite and
 positive gives a credit-based method's client weight 0 (an event names it), and an aggregate
@@ -38,18 +42,20 @@ that is not finite, or whose observed loss is not, is discarded and the previous
 model kept (an event; FedAvg's only check).
 
 The detector every client ends with is the last global model with the server's threshold
-:math:`\\tau` (the ``1 - contamination`` quantile of its scores on the observed set): ONLAD's
-own detection rule, and it keeps a poisoned client's training data from setting its threshold.
+:math:`\\tau` (the ``1 - contamination`` quantile of its scores on the observed set; the
+quantile is ours): the detection rule of [ONLAD Sec. III-B], and it keeps a poisoned
+client's training data from setting its threshold.
 
-Choices the paper leaves open, and ours: ``lam`` sets :math:`\\lambda` absolutely, as in the
+Choices [ONLAD] leaves open, and ours: ``lam`` sets :math:`\\lambda` absolutely, as in the
 paper; without it :math:`\\lambda_t` is ``lam_factor`` (2) times the median of the round's
 observed losses — scale-free for any data set, and robust while fewer than half of the
 clients are unreliable (an absolute default would exclude honest clients on one data set and
 no one on another). ``adaptive`` then shrinks the margin above the median linearly, and an
-absolute ``lam`` itself, by ``adaptive_decay`` at the last round. The loss of eq. 7 is the
-mean squared reconstruction error over the observed set; :math:`n_k` is the client's number
-of training samples. ``n_hidden`` defaults to :func:`~fedad.methods.onlad.model.default_hidden`
-of the input width (undercomplete, Sec. III-A(2)).
+absolute ``lam`` itself, by ``adaptive_decay`` at the last round. The loss of [ONLAD eq. 7]
+is the mean squared reconstruction error over the observed set; :math:`n_k` is the client's
+number of training samples. ``n_hidden`` defaults to
+:func:`~fedad.methods.onlad.model.default_hidden` of the input width (undercomplete,
+[ONLAD Sec. III-A(2)]).
 """
 
 from __future__ import annotations
@@ -98,7 +104,7 @@ class ONLADParams(Params):
         description="hidden units of the OS-ELM; default min(64, max(1, n_features // 2))",
     )
     alpha_scale: float = Field(default=1.0, gt=0.0, description="alpha, b ~ U(-s, s)")
-    ridge: float = Field(default=1e-3, gt=0.0, description="ridge term of eq. 4")
+    ridge: float = Field(default=1e-3, gt=0.0, description="ridge term of [ONLAD eq. 4]")
     forgetting: float = Field(default=1.0, gt=0.0, le=1.0, description="forgetting factor")
     init_samples: int = Field(default=200, ge=1, description="server's initial normal set")
     observed: int = Field(default=1000, ge=1, description="server's observed set")
@@ -109,7 +115,7 @@ class ONLADParams(Params):
 
 
 class SelectiveParams(ONLADParams):
-    """Adds the loss threshold lambda of Algorithm 1."""
+    """Adds the loss threshold lambda of [ONLAD Alg. 1 l. 5-6]."""
 
     lam: float | None = Field(default=None, gt=0.0, description="absolute loss threshold")
     lam_factor: float = Field(
@@ -149,7 +155,7 @@ class RoundInfo:
     betas: tuple[np.ndarray, ...]
     """The clients' :math:`\\beta_k`, in the order of the losses."""
     loss_of: Callable[[np.ndarray], float]
-    """Observed loss (eq. 7) of any :math:`\\beta`."""
+    """Observed loss [ONLAD eq. 7] of any :math:`\\beta`."""
 
 
 def stream_chunks(n: int, rounds: int, seed: int, client_id: int) -> list[np.ndarray]:
@@ -159,7 +165,7 @@ def stream_chunks(n: int, rounds: int, seed: int, client_id: int) -> list[np.nda
 
 
 def observed_loss(h: np.ndarray, x: np.ndarray, beta: np.ndarray) -> float:
-    """Eq. 7: mean reconstruction error :math:`L(X, G(X\\alpha + b)\\beta)` on the observed set.
+    """[ONLAD eq. 7]: mean reconstruction error :math:`L(X, G(X\\alpha + b)\\beta)` on ``X``.
 
     ``h`` is :math:`G(X\\alpha + b)`, fixed for the whole run (``alpha``, ``b`` never change),
     so the server computes it once.
@@ -371,7 +377,7 @@ class _ONLAD(Algorithm):
 def _combine(
     c: np.ndarray, models: list[Mapping[str, np.ndarray]]
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """Eq. 8, :math:`\\beta = \\sum_k c_k \\beta_k`, :math:`P = \\sum_k c_k P_k`, over
+    """[ONLAD eq. 8], :math:`\\beta = \\sum_k c_k \\beta_k`, :math:`P = \\sum_k c_k P_k`, over
     :math:`c_k > 0`; ``None`` when a sum is not finite (finite updates of 1e300 can overflow).
     """
     used = [(ck, m) for ck, m in zip(c, models, strict=True) if ck > 0]
@@ -385,10 +391,10 @@ def _combine(
 
 @register
 class ONLAD(_ONLAD):
-    """ONLAD clients, FedAvg aggregation (eq. 6)."""
+    """ONLAD clients, FedAvg aggregation [ONLAD eq. 6]."""
 
     name = "onlad"
-    summary = "ONLAD: online OS-ELM autoencoders, FedAvg of beta and P (eq. 6)"
+    summary = "ONLAD: online OS-ELM autoencoders, FedAvg of beta and P [ONLAD eq. 6]"
 
     def excludes_unusable(self) -> bool:
         return False
@@ -399,7 +405,7 @@ class ONLADScore(_ONLAD):
     """ONLAD clients, credit-score aggregation without a threshold."""
 
     name = "onlad-score"
-    summary = "ONLAD + credit scores from observed-set losses (eq. 7, Alg. 1 l. 8)"
+    summary = "ONLAD + credit scores from observed-set losses [ONLAD eq. 7, Alg. 1 l. 8]"
 
     def weights(self, losses: list[float], n: list[float], rnd: RoundInfo) -> np.ndarray:
         return credit_scores(losses, n)
@@ -407,7 +413,7 @@ class ONLADScore(_ONLAD):
 
 @register
 class ONLADSelective(_ONLAD):
-    """ONLAD clients, selective aggregation: credit scores, zero above lambda (Algorithm 1)."""
+    """ONLAD clients, selective aggregation: credit scores, zero above lambda [ONLAD Alg. 1]."""
 
     name = "onlad-selective"
     summary = "ONLAD + selective aggregation: credit scores, clients over lambda excluded"

@@ -1,20 +1,21 @@
-"""OS-ELM autoencoder: the math of ONLAD (Tsukada et al. 2019; Qin et al., Sec. III-A).
+"""OS-ELM autoencoder: the math of ONLAD (Tsukada et al. 2019) as in [ONLAD Sec. III-A].
 
 A single hidden layer with fixed random input weights :math:`\\alpha` and bias :math:`b`,
 sigmoid activation :math:`G`, and output weights :math:`\\beta` fitted in closed form:
 
-* hidden layer: :math:`H = G(x\\alpha + b)`; output :math:`y = H\\beta` (eq. 1);
-* initial phase (eq. 4): :math:`P_0 = (H_0^T H_0 + \\delta I)^{-1}`,
+* hidden layer: :math:`H = G(x\\alpha + b)`; output :math:`y = H\\beta` [ONLAD eq. 1];
+* initial phase [ONLAD eq. 4]: :math:`P_0 = (H_0^T H_0 + \\delta I)^{-1}`,
   :math:`\\beta_0 = P_0 H_0^T t_0`. The ridge :math:`\\delta` (default ``1e-3``) is our
   addition for numerical safety when a chunk has fewer samples than hidden units or
   saturated units; with it the sequential solution equals batch ridge regression exactly;
-* sequential phase (eq. 5), chunk :math:`(x_i, t_i)` of any size :math:`k_i`:
+* sequential phase [ONLAD eq. 5], chunk :math:`(x_i, t_i)` of any size :math:`k_i`:
   :math:`P_i = P_{i-1} - P_{i-1}H_i^T(I + H_iP_{i-1}H_i^T)^{-1}H_iP_{i-1}`,
   :math:`\\beta_i = \\beta_{i-1} + P_iH_i^T(t_i - H_i\\beta_{i-1})`; a chunk of one sample
   uses the scalar inverse :math:`1/(1 + hPh^T)`;
-* optional forgetting factor :math:`\\lambda_f \\in (0, 1]` (Zhao et al.'s FOS-ELM):
+* optional forgetting factor :math:`\\lambda_f \\in (0, 1]` (an addition, not in
+  [ONLAD]: exponential forgetting as in recursive least squares):
   :math:`P_i = \\frac{1}{\\lambda_f}[P_{i-1} - P_{i-1}H_i^T(\\lambda_f I + H_iP_{i-1}H_i^T)^{-1}
-  H_iP_{i-1}]`; :math:`\\lambda_f = 1` is eq. 5.
+  H_iP_{i-1}]`; :math:`\\lambda_f = 1` is [ONLAD eq. 5].
 
 As an autoencoder the target is the input, :math:`t = x`, and the anomaly score of a sample
 is its mean squared reconstruction error :math:`\\lVert x - H\\beta \\rVert^2 / n`.
@@ -41,7 +42,7 @@ def _rows(x: np.ndarray) -> np.ndarray:
 def default_hidden(n_inputs: int) -> int:
     """Default hidden width :math:`\\tilde N = \\min(64, \\max(1, \\lfloor n/2 \\rfloor))`.
 
-    ONLAD's autoencoder is *undercomplete* (Qin et al., Sec. III-A(2): :math:`\\tilde N < n`):
+    ONLAD's autoencoder is *undercomplete* ([ONLAD Sec. III-A(2)]: :math:`\\tilde N < n`):
     with as many hidden units as inputs the OS-ELM can learn the identity map and
     reconstruct anomalies as well as normal data. Half the input width keeps a
     bottleneck on narrow tabular data (36 features: 18 units); 64 caps the
@@ -88,7 +89,8 @@ def hidden(x: np.ndarray, alpha: np.ndarray, bias: np.ndarray) -> np.ndarray:
 def init_phase(
     h0: np.ndarray, t0: np.ndarray, ridge: float = 1e-3
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Eq. 4 with ridge: :math:`P_0 = (H_0^TH_0+\\delta I)^{-1}`, :math:`\\beta_0 = P_0H_0^Tt_0`."""
+    """[ONLAD eq. 4] with a ridge: :math:`P_0 = (H_0^TH_0+\\delta I)^{-1}`,
+    :math:`\\beta_0 = P_0H_0^Tt_0`."""
     n_hidden = h0.shape[1]
     p = np.linalg.inv(h0.T @ h0 + ridge * np.eye(n_hidden))
     p = 0.5 * (p + p.T)
@@ -103,7 +105,7 @@ def sequential_phase(
     t: np.ndarray,
     forgetting: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Eq. 5 (with forgetting factor :math:`\\lambda_f`) for one chunk; returns new (β, P)."""
+    """[ONLAD eq. 5] (with forgetting factor :math:`\\lambda_f`) for one chunk: new (β, P)."""
     return sequential_phase_residual(beta, p, h, t - h @ beta, forgetting)
 
 
@@ -114,7 +116,7 @@ def sequential_phase_residual(
     residual: np.ndarray,
     forgetting: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Eq. 5 given :math:`E = t_i - H_i\\beta_{i-1}` already computed (by scoring the chunk).
+    """[ONLAD eq. 5] given :math:`E = t_i - H_i\\beta_{i-1}`, computed when scoring the chunk.
 
     The same update as :func:`sequential_phase`; detect-then-learn reuses the hidden layer and
     residual of the detection step instead of computing them twice.
@@ -138,5 +140,5 @@ def reconstruction_error(x: np.ndarray, h: np.ndarray, beta: np.ndarray) -> np.n
 
 
 def batch_ridge(h: np.ndarray, t: np.ndarray, ridge: float = 1e-3) -> np.ndarray:
-    """Batch ridge ELM: :math:`\\beta = (H^TH + \\delta I)^{-1}H^Tt` (eq. 3, regularised)."""
+    """Batch ridge ELM: :math:`\\beta = (H^TH + \\delta I)^{-1}H^Tt`, [ONLAD eq. 3] regularised."""
     return np.linalg.solve(h.T @ h + ridge * np.eye(h.shape[1]), h.T @ t)
