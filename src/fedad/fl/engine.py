@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from fedad.errors import RunError
 from fedad.evaluation import monitor_metrics
 from fedad.fl.algorithm import EVALUATE, Algorithm, ClientState, ServerResult
 from fedad.fl.context import ServerContext
+from fedad.fl.grid import Grid
 from fedad.fl.messages import Message
 from fedad.fl.node import node_handlers
 from fedad.fl.secagg import (
@@ -39,6 +40,16 @@ from fedad.fl.validate import ArraySpec
 from fedad.seeding import rng as seeded_rng
 
 log = logging.getLogger("fedad")
+
+
+class DrivenGrid(Grid, Protocol):
+    """A :class:`~fedad.fl.grid.Grid` as :func:`drive` runs it: it also keeps the seconds its
+    clients spent and a line per failure (both engines' grids do)."""
+
+    client_seconds: float
+    """Seconds the clients spent handling messages so far."""
+    failures: list[str]
+    """One line per node failure or unusable reply, for the run's events."""
 
 
 class InProcessGrid:
@@ -186,7 +197,7 @@ class RunOutcome:
     client_states: dict[int, ClientState] = field(default_factory=dict)
 
 
-def evaluate_all(grid: Any, result: ServerResult) -> dict[int, Message]:
+def evaluate_all(grid: Grid, result: ServerResult) -> dict[int, Message]:
     """The evaluation phase: every node scores its local test set with its final detector."""
     msg = Message(EVALUATE, result.arrays, result.scalars)
     return grid.send_and_receive({nid: msg for nid in grid.get_node_ids()})
@@ -194,7 +205,7 @@ def evaluate_all(grid: Any, result: ServerResult) -> dict[int, Message]:
 
 def drive(
     algorithm: Algorithm,
-    grid: Any,
+    grid: DrivenGrid,
     rounds: int,
     seed: int,
     fraction: float = 1.0,
@@ -207,7 +218,8 @@ def drive(
     """Run the server program on ``grid``, then the evaluation phase: every engine's core.
 
     ``grid`` is any :class:`~fedad.fl.grid.Grid` that also keeps ``client_seconds`` and a
-    list of ``failures`` (and, with ``secagg``, has a ``secure_mean``). Training bytes and
+    list of ``failures`` (:class:`DrivenGrid`) and, with ``secagg``, is a
+    :class:`~fedad.fl.grid.SecureGrid`. Training bytes and
     seconds are read before the evaluation phase.
     """
     ctx = ServerContext(
