@@ -1,6 +1,8 @@
 """The generic baselines as federated algorithms: local, centralized, FedAvg, FedProx.
 
-Each combines with a detector from :mod:`.detectors` (``autoencoder`` or ``deepsvdd``).
+Each combines with a detector from :mod:`.detectors` (``autoencoder`` or ``deepsvdd``);
+``local`` and ``centralized`` also take ``pretrained`` (:mod:`.pretrained`, images only):
+frozen pretrained features scored by k-NN or a shrinkage Gaussian, nothing trained.
 
 * ``local``: every client trains alone for ``rounds x local_epochs`` epochs; nothing is sent
   but round numbers. The lower reference: what a party gets without federation.
@@ -24,10 +26,12 @@ weights and the server takes the example-weighted mean, which is the pooled-data
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 from pydantic import Field
 
-from fedad.data.types import ClientData
+from fedad.data.types import ClientData, DataKind
 from fedad.detector import quantile_threshold
 from fedad.errors import RunError
 from fedad.fl.aggregate import weighted_mean
@@ -37,12 +41,20 @@ from fedad.fl.algorithm import (
     Handler,
     Params,
     ServerResult,
+    Setup,
     register,
 )
 from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.validate import ArraySpec, spec_of
 from fedad.methods.baselines.detectors import DETECTORS, DeepSVDDDetector, TorchDetector
+from fedad.methods.baselines.pretrained import (
+    PRETRAINED,
+    PretrainedDetector,
+    PretrainedOptions,
+    check_pretrained,
+    make_pretrained,
+)
 from fedad.seeding import rng as seeded_rng
 
 TRAIN = "train"
@@ -58,6 +70,13 @@ class TrainParams(Params):
     batch_size: int = Field(default=64, ge=1)
     latent_dim: int | None = Field(default=None, ge=1)
     weight_decay: float | None = Field(default=None, ge=0.0)
+
+
+class BaselineParams(PretrainedOptions, TrainParams):
+    """``local`` and ``centralized``: the training parameters plus the ``pretrained`` options."""
+
+
+BaselineDetector = TorchDetector | PretrainedDetector
 
 
 class ProxParams(TrainParams):
@@ -76,13 +95,18 @@ class TorchBaseline(Algorithm):
 
     detectors = tuple(DETECTORS)
     default_detector = "autoencoder"
+    detector_kinds: ClassVar[dict[str, tuple[DataKind, ...]]] = {PRETRAINED: ("image",)}
+    """Detectors that take fewer data kinds than the method (checked when it is built)."""
     params: TrainParams
 
-    def make_detector(self) -> TorchDetector:
+    def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
+        super().__init__(params, setup, detector)
+        check_pretrained(self.name, detector, setup.kind, params)
+
+    def make_detector(self) -> BaselineDetector:
+        if self.detector == PRETRAINED:
+            return make_pretrained(self.params, self.contamination)
         cls = DETECTORS[self.detector or "autoencoder"]
-        extra = (
-            {} if self.params.weight_decay is None else {"weight_decay": self.params.weight_decay}
-        )
         return cls(
             kind=self.setup.kind,
             input_shape=list(self.setup.feature_shape),
@@ -90,12 +114,12 @@ class TorchBaseline(Algorithm):
             lr=self.params.lr,
             epochs=self.params.local_epochs,
             batch_size=self.params.batch_size,
+            weight_decay=self.params.weight_decay,  # None: the detector's own default
             contamination=self.contamination,
             seed=self.setup.seed,
-            **extra,
         )
 
-    def _global_detector(self, arrays: dict[str, np.ndarray]) -> TorchDetector:
+    def _global_detector(self, arrays: dict[str, np.ndarray]) -> BaselineDetector:
         det = self.make_detector().build()
         return det.set_arrays(dict(arrays)) if arrays else det
 
@@ -121,7 +145,9 @@ class _GlobalModel(TorchBaseline):
         loss = det.train_epochs(data.x_train, self.params.local_epochs, rng, self.prox_mu)
         return Message(TRAIN, det.model_arrays(), {"num_examples": data.n_train, "loss": loss})
 
-    def client_detector(self, state: ClientState, data: ClientData, msg: Message) -> TorchDetector:
+    def client_detector(
+        self, state: ClientState, data: ClientData, msg: Message
+    ) -> BaselineDetector:
         return self._global_detector(dict(msg.arrays))
 
     # server side
@@ -194,12 +220,13 @@ class Local(TorchBaseline):
     name = "local"
     summary = "Local: each client trains alone (no federation), lower reference"
     personalized = True
-    ParamsModel = TrainParams
+    detectors = (*DETECTORS, PRETRAINED)
+    ParamsModel = BaselineParams
 
     def handlers(self) -> dict[str, Handler]:
         return {**super().handlers(), TRAIN: self.client_train}
 
-    def _own_detector(self, state: ClientState, data: ClientData) -> TorchDetector:
+    def _own_detector(self, state: ClientState, data: ClientData) -> BaselineDetector:
         det = self.make_detector().build()
         own = unprefixed(state, "model")
         if own:
@@ -213,7 +240,9 @@ class Local(TorchBaseline):
         state.update(prefixed(det.model_arrays(), "model"))
         return Message(TRAIN, {}, {"num_examples": data.n_train, "loss": loss})
 
-    def client_detector(self, state: ClientState, data: ClientData, msg: Message) -> TorchDetector:
+    def client_detector(
+        self, state: ClientState, data: ClientData, msg: Message
+    ) -> BaselineDetector:
         return self._own_detector(state, data)
 
     def server(self, ctx: ServerContext) -> ServerResult:
@@ -238,7 +267,8 @@ class Centralized(TorchBaseline):
 
     name = "centralized"
     summary = "Centralized: clients upload their data, one model on the pool (upper reference)"
-    ParamsModel = TrainParams
+    detectors = (*DETECTORS, PRETRAINED)
+    ParamsModel = BaselineParams
 
     def handlers(self) -> dict[str, Handler]:
         return {**super().handlers(), UPLOAD: self.client_upload}
@@ -247,7 +277,9 @@ class Centralized(TorchBaseline):
         x = np.ascontiguousarray(data.x_train, dtype=np.float32)
         return Message(UPLOAD, {"x": x}, {"num_examples": data.n_train})
 
-    def client_detector(self, state: ClientState, data: ClientData, msg: Message) -> TorchDetector:
+    def client_detector(
+        self, state: ClientState, data: ClientData, msg: Message
+    ) -> BaselineDetector:
         return self._global_detector(dict(msg.arrays))
 
     def server(self, ctx: ServerContext) -> ServerResult:
