@@ -101,6 +101,11 @@ class EngineConfig(_Strict):
     eval_every: int = Field(
         default=0, ge=0, description="also score the test sets every N rounds (curves only)"
     )
+    device: str = Field(
+        default="auto",
+        pattern=r"^(auto|cpu|cuda|cuda:[0-9]{1,3}|mps)$",
+        description="where torch work runs: auto (CUDA if available, else CPU), cpu, cuda[:N], mps",
+    )
 
 
 class AttackConfig(_Strict):

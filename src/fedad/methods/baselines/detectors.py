@@ -78,8 +78,12 @@ class TorchDetector(BaseDetector):
         weight_decay: float | None = None,
         contamination: float = DEFAULT_CONTAMINATION,
         seed: int = 0,
+        device: str = "cpu",
     ) -> None:
         super().__init__(contamination=contamination)
+        self.device = device
+        """Torch device of the network: a property of where it runs, not of the model, so
+        not in :meth:`get_params` (a checkpoint loads on any machine, on the CPU)."""
         self.kind = kind
         self.input_shape = input_shape
         self.latent_dim = latent_dim
@@ -113,9 +117,9 @@ class TorchDetector(BaseDetector):
     def build(self) -> Self:
         """Create ``model_`` with seeded initial weights (identical for equal seeds)."""
         latent = latent_size(self.kind, tuple(self.input_shape), self.latent_dim)
-        with _seeded(self.seed):
+        with _seeded(self.seed):  # on the CPU: equal initial weights on every device
             self.model_ = self._make_model(latent)
-        self.model_.eval()
+        self.model_.to(self.device).eval()
         return self
 
     def _ensure_built(self) -> None:
@@ -212,7 +216,7 @@ class DeepSVDDDetector(TorchDetector):
         """Fix :math:`c` (after the :func:`fix_center` adjustment)."""
         self._ensure_built()
         c = torch.as_tensor(np.asarray(center), dtype=torch.float32)
-        self.model_.center.copy_(fix_center(c))  # type: ignore[operator]
+        self.model_.center.copy_(fix_center(c).to(self.device))  # type: ignore[operator]
         return self
 
     def prepare(self, x: np.ndarray) -> Self:

@@ -33,6 +33,7 @@ from pydantic import Field
 
 from fedad.data.types import ClientData, DataKind
 from fedad.detector import quantile_threshold
+from fedad.devices import resolve_device
 from fedad.errors import RunError
 from fedad.fl.aggregate import weighted_mean
 from fedad.fl.algorithm import (
@@ -104,8 +105,9 @@ class TorchBaseline(Algorithm):
         check_pretrained(self.name, detector, setup.kind, params)
 
     def make_detector(self) -> BaselineDetector:
+        device = resolve_device(self.setup.device)  # this machine's, for "auto"
         if self.detector == PRETRAINED:
-            return make_pretrained(self.params, self.contamination)
+            return make_pretrained(self.params, self.contamination, device)
         cls = DETECTORS[self.detector or "autoencoder"]
         return cls(
             kind=self.setup.kind,
@@ -117,6 +119,7 @@ class TorchBaseline(Algorithm):
             weight_decay=self.params.weight_decay,  # None: the detector's own default
             contamination=self.contamination,
             seed=self.setup.seed,
+            device=device,
         )
 
     def _global_detector(self, arrays: dict[str, np.ndarray]) -> BaselineDetector:

@@ -40,13 +40,16 @@ def train_epochs(
     params = [p for p in model.parameters() if p.requires_grad]
     anchor = [p.detach().clone() for p in params] if prox_mu > 0 else []
     opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    device = _device_of(model)
     xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    if device.type != "cpu" and xt.numel() * 4 <= ON_DEVICE_BYTES:
+        xt = xt.to(device)  # small enough: move once, not per batch
     model.train()
     last = float("nan")
     for _ in range(max(1, epochs)):
         total, count = 0.0, 0
         for idx in iterate_batches(len(xt), batch_size, rng):
-            batch = xt[torch.from_numpy(idx)]
+            batch = xt[torch.from_numpy(idx).to(xt.device)].to(device, non_blocking=True)
             loss = loss_fn(batch)
             objective = loss
             if prox_mu > 0:
@@ -68,7 +71,23 @@ def batched(
 ) -> np.ndarray:
     """Apply ``fn`` to ``x`` in batches without gradients; concatenate as float64 numpy."""
     xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-    outs = [fn(xt[i : i + batch_size]) for i in range(0, len(xt), batch_size)]
+    device = _device_of(fn)
+    outs = [fn(xt[i : i + batch_size].to(device)).cpu() for i in range(0, len(xt), batch_size)]
     if not outs:
         return np.zeros((0,), dtype=np.float64)
     return torch.cat(outs).double().numpy()
+
+
+ON_DEVICE_BYTES = 1 << 30
+"""Training data up to this size are copied to the model's device once per call."""
+
+
+def _device_of(fn: object) -> torch.device:
+    """The device of a module, or of the module a bound method belongs to (CPU otherwise)."""
+    owner = getattr(fn, "__self__", fn)
+    if isinstance(owner, nn.Module):
+        for p in owner.parameters():
+            return p.device
+        for b in owner.buffers():
+            return b.device
+    return torch.device("cpu")
