@@ -30,11 +30,13 @@ from fedad.config import ExperimentConfig, dump_toml
 from fedad.data.federation import build_federation, plan_federation
 from fedad.data.types import Federation
 from fedad.detector import DEFAULT_CONTAMINATION
+from fedad.devices import resolve_device
 from fedad.errors import FedadError, Interrupted
 from fedad.evaluation import normal_positive, pooled_arrays, ranking_scores
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import unprefixed
+from fedad.fl.server_inputs import check_requirements
 from fedad.metrics import evaluate, evaluate_clients
 from fedad.outdir import Done, RunDir, config_difference, staged_dir, write_npz, write_text
 
@@ -63,7 +65,7 @@ SERVER_SHARE = 5
 def with_server_data(cfg: ExperimentConfig) -> ExperimentConfig:
     """``cfg`` with ``data.server_normal`` large enough for every method's server program.
 
-    A method asks via :meth:`Algorithm.server_samples`; the request is capped at a fifth of
+    A method asks via :meth:`Algorithm.requirements`; the request is capped at a fifth of
     the normal training pool so that small data sets still leave clients most of their data.
     All methods of a run share the federation, so they all train without those samples.
     """
@@ -93,16 +95,20 @@ def make_setup(cfg: ExperimentConfig, fed: Federation) -> Setup:
         seed=cfg.seed,
         contamination=contamination,
         num_clients=len(fed.clients),
+        device=cfg.engine.device,
     )
 
 
 def build_algorithms(cfg: ExperimentConfig, fed: Federation) -> dict[str, Algorithm]:
     """Every configured method, validated before anything trains."""
     setup = make_setup(cfg, fed)
-    return {
+    out = {
         label: build_algorithm(m.name, m.params, setup, m.detector, where=f"methods.{i}")
         for i, (label, m) in enumerate(zip(cfg.labels(), cfg.methods, strict=True))
     }
+    for label, alg in out.items():
+        check_requirements(alg, label)
+    return out
 
 
 def run_method(
@@ -261,6 +267,7 @@ def experiment_facts(cfg: ExperimentConfig, fed: Federation) -> dict[str, Any]:
         "seed": cfg.seed,
         "rounds": cfg.rounds,
         "engine": cfg.engine.name,
+        "device": resolve_device(cfg.engine.device),
         "server_normal": 0 if fed.server_normal is None else len(fed.server_normal),
         "attack": cfg.attack.kind,
         "attacked_clients": fed.notes.get("attacked_clients", []),
@@ -339,6 +346,7 @@ def run_experiment(
     rd = RunDir.claim(out, force=force, resume=resume)
     with rd:
         try:
+            resolve_device(cfg.engine.device)  # a device that is not there: stop now
             cfg = with_server_data(cfg)
             fed = build_federation(cfg)
             algorithms = build_algorithms(cfg, fed)

@@ -26,7 +26,7 @@ CASES = [
     (name, det)
     for name, cls in registry().items()
     for det in (cls.detectors or (None,))
-    if "vector" in cls.kinds
+    if "vector" in cls.kinds_for(det)
 ]
 
 

@@ -19,7 +19,7 @@ CASES = [
     (name, det, kind)
     for name, cls in registry().items()
     for det in (cls.detectors or (None,))
-    for kind in cls.kinds
+    for kind in cls.kinds_for(det)
     if kind in ("vector", "image")
 ]
 

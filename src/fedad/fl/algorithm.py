@@ -17,7 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -57,6 +57,46 @@ class Setup:
     seed: int
     contamination: float
     num_clients: int
+    device: str = "cpu"
+    """``[engine] device`` as configured; resolve it where torch work runs
+    (:func:`fedad.devices.resolve_device`), so that ``"auto"`` means each machine's own."""
+
+
+SampleField = Literal["x", "mask", "graph"]
+"""What a sample may carry: dense features ``x``, a pixel ``mask``, a ``graph``."""
+
+
+@dataclass(frozen=True)
+class PublicRequest:
+    """A public (auxiliary) data set for the server, unrelated to the clients' data.
+
+    ``name`` is one of :func:`fedad.data.public.public_names` (a generated set, scikit-image's
+    images, or a registered data set); ``n`` samples, drawn deterministically from the run's
+    seed; ``shape`` ``(C, H, W)``, or ``None`` for the federation's own image shape.
+    """
+
+    name: str = "procedural"
+    n: int = 256
+    shape: tuple[int, int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What a method needs beyond its clients, declared once (:meth:`Algorithm.requirements`).
+
+    The runner resolves each before anything trains, on every engine: ``server_normal``
+    held-out normal samples for the server (capped at a fifth of the normal pool), a
+    ``public`` set generated or loaded by name, the named pretrained ``resources`` checked
+    to be installed (:mod:`fedad.resources`), and the sample ``fields`` the method reads.
+    ``update_phases`` are the phases whose replies are model updates: ``[privacy]`` and the
+    model attacks of ``[attack]`` act on those and on no other phase.
+    """
+
+    server_normal: int = 0
+    public: PublicRequest | None = None
+    resources: tuple[str, ...] = ()
+    fields: tuple[SampleField, ...] = ("x",)
+    update_phases: tuple[str, ...] = ("train",)
 
 
 @dataclass
@@ -76,6 +116,8 @@ class Algorithm(ABC):
     default_detector: ClassVar[str | None] = None
     kinds: ClassVar[tuple[DataKind, ...]] = ("vector", "image")
     personalized: ClassVar[bool] = False
+    detector_kinds: ClassVar[dict[str, tuple[DataKind, ...]]] = {}
+    """Detectors that take fewer data kinds than the method (default: all of ``kinds``)."""
     ParamsModel: ClassVar[type[Params]] = Params
 
     def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
@@ -84,9 +126,24 @@ class Algorithm(ABC):
         self.detector = detector
 
     @classmethod
+    def kinds_for(cls, detector: str | None) -> tuple[DataKind, ...]:
+        """The data kinds the method handles with ``detector``."""
+        return cls.detector_kinds.get(detector or "", cls.kinds)
+
+    @classmethod
+    def requirements(cls, params: dict[str, Any]) -> Requirements:
+        """What this method needs from the run for ``params`` (the raw ``[methods.params]``).
+
+        The default asks for nothing beyond the clients and treats ``"train"`` as the only
+        update phase. May raise :class:`pydantic.ValidationError` on bad params (reported,
+        in one line, when the method is built).
+        """
+        return Requirements()
+
+    @classmethod
     def server_samples(cls, params: dict[str, Any]) -> int:
-        """How many held-out normal samples the server program asks for (default none)."""
-        return 0
+        """Held-out normal samples the server asks for: ``requirements().server_normal``."""
+        return cls.requirements(params).server_normal
 
     @property
     def contamination(self) -> float:
@@ -195,6 +252,12 @@ def build_algorithm(
     elif detector is not None:
         raise ConfigError(
             f"method '{name}' has its own detector; remove {where}.detector",
+        )
+    if setup.kind not in cls.kinds_for(detector):
+        raise ConfigError(
+            f"detector '{detector}' of method '{name}' needs "
+            f"{' or '.join(cls.kinds_for(detector))} data, not {setup.kind} data",
+            f"use another detector: {', '.join(d for d in cls.detectors if d != detector)}",
         )
     try:
         p = cls.ParamsModel.model_validate(params)

@@ -55,6 +55,9 @@ class ServerContext:
         self.secure_phases = 0
         self.server_data = server_data
         """Normal data the server holds (``data.server_normal``; never test data), or None."""
+        self.public: np.ndarray | None = None
+        """The public set the method asked for (:class:`~fedad.fl.algorithm.PublicRequest`):
+        images unrelated to the clients, generated or loaded by name; None if not asked."""
         self.evaluator: Callable[[Any], dict[str, Any]] | None = None
         self.eval_every = 0
         self.rounds = rounds

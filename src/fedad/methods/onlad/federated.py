@@ -70,7 +70,15 @@ from pydantic import Field
 
 from fedad.data.types import ClientData
 from fedad.detector import quantile_threshold
-from fedad.fl.algorithm import Algorithm, ClientState, Handler, Params, ServerResult, register
+from fedad.fl.algorithm import (
+    Algorithm,
+    ClientState,
+    Handler,
+    Params,
+    Requirements,
+    ServerResult,
+    register,
+)
 from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message
 from fedad.fl.validate import spec_of
@@ -184,10 +192,11 @@ class _ONLAD(Algorithm):
     """The event's words when every update gets weight 0 (empty: no event, only ``kept``)."""
 
     @classmethod
-    def server_samples(cls, params: dict[str, Any]) -> int:
+    def requirements(cls, params: dict[str, Any]) -> Requirements:
+        """The server's initial set and observed set [ONLAD Sec. III-B]; updates in ``train``."""
         p = cls.ParamsModel.model_validate(params)
         assert isinstance(p, ONLADParams)
-        return p.init_samples + p.observed
+        return Requirements(server_normal=p.init_samples + p.observed)
 
     @property
     def n_hidden(self) -> int:
