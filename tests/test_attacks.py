@@ -84,3 +84,89 @@ def test_attack_clients_over_partition_is_a_config_error() -> None:
 
     with pytest.raises(ConfigError, match=r"attack\.clients"):
         _fed({"kind": "sign-flip", "clients": 9})
+
+
+# ------------------------------------------------------------------ update phases only
+
+PHASES = ("train", "stats", "bank")
+
+
+def _toy_handlers() -> dict[str, Any]:
+    """Three phases that each return the received ``w`` plus one."""
+
+    def handler(kind: str) -> Any:
+        def h(state: Any, data: Any, msg: Message) -> Message:
+            return Message(kind, {"w": msg.arrays["w"] + 1.0}, {"num_examples": 2})
+
+        return h
+
+    return {p: handler(p) for p in PHASES}
+
+
+@pytest.mark.parametrize("kind", ["sign-flip", "scaled-update"])
+def test_only_declared_update_phases_are_poisoned(kind: str) -> None:
+    handlers = _toy_handlers()
+    a = AttackConfig(kind=kind, clients=1, scale=4.0)
+    bad = client_handlers(handlers, a, client_id=1, attacked=[1], phases=("train", "stats"))
+    msg = Message("x", {"w": np.zeros(3)})
+    expected = [-1.0] * 3 if kind == "sign-flip" else [4.0] * 3
+    for phase in ("train", "stats"):
+        np.testing.assert_array_equal(bad[phase]({}, None, msg).arrays["w"], expected)
+    assert bad["bank"] is handlers["bank"]  # not an update: never poisoned
+    # the same client unattacked, or no phases declared: all handlers as they are
+    assert client_handlers(handlers, a, 0, [1], phases=PHASES) == handlers
+    assert client_handlers(handlers, a, 1, [1], phases=()) == handlers
+    # a repeated phase is poisoned once; a declared phase without a handler is skipped
+    twice = client_handlers(handlers, a, 1, [1], phases=("train", "train", "missing"))
+    np.testing.assert_array_equal(twice["train"]({}, None, msg).arrays["w"], expected)
+    assert "missing" not in twice
+
+
+def test_train_phase_poisoning_is_unchanged() -> None:
+    """``train`` (the default update phase) gets exactly the old poisoned reply."""
+    handlers = _toy_handlers()
+    a = AttackConfig(kind="scaled-update", clients=1, scale=2.5)
+    msg = Message("train", {"w": np.linspace(0.0, 1.0, 5, dtype=np.float32)})
+    old = poison_update(a.kind, msg.arrays, handlers["train"]({}, None, msg), a.scale)
+    for phases in (("train",), PHASES):
+        new = client_handlers(handlers, a, 1, [1], phases=phases)["train"]({}, None, msg)
+        np.testing.assert_array_equal(new.arrays["w"], old.arrays["w"])
+    default = client_handlers(handlers, a, 1, [1])["train"]({}, None, msg)
+    np.testing.assert_array_equal(default.arrays["w"], old.arrays["w"])
+
+
+def test_no_update_phase_note() -> None:
+    from fedad.config import PrivacyConfig
+    from fedad.fl.algorithm import Setup, build_algorithm
+    from fedad.fl.node import unapplied_note
+
+    setup = Setup("vector", (6,), rounds=1, seed=0, contamination=0.1, num_clients=3)
+    central = build_algorithm("centralized", {}, setup)
+    flip = AttackConfig(kind="sign-flip", clients=1)
+    noise = PrivacyConfig(mechanism="gaussian")
+    assert unapplied_note(central, flip, None) == (
+        "method 'centralized' has no model-update phase: [attack] sign-flip not applied"
+    )
+    assert unapplied_note(central, flip, noise) == (
+        "method 'centralized' has no model-update phase: "
+        "[privacy] and [attack] sign-flip not applied"
+    )
+    # nothing configured that acts on updates, or a method with one: no note
+    assert unapplied_note(central, AttackConfig(kind="gaussian-data"), PrivacyConfig()) is None
+    assert unapplied_note(central, AttackConfig(kind="sign-flip", clients=0), None) is None
+    assert unapplied_note(build_algorithm("fedavg", {}, setup), flip, noise) is None
+
+
+def test_a_model_attack_on_centralized_says_it_is_not_applied() -> None:
+    from fedad.fl.algorithm import Setup, build_algorithm
+    from fedad.fl.engine import run_inprocess
+    from tests.conftest import make_federation
+
+    setup = Setup("vector", (6,), rounds=1, seed=0, contamination=0.1, num_clients=3)
+    algo = build_algorithm("centralized", {"local_epochs": 1}, setup)
+    fed = make_federation(clients=3)
+    out = run_inprocess(algo, fed, rounds=1, seed=0, attack=AttackConfig(kind="sign-flip"))
+    assert (
+        "method 'centralized' has no model-update phase: [attack] sign-flip not applied"
+        in out.events
+    )

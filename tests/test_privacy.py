@@ -1,16 +1,28 @@
 from __future__ import annotations
 
+import zlib
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fedad.config import PrivacyConfig
-from fedad.fl.algorithm import Setup, build_algorithm
+from fedad.fl.algorithm import Requirements, Setup, build_algorithm, registry
 from fedad.fl.engine import run_inprocess
 from fedad.fl.messages import Message
+from fedad.fl.node import update_phases
+from fedad.methods.baselines.federated import FedAvg
 from fedad.metrics import auroc
-from fedad.privacy import clip_l2, gaussian_mechanism, privatize_reply
+from fedad.privacy import (
+    clip_l2,
+    gaussian_mechanism,
+    noise_rng,
+    private_handlers,
+    privatize_reply,
+)
+from fedad.seeding import rng as seeded_rng
 from tests.conftest import make_federation
 
 
@@ -124,3 +136,137 @@ def test_secagg_on_a_method_without_a_mean_phase_says_so() -> None:
     assert any(
         "privacy.secagg is on, but 'local'" in e and "without SecAgg+" in e for e in out.events
     )
+
+
+# ------------------------------------------------------------------ update phases only
+
+PHASES = ("train", "stats", "bank")
+
+
+def _toy_handlers() -> dict[str, Any]:
+    """Three phases that each return the received ``w`` plus a fixed step."""
+
+    def handler(kind: str) -> Any:
+        def h(state: Any, data: Any, msg: Message) -> Message:
+            return Message(kind, {"w": msg.arrays["w"] + 0.25}, {"num_examples": 3})
+
+        return h
+
+    return {p: handler(p) for p in PHASES}
+
+
+def _msg(kind: str, round_no: int = 4) -> Message:
+    return Message(kind, {"w": np.linspace(-1.0, 1.0, 50)}, {"round": round_no})
+
+
+NOISY = PrivacyConfig(mechanism="gaussian", clip=1.0, noise_multiplier=0.5)
+
+
+def test_only_declared_update_phases_are_privatised() -> None:
+    handlers = _toy_handlers()
+    out = private_handlers(handlers, NOISY, seed=3, client_id=2, phases=("train", "stats"))
+    assert out["bank"] is handlers["bank"]  # not an update: untouched
+    for phase in ("train", "stats"):
+        assert out[phase] is not handlers[phase]
+        noisy = out[phase]({}, None, _msg(phase)).arrays["w"]
+        assert not np.array_equal(noisy, handlers[phase]({}, None, _msg(phase)).arrays["w"])
+    # a declared phase without a handler is skipped; repeats are noised once
+    once = private_handlers(handlers, NOISY, 3, 2, phases=("train", "missing"))
+    twice = private_handlers(handlers, NOISY, 3, 2, phases=("train", "train"))
+    assert "missing" not in once
+    np.testing.assert_array_equal(
+        once["train"]({}, None, _msg("train")).arrays["w"],
+        twice["train"]({}, None, _msg("train")).arrays["w"],
+    )
+    # no phases: nothing privatised; mechanism none: nothing privatised
+    assert private_handlers(handlers, NOISY, 3, 2, phases=()) == handlers
+    assert private_handlers(handlers, PrivacyConfig(), 3, 2, phases=PHASES) == handlers
+
+
+def test_train_phase_is_bit_identical_to_the_old_stream() -> None:
+    """``train`` keeps the noise stream (seed, round, client, 0xD9) of earlier versions."""
+    handlers = _toy_handlers()
+    seed, client, round_no = 7, 1, 3
+    msg = _msg("train", round_no)
+    old = privatize_reply(
+        msg.arrays,
+        handlers["train"]({}, None, msg),
+        NOISY,
+        seeded_rng(seed, round_no, client, 0xD9),
+    )
+    for phases in (("train",), PHASES):
+        new = private_handlers(handlers, NOISY, seed, client, phases=phases)["train"]
+        np.testing.assert_array_equal(new({}, None, msg).arrays["w"], old.arrays["w"])
+    default = private_handlers(handlers, NOISY, seed, client)["train"]  # phases=("train",)
+    np.testing.assert_array_equal(default({}, None, msg).arrays["w"], old.arrays["w"])
+
+
+def test_each_phase_has_its_own_stable_noise_stream() -> None:
+    out = private_handlers(_toy_handlers(), NOISY, seed=5, client_id=0, phases=PHASES)
+    # identical raw updates in every phase: only the noise tells them apart
+    noisy = {p: out[p]({}, None, _msg(p)).arrays["w"] for p in PHASES}
+    assert not np.array_equal(noisy["train"], noisy["stats"])
+    assert not np.array_equal(noisy["stats"], noisy["bank"])
+    assert not np.array_equal(noisy["train"], noisy["bank"])
+    # seeded by the CRC-32 of the name (stable across processes), not by hash()
+    a = noise_rng(5, 4, 0, "stats").normal(size=8)
+    b = seeded_rng(5, 4, 0, 0xD9, zlib.crc32(b"stats")).normal(size=8)
+    np.testing.assert_array_equal(a, b)
+    again = private_handlers(_toy_handlers(), NOISY, seed=5, client_id=0, phases=PHASES)
+    np.testing.assert_array_equal(
+        again["stats"]({}, None, _msg("stats")).arrays["w"], noisy["stats"]
+    )
+
+
+class _Declares(FedAvg):
+    """FedAvg declaring its centre phase, the harness's evaluate and a phase it lacks."""
+
+    @classmethod
+    def requirements(cls, params: dict[str, Any]) -> Requirements:
+        return Requirements(update_phases=("center", "train", "evaluate", "missing", "train"))
+
+
+class _NoUpdates(FedAvg):
+    """FedAvg that declares no model-update phase."""
+
+    @classmethod
+    def requirements(cls, params: dict[str, Any]) -> Requirements:
+        return Requirements(update_phases=())
+
+
+SETUP = Setup("vector", (6,), rounds=2, seed=0, contamination=0.1, num_clients=3)
+
+
+def test_update_phases_are_the_declared_handled_ones() -> None:
+    algo = _Declares(FedAvg.ParamsModel(), SETUP, "autoencoder")
+    assert update_phases(algo) == ("center", "train")  # evaluate never, missing skipped
+    got = {name: update_phases(build_algorithm(name, {}, SETUP)) for name in registry()}
+    assert got["centralized"] == ()
+    assert got["fedavg"] == got["onlad"] == ("train",)
+
+
+def _scores(algo: Any, privacy: PrivacyConfig | None) -> tuple[np.ndarray, list[str]]:
+    out = run_inprocess(algo, make_federation(clients=3, n=40), rounds=2, seed=0, privacy=privacy)
+    s = np.concatenate([out.evaluations[k].arrays["score"] for k in sorted(out.evaluations)])
+    return s, out.events
+
+
+def test_a_method_without_update_phases_runs_unprivatised_and_says_so() -> None:
+    heavy = PrivacyConfig(mechanism="gaussian", clip=1.0, noise_multiplier=50.0)
+    algo = _NoUpdates(FedAvg.ParamsModel(), SETUP, "autoencoder")
+    clean, quiet = _scores(algo, None)
+    private, events = _scores(algo, heavy)
+    np.testing.assert_array_equal(clean, private)
+    assert not any("model-update" in e for e in quiet)
+    assert "method 'fedavg' has no model-update phase: [privacy] not applied" in events
+    # a method with an update phase says nothing and is noised
+    fedavg = build_algorithm("fedavg", {}, SETUP)
+    noised, events = _scores(fedavg, heavy)
+    assert not any("model-update" in e for e in events)
+    assert not np.array_equal(clean, noised)
+
+
+def test_centralized_under_privacy_says_it_is_not_applied() -> None:
+    algo = build_algorithm("centralized", {"local_epochs": 1}, SETUP)
+    _, events = _scores(algo, NOISY)
+    assert "method 'centralized' has no model-update phase: [privacy] not applied" in events

@@ -8,7 +8,9 @@ test data never change with the attack):
 * ``contamination``: a ``fraction`` of an attacked client's training samples is replaced by
   anomalies from the training part (Qin et al., scenario 2).
 
-Model poisoning (applied to an attacked client's replies to the ``train`` phase): with the
+Model poisoning (applied to an attacked client's replies to the phases the method declares
+as model updates, :attr:`Requirements.update_phases
+<fedad.fl.algorithm.Requirements.update_phases>`, and to no other phase): with the
 update :math:`u = w_k - w` between the returned and the received array of the same name,
 
 * ``scaled-update`` returns :math:`w + s\\,u` (a boosted update, ``scale`` = s);
@@ -20,7 +22,7 @@ poisoned samples are marked 1 in ``ClientData.y_train`` (analysis only; methods 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,6 +38,7 @@ if TYPE_CHECKING:  # fedad.fl.algorithm imports fedad.data, whose federation imp
 DATA_ATTACKS = ("gaussian-data", "contamination")
 MODEL_ATTACKS = ("scaled-update", "sign-flip")
 TRAIN_PHASE = "train"
+DEFAULT_UPDATE_PHASES = (TRAIN_PHASE,)
 
 
 def attacked_clients(attack: AttackConfig, num_clients: int, seed: int) -> list[int]:
@@ -67,7 +70,7 @@ def gaussian_data(
 def poison_update(
     kind: str, sent: Mapping[str, np.ndarray], reply: Message, scale: float
 ) -> Message:
-    """Apply a model-poisoning attack to a ``train`` reply (arrays also present in ``sent``)."""
+    """Apply a model-poisoning attack to an update reply (arrays also present in ``sent``)."""
     arrays = dict(reply.arrays)
     for name, w_k in reply.arrays.items():
         w = sent.get(name)
@@ -80,7 +83,7 @@ def poison_update(
 
 
 def poisoned_handler(handler: Handler, attack: AttackConfig) -> Handler:
-    """Wrap a ``train`` handler so that its replies carry the attack."""
+    """Wrap an update phase's handler so that its replies carry the attack."""
 
     def attacked(state: ClientState, data: ClientData, msg: Message) -> Message:
         return poison_update(attack.kind, msg.arrays, handler(state, data, msg), attack.scale)
@@ -89,10 +92,18 @@ def poisoned_handler(handler: Handler, attack: AttackConfig) -> Handler:
 
 
 def client_handlers(
-    handlers: Mapping[str, Handler], attack: AttackConfig, client_id: int, attacked: list[int]
+    handlers: Mapping[str, Handler],
+    attack: AttackConfig,
+    client_id: int,
+    attacked: list[int],
+    phases: Sequence[str] = DEFAULT_UPDATE_PHASES,
 ) -> dict[str, Handler]:
-    """The handlers client ``client_id`` runs: poisoned ``train`` if it is model-attacked."""
+    """The handlers client ``client_id`` runs: every update phase of ``phases`` poisoned if
+    it is model-attacked (a phase of ``phases`` without a handler is skipped)."""
     out = dict(handlers)
-    if attack.kind in MODEL_ATTACKS and client_id in attacked and TRAIN_PHASE in out:
-        out[TRAIN_PHASE] = poisoned_handler(out[TRAIN_PHASE], attack)
+    if attack.kind not in MODEL_ATTACKS or client_id not in attacked:
+        return out
+    for phase in dict.fromkeys(phases):  # each phase once: never poisoned twice
+        if phase in out:
+            out[phase] = poisoned_handler(out[phase], attack)
     return out

@@ -1,18 +1,25 @@
 """Privacy tooling: the Gaussian mechanism on what clients share.
 
 Client-side update privatisation as in DP-FedAvg (McMahan et al., 2018; Abadi et al., 2016):
-a client's update :math:`u = w_k - w` (returned minus received arrays of the ``train``
+a client's update :math:`u = w_k - w` (returned minus received arrays of a model-update
 phase) is clipped to L2 norm :math:`C` over all its arrays together,
 :math:`\\tilde u = u \\cdot \\min(1, C / \\lVert u \\rVert_2)`, then noised,
 :math:`\\hat u = \\tilde u + \\mathcal N(0, \\sigma^2 C^2 I)` with noise multiplier
 :math:`\\sigma`, and the client returns :math:`w + \\hat u`. Each client adds its own noise
-(local DP), so no trusted server is needed. Configured by the ``[privacy]`` section; the
-noise is seeded by (seed, round, client).
+(local DP), so no trusted server is needed. Configured by the ``[privacy]`` section.
+
+The mechanism acts on the phases the method declares as model updates
+(:attr:`Requirements.update_phases <fedad.fl.algorithm.Requirements.update_phases>`, passed
+in as ``phases``) and on no other: a memory bank or a density statistic is not a model
+update. The noise is seeded by (seed, round, client, phase): the ``train`` phase keeps the
+stream it always had, every other phase mixes in the CRC-32 of its name (stable across
+processes, unlike :func:`hash`), so two phases never share noise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import zlib
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,6 +33,9 @@ if TYPE_CHECKING:  # fedad.fl.algorithm imports fedad.data, which imports fedad.
     from fedad.fl.algorithm import ClientState, Handler
 
 TRAIN_PHASE = "train"
+DEFAULT_UPDATE_PHASES = (TRAIN_PHASE,)
+NOISE_STREAM = 0xD9
+"""Key of the privacy noise streams (beside seed, round and client)."""
 
 
 def clip_l2(update: Mapping[str, np.ndarray], clip: float) -> dict[str, np.ndarray]:
@@ -50,7 +60,7 @@ def gaussian_mechanism(
 def privatize_reply(
     sent: Mapping[str, np.ndarray], reply: Message, cfg: PrivacyConfig, rng: np.random.Generator
 ) -> Message:
-    """Apply the mechanism to the float arrays a ``train`` reply shares with its request."""
+    """Apply the mechanism to the float arrays an update reply shares with its request."""
     names = [
         k
         for k, w_k in reply.arrays.items()
@@ -66,18 +76,46 @@ def privatize_reply(
     return Message(reply.kind, arrays, reply.scalars)
 
 
-def private_handlers(
-    handlers: Mapping[str, Handler], cfg: PrivacyConfig, seed: int, client_id: int
-) -> dict[str, Handler]:
-    """The handlers with the ``train`` phase privatised (unchanged when ``mechanism`` is none)."""
-    out = dict(handlers)
-    if cfg.mechanism == "none" or TRAIN_PHASE not in out:
-        return out
-    train = out[TRAIN_PHASE]
+def noise_rng(seed: int, round_no: int, client_id: int, phase: str) -> np.random.Generator:
+    """The noise stream of ``client_id``'s ``phase`` reply in round ``round_no``.
+
+    ``train`` keeps the stream of earlier versions (bit-identical results); any other phase
+    adds the CRC-32 of its name as a key, so phases never share noise.
+    """
+    keys = [seed, round_no, client_id, NOISE_STREAM]
+    if phase != TRAIN_PHASE:
+        keys.append(zlib.crc32(phase.encode("utf-8")))
+    return seeded_rng(*keys)
+
+
+def private_handler(
+    handler: Handler, phase: str, cfg: PrivacyConfig, seed: int, client_id: int
+) -> Handler:
+    """Wrap the handler of the update phase ``phase`` so that its replies are privatised."""
 
     def private(state: ClientState, data: ClientData, msg: Message) -> Message:
-        rng = seeded_rng(seed, int(msg.get("round", 0)), client_id, 0xD9)
-        return privatize_reply(msg.arrays, train(state, data, msg), cfg, rng)
+        rng = noise_rng(seed, int(msg.get("round", 0)), client_id, phase)
+        return privatize_reply(msg.arrays, handler(state, data, msg), cfg, rng)
 
-    out[TRAIN_PHASE] = private
+    return private
+
+
+def private_handlers(
+    handlers: Mapping[str, Handler],
+    cfg: PrivacyConfig,
+    seed: int,
+    client_id: int,
+    phases: Sequence[str] = DEFAULT_UPDATE_PHASES,
+) -> dict[str, Handler]:
+    """The handlers with every update phase of ``phases`` privatised.
+
+    Phases not in ``phases`` are returned as they are, and so is everything when
+    ``mechanism`` is none; a phase of ``phases`` without a handler is skipped.
+    """
+    out = dict(handlers)
+    if cfg.mechanism == "none":
+        return out
+    for phase in dict.fromkeys(phases):  # each phase once: never noised twice
+        if phase in out:
+            out[phase] = private_handler(out[phase], phase, cfg, seed, client_id)
     return out

@@ -24,7 +24,7 @@ from fedad.fl.algorithm import EVALUATE, Algorithm, ClientState, ServerResult
 from fedad.fl.context import ServerContext
 from fedad.fl.grid import Grid
 from fedad.fl.messages import Message
-from fedad.fl.node import node_handlers
+from fedad.fl.node import node_handlers, unapplied_note, update_phases
 from fedad.fl.secagg import (
     WEIGHT,
     SecAggSettings,
@@ -67,8 +67,11 @@ class InProcessGrid:
         self.algorithm = algorithm
         self.handlers = algorithm.handlers()
         n = len(federation.clients)
+        phases = update_phases(algorithm)
         self.node_handlers = {
-            c.client_id: node_handlers(self.handlers, c.client_id, n, seed, attack, privacy)
+            c.client_id: node_handlers(
+                self.handlers, c.client_id, n, seed, attack, privacy, phases=phases
+            )
             for c in federation.clients
         }
         self.clients = {c.client_id: c for c in federation.clients}
@@ -214,13 +217,17 @@ def drive(
     eval_every: int = 0,
     server_data: np.ndarray | None = None,
     secagg: SecAggSettings | None = None,
+    attack: AttackConfig | None = None,
+    privacy: PrivacyConfig | None = None,
 ) -> RunOutcome:
     """Run the server program on ``grid``, then the evaluation phase: every engine's core.
 
     ``grid`` is any :class:`~fedad.fl.grid.Grid` that also keeps ``client_seconds`` and a
     list of ``failures`` (:class:`DrivenGrid`) and, with ``secagg``, is a
     :class:`~fedad.fl.grid.SecureGrid`. Training bytes and
-    seconds are read before the evaluation phase.
+    seconds are read before the evaluation phase. ``attack`` and ``privacy`` (the nodes'
+    ``[attack]`` and ``[privacy]``) only add an event when the method has no model-update
+    phase for them to act on (:func:`fedad.fl.node.unapplied_note`).
     """
     ctx = ServerContext(
         grid,
@@ -232,6 +239,10 @@ def drive(
         server_data=server_data,
         secagg=secagg,
     )
+    note = unapplied_note(algorithm, attack, privacy)
+    if note is not None:
+        ctx.events.append(note)
+        log.warning(note)
     if eval_every > 0:
         ctx.eval_every = eval_every
         ctx.evaluator = lambda result: monitor_metrics(evaluate_all(grid, result))
@@ -301,6 +312,8 @@ def run_inprocess(
         eval_every=eval_every,
         server_data=federation.server_normal,
         secagg=secagg,
+        attack=attack,
+        privacy=privacy,
     )
     outcome.client_states = grid.states
     return outcome

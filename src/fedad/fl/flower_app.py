@@ -194,11 +194,19 @@ def load_node(spec: RunSpec, context: Context) -> Node:
         _ALGORITHMS.clear()
         algorithm = _ALGORITHMS[akey] = spec.build_algorithm()
 
-    from fedad.fl.node import node_handlers
+    from fedad.fl.node import node_handlers, update_phases
 
     cfg = node_config_of(spec, context)
     data = client_data(cfg, pid)
-    handlers = node_handlers(algorithm.handlers(), pid, parts, cfg.seed, cfg.attack, cfg.privacy)
+    handlers = node_handlers(
+        algorithm.handlers(),
+        pid,
+        parts,
+        cfg.seed,
+        cfg.attack,
+        cfg.privacy,
+        phases=update_phases(algorithm),
+    )
     return Node(pid, handlers, data)
 
 

@@ -1,20 +1,51 @@
 """What a client node runs: the algorithm's handlers, poisoned if attacked, then privatised.
 
 Both engines build every node's handlers with :func:`node_handlers`, so attacks and privacy
-behave identically in-process and on Flower.
+behave identically in-process and on Flower. Both act on the algorithm's model-update phases
+(:func:`update_phases`) and on no other phase; a run whose method has none says so in its
+events (:func:`unapplied_note`, recorded by :func:`fedad.fl.engine.drive`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from fedad.attacks import attacked_clients, client_handlers
+from fedad.attacks import MODEL_ATTACKS, attacked_clients, client_handlers
 from fedad.config import AttackConfig, PrivacyConfig
+from fedad.fl.algorithm import EVALUATE
 from fedad.privacy import private_handlers
 
 if TYPE_CHECKING:
-    from fedad.fl.algorithm import Handler
+    from fedad.fl.algorithm import Algorithm, Handler
+
+
+def update_phases(algorithm: Algorithm) -> tuple[str, ...]:
+    """The phases whose replies are ``algorithm``'s model updates.
+
+    Those its :meth:`~fedad.fl.algorithm.Algorithm.requirements` declare
+    (``update_phases``) that it has a client handler for, in declared order, each once.
+    ``evaluate`` is the harness's scoring phase and never counts as an update.
+    """
+    declared = type(algorithm).requirements(algorithm.params.model_dump()).update_phases
+    handled = algorithm.handlers()
+    return tuple(p for p in dict.fromkeys(declared) if p in handled and p != EVALUATE)
+
+
+def unapplied_note(
+    algorithm: Algorithm, attack: AttackConfig | None, privacy: PrivacyConfig | None
+) -> str | None:
+    """A line for the run's events when ``[privacy]`` or a model attack is configured but
+    ``algorithm`` has no model-update phase for it to act on; ``None`` otherwise."""
+    sections = []
+    if privacy is not None and privacy.mechanism != "none":
+        sections.append("[privacy]")
+    if attack is not None and attack.kind in MODEL_ATTACKS and attack.clients > 0:
+        sections.append(f"[attack] {attack.kind}")
+    if not sections or update_phases(algorithm):
+        return None
+    applied = " and ".join(sections)
+    return f"method '{algorithm.name}' has no model-update phase: {applied} not applied"
 
 
 def node_handlers(
@@ -24,9 +55,12 @@ def node_handlers(
     seed: int,
     attack: AttackConfig | None = None,
     privacy: PrivacyConfig | None = None,
+    *,
+    phases: Sequence[str],
 ) -> dict[str, Handler]:
-    """Client ``client_id``'s handlers under the run's ``[attack]`` and ``[privacy]``."""
+    """Client ``client_id``'s handlers under the run's ``[attack]`` and ``[privacy]``, which
+    act on the update ``phases`` only (:func:`update_phases` of the algorithm)."""
     attack = attack or AttackConfig()
     attacked = attacked_clients(attack, num_clients, seed)
-    poisoned = client_handlers(handlers, attack, client_id, attacked)
-    return private_handlers(poisoned, privacy or PrivacyConfig(), seed, client_id)
+    poisoned = client_handlers(handlers, attack, client_id, attacked, phases)
+    return private_handlers(poisoned, privacy or PrivacyConfig(), seed, client_id, phases)
