@@ -36,6 +36,7 @@ from fedad.fl.secagg import (
     rounding_seed,
     secure_mean,
 )
+from fedad.fl.server_inputs import public_set
 from fedad.fl.validate import ArraySpec
 from fedad.seeding import rng as seeded_rng
 
@@ -239,6 +240,7 @@ def drive(
         server_data=server_data,
         secagg=secagg,
     )
+    ctx.public = public_set(algorithm)  # by name, where the server program runs
     note = unapplied_note(algorithm, attack, privacy)
     if note is not None:
         ctx.events.append(note)

@@ -661,6 +661,8 @@ def serve(
             eval_every=e.eval_every,
             server_data=server_data,
             secagg=SecAggSettings.from_config(cfg.privacy),
+            attack=cfg.attack,
+            privacy=cfg.privacy,
         )
     outcome.missing_nodes = sorted(set(outcome.missing_nodes) | fgrid.missing)
     return outcome
