@@ -281,6 +281,27 @@ class RunDir:
         if config_text is not None:
             write_text(self.root / "config.toml", config_text)
 
+    def check_config(self, config_text: str) -> None:
+        """``--resume``: refuse when the run here started from another config (one line).
+
+        A run without a ``config.toml`` yet (stopped before it wrote one) passes.
+        """
+        import tomllib
+
+        path = self.root / "config.toml"
+        try:
+            old = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as err:
+            raise FedadError(f"--resume: '{path}' is damaged ({str(err)[:120]})") from None
+        diff = config_difference(old, tomllib.loads(config_text))
+        if diff is not None:
+            raise FedadError(
+                f"--resume: the config differs from the run in '{self.root}': {diff}",
+                "resume with the same config and --set values, or start anew with --force",
+            )
+
     def save_done(self, label: str, done: Done) -> None:
         """Keep one finished method's results for resuming."""
         d = mkdir(self.root / STATE_DIR / DONE_DIR)

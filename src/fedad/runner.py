@@ -18,7 +18,6 @@ import json
 import math
 import signal
 import time
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import unprefixed
 from fedad.fl.server_inputs import check_requirements
 from fedad.metrics import evaluate, evaluate_clients
-from fedad.outdir import Done, RunDir, config_difference, staged_dir, write_npz, write_text
+from fedad.outdir import Done, RunDir, staged_dir, write_npz, write_text
 
 HISTORY_COLUMNS = [
     "method",
@@ -305,19 +304,7 @@ def write_outputs(
 
 def _resumable(rd: RunDir, config_text: str, labels: list[str]) -> dict[str, Done]:
     """The methods an interrupted run finished, after checking it ran this very config."""
-    path = rd.root / "config.toml"
-    try:
-        old = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as err:
-        raise FedadError(f"--resume: '{path}' is damaged ({str(err)[:120]})") from None
-    diff = config_difference(old, tomllib.loads(config_text))
-    if diff is not None:
-        raise FedadError(
-            f"--resume: the config differs from the run in '{rd.root}': {diff}",
-            "resume with the same config and --set values, or start anew with --force",
-        )
+    rd.check_config(config_text)
     return rd.load_done(labels)
 
 

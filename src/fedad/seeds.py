@@ -44,7 +44,7 @@ import numpy as np
 
 from fedad.config import ExperimentConfig, dump_toml
 from fedad.errors import FedadError, Interrupted
-from fedad.outdir import RUN_FILE, STATE_DIR, RunDir, config_difference, write_text
+from fedad.outdir import RUN_FILE, STATE_DIR, RunDir, write_text
 
 log = logging.getLogger("fedad")
 
@@ -183,24 +183,6 @@ def _finished(d: Path) -> dict[str, Any] | None:
     return data if data["experiment"].get("status") == "complete" else None
 
 
-def _check_resume(rd: RunDir, text: str) -> None:
-    import tomllib
-
-    path = rd.root / "config.toml"
-    try:
-        old = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return
-    except (OSError, ValueError) as err:
-        raise FedadError(f"--resume: '{path}' is damaged ({str(err)[:120]})") from None
-    diff = config_difference(old, tomllib.loads(text))
-    if diff is not None:
-        raise FedadError(
-            f"--resume: the config differs from the run in '{rd.root}': {diff}",
-            "resume with the same config and --set values, or start anew with --force",
-        )
-
-
 class _Aggregate:
     """The top of ``OUT``: rewritten after every seed."""
 
@@ -264,7 +246,7 @@ def run_seeds(
         text = top_config_text(cfg)
         try:
             if resume:
-                _check_resume(rd, text)
+                rd.check_config(text)
             rd.set_state("running", text)
         except BaseException:
             if not resume:
