@@ -223,3 +223,20 @@ def test_jobs_2_equals_jobs_1(two_seeds: Path, tmp_path: Path) -> None:
         b = np.load(tmp_path / "run" / f"seed-{s}" / "scores.npz")
         for k in a.files:
             np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_resume_refuses_linked_or_damaged_seed_dirs(two_seeds: Path, tmp_path: Path) -> None:
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(two_seeds, out)
+    (out / "seed-5" / "metrics.json").write_bytes(b"\xff{not json")
+    with pytest.raises(FedadError, match=r"metrics.json is not valid JSON"):
+        run_seeds(_cfg(seeds=[4, 5]), out, resume=True)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    shutil.rmtree(out / "seed-5")
+    (out / "seed-5").symlink_to(outside)
+    with pytest.raises(FedadError, match="is a symbolic link"):
+        run_seeds(_cfg(seeds=[4, 5]), out, resume=True)
+    assert list(outside.iterdir()) == []

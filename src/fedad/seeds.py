@@ -255,6 +255,11 @@ def run_seeds(
         agg = _Aggregate(cfg, out)
         todo: list[int] = []
         for s in agg.seeds:
+            if seed_dir(out, s).is_symlink():  # never read or write through a link out
+                raise FedadError(
+                    f"'{seed_dir(out, s)}' is a symbolic link, not a seed's run",
+                    "remove it, or start anew with --force",
+                )
             prior = _finished(seed_dir(out, s)) if resume else None
             if prior is not None:
                 agg.per_seed[s] = prior
