@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fedad.data.types import DataKind, Dataset
+from fedad.data.types import DataKind, Dataset, GraphSet
 
 IDX_CODES = {np.uint8: 0x08, np.int8: 0x09, np.int16: 0x0B, np.int32: 0x0C,
              np.float32: 0x0D, np.float64: 0x0E}  # fmt: skip
@@ -126,9 +126,60 @@ def synth_fixed() -> Dataset:
     return Dataset("synth_fixed", x, y, "vector", ("normal", "anomaly"), fixed_split=True)
 
 
+def synth_masked(offset: int = 0, size: int = 8) -> Dataset:
+    """``synth_images`` with pixel masks: class ``c > 0`` images have a bright ``c x c``
+    square at a random place, marked 1 in its mask; class 0 masks are all zero."""
+    ds = synth_images(offset, size)
+    rng = np.random.default_rng(7)
+
+    def stamp(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        mask = np.zeros((len(x), size, size), np.uint8)
+        for i, c in enumerate(y):
+            if c == 0:
+                continue
+            r, q = rng.integers(1, size - int(c), size=2)
+            mask[i, r : r + c, q : q + c] = 1
+            x[i, 0, r : r + c, q : q + c] = 1.0
+        return mask
+
+    assert isinstance(ds.x, np.ndarray) and isinstance(ds.x_test, np.ndarray)
+    assert ds.y_test is not None
+    x, xt = ds.x.copy(), ds.x_test.copy()
+    mask, mask_test = stamp(x, ds.y), stamp(xt, ds.y_test)
+    return Dataset(
+        "synth_mask", x, ds.y, "image", ds.classes, x_test=xt, y_test=ds.y_test,
+        mask=mask, mask_test=mask_test,
+    )  # fmt: skip
+
+
+def synth_graphs(offset: int = 0, width: int = 3, per_class: int = 40, seed: int = 3) -> Dataset:
+    """5 classes of small graphs (no official test split). Class ``c``: a ring of
+    ``5 + c + i % 3`` nodes with ``c`` chords; node features N(c, 1) of ``width`` columns;
+    node 0's feature 0 is a unique id (``offset + graph``) for identity checks."""
+    rng = np.random.default_rng(seed)
+    pairs = []
+    y = np.repeat(np.arange(SYNTH_CLASSES), per_class).astype(np.int64)
+    for g, c in enumerate(y):
+        n = 5 + int(c) + g % 3
+        ring = np.stack([np.arange(n), (np.arange(n) + 1) % n])
+        chords = np.stack([np.zeros(int(c), np.int64), 2 + np.arange(int(c)) % (n - 2)])
+        e = np.concatenate([ring, chords], axis=1)
+        e = np.concatenate([e, e[::-1]], axis=1)  # undirected
+        x = rng.normal(float(c), 1.0, size=(n, width)).astype(np.float32)
+        x[0, 0] = offset + g
+        pairs.append((x, e))
+    classes = tuple(f"g{i}" for i in range(SYNTH_CLASSES))
+    return Dataset("synth_graph", GraphSet.from_graphs(pairs), y, "graph", classes)
+
+
 SYNTHETIC: dict[str, tuple[Callable[..., Dataset], DataKind]] = {
+    "synth_mask": (lambda path=None, size=None: synth_masked(0), "image"),
+    "synth_mask_b": (lambda path=None, size=None: synth_masked(5000), "image"),
+    "synth_graph": (lambda path=None, size=None: synth_graphs(0), "graph"),
+    "synth_graph_b": (lambda path=None, size=None: synth_graphs(10_000, width=5, seed=4), "graph"),
     "synth_vec": (lambda path=None, size=None: synth_vectors(0), "vector"),
     "synth_vec_b": (lambda path=None, size=None: synth_vectors(10_000, seed=5), "vector"),
+    "synth_vec_c": (lambda path=None, size=None: synth_vectors(30_000, seed=6), "vector"),
     "synth_vec_wide": (lambda path=None, size=None: synth_vectors(20_000, dim=7), "vector"),
     "synth_img": (lambda path=None, size=None: synth_images(0), "image"),
     "synth_img_b": (lambda path=None, size=None: synth_images(5000), "image"),

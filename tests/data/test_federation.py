@@ -20,7 +20,7 @@ from fedad.config import parse_config
 from fedad.data.federation import build_federation, plan_federation, pooled_mean_std
 from fedad.data.idx import FASHION_MNIST_DIR
 from fedad.data.partition import round_half_up
-from fedad.data.types import Federation
+from fedad.data.types import Federation, GraphSet
 from fedad.errors import ConfigError, DataError, FedadError
 from tests.data.datahelpers import SYNTH_PER_CLASS, make_config, write_mnist_like
 
@@ -182,6 +182,38 @@ def test_by_source_clients_hold_one_source() -> None:
         assert ((normal_test >= 10_000) == from_b).all(), "local test normals from own source"
     assert fed.normal_classes == [0, 1, 5, 6] and fed.anomaly_classes == [4, 9]
     check_bookkeeping(fed, lambda ids: (ids % 10_000) // SYNTH_PER_CLASS == 4, 0.1)
+
+
+def test_by_source_local_tests_hold_anomalies_of_own_source() -> None:
+    # both sources have anomalies (class 4); a client of source A must never be tested on
+    # source B's anomalies, which a domain shift would make trivially easy
+    data = {**VEC, "normal": [0, 1], "anomaly": [3, 4], "sources": ["synth_vec_b"]}
+    fed = build(data=data, partition={"scheme": "by-source", "clients": 5})
+    per_source = {"synth_vec": 0, "synth_vec_b": 0}
+    for c in fed.clients:
+        anomalies = ids_of(c.x_test)[c.y_test == 1]
+        from_b = c.source == "synth_vec_b"
+        assert len(anomalies) > 0
+        assert ((anomalies >= 10_000) == from_b).all(), "a foreign source's anomaly"
+        per_source[c.source] += len(anomalies)
+    # every held-out anomaly is still dealt (exact union), evenly within a source
+    n_a = fed.notes["n_test_anomaly"]
+    assert sum(per_source.values()) == n_a
+    sizes = [len(c.y_test) - int((c.y_test == 0).sum()) for c in fed.clients[0::2]]
+    assert max(sizes) - min(sizes) <= 1
+    check_bookkeeping(fed, lambda ids: (ids % 10_000) // SYNTH_PER_CLASS >= 3)
+
+
+def test_by_source_anomaly_source_is_dealt_to_all() -> None:
+    # an anomaly source belongs to no client's source: its anomalies go to every client
+    data = {**VEC, "normal": [0], "anomaly": [4], "sources": ["synth_vec_b"],
+            "anomaly_source": "synth_vec_c"}  # fmt: skip
+    fed = build(data=data, partition={"scheme": "by-source", "clients": 4})
+    for c in fed.clients:
+        anomalies = ids_of(c.x_test)[c.y_test == 1]
+        own = anomalies[anomalies < 30_000]
+        assert ((own >= 10_000) == (c.source == "synth_vec_b")).all()
+        assert (anomalies >= 30_000).any(), "every client gets anomaly-source anomalies"
 
 
 def test_sources_with_other_schemes_are_pooled() -> None:
@@ -360,3 +392,73 @@ def test_test_anomaly_fraction_sets_the_ratio() -> None:
         )
         y = build_federation(cfg).y_test
         assert y.mean() == pytest.approx(fraction, abs=0.01)
+
+
+# --------------------------------------------------------------------------- masks, graphs
+
+
+def test_pixel_masks_follow_their_images() -> None:
+    data = {"name": "synth_mask", "normal": [0], "anomaly": [2, 3], "sources": ["synth_mask_b"]}
+    fed = build(data=data, partition={"clients": 3, "contamination": 0.1})
+    assert fed.has_masks and fed.notes["masks"] is True
+    for c in fed.clients:
+        assert c.mask_test is not None and c.mask_train is not None
+        assert c.mask_test.dtype == np.uint8 and c.mask_test.shape == (len(c.y_test), 8, 8)
+        assert isinstance(c.x_test, np.ndarray)
+        # defect pixels are exactly the stamped ones; normals have empty masks
+        for x, m, y in zip(c.x_test, c.mask_test, c.y_test, strict=True):
+            assert (m.sum() > 0) == (y == 1)
+            assert np.all(x[0][m == 1] == 1.0)
+        assert np.all(c.mask_train[c.y_train == 0] == 0)
+        assert c.mask_train[c.y_train == 1].reshape(int(c.y_train.sum()), -1).any(axis=1).all()
+
+
+def test_masks_are_dropped_when_a_source_has_none() -> None:
+    data = {"name": "synth_mask", "normal": [0], "anomaly": [2], "sources": ["synth_img_big"]}
+    fed = build(data=data, partition={"clients": 2})
+    assert not fed.has_masks and all(c.mask_test is None for c in fed.clients)
+    assert "masks" not in fed.notes
+    assert fed.notes["masks_dropped"] == "pixel masks dropped: synth_img_big has none"
+
+
+GRAPHS = {"name": "synth_graph", "normal": [0], "anomaly": [3, 4]}
+
+
+def graph_ids(x: GraphSet) -> np.ndarray:
+    return np.array([int(x.graph(i)[0][0, 0]) for i in range(len(x))], dtype=np.int64)
+
+
+def test_graph_federation_bookkeeping() -> None:
+    fed = build(data=GRAPHS, partition={"clients": 3, "contamination": 0.1})
+    assert fed.kind == "graph" and fed.feature_shape == (3,)
+    train = [graph_ids(c.x_train) for c in fed.clients]  # type: ignore[arg-type]
+    test = [graph_ids(c.x_test) for c in fed.clients]  # type: ignore[arg-type]
+    everything = np.concatenate(train + test)
+    assert len(np.unique(everything)) == len(everything), "a graph is used twice"
+    for c, tr, te in zip(fed.clients, train, test, strict=True):
+        assert isinstance(c.x_train, GraphSet) and c.mask_test is None
+        np.testing.assert_array_equal(c.y_train, (tr // 40 >= 3).astype(np.int64))
+        np.testing.assert_array_equal(c.y_test, (te // 40 >= 3).astype(np.int64))
+        assert c.y_test.min() == 0 and c.y_test.max() == 1
+    assert fed.notes["standardized"] is False  # graphs are never standardized
+    again = build(data=GRAPHS, partition={"clients": 3, "contamination": 0.1})
+    assert all(a.x_train == b.x_train for a, b in zip(fed.clients, again.clients, strict=True))
+
+
+def test_graph_sources_may_differ_in_width_by_source() -> None:
+    data = {**GRAPHS, "sources": ["synth_graph_b"]}
+    fed = build(data=data, partition={"scheme": "by-source", "clients": 4})
+    for c in fed.clients:
+        assert isinstance(c.x_train, GraphSet) and isinstance(c.x_test, GraphSet)
+        width = 5 if c.source == "synth_graph_b" else 3
+        assert c.x_train.shape == (c.n_train, width)
+        anomalies = graph_ids(c.x_test)[c.y_test == 1]
+        assert ((anomalies >= 10_000) == (c.source == "synth_graph_b")).all()
+    assert fed.x_test.shape[1] == -1  # the pooled test set mixes widths
+
+
+def test_graph_data_refuses_what_needs_dense_rows() -> None:
+    with pytest.raises(ConfigError) as err:
+        build(data=GRAPHS, partition={"clients": 3},
+              attack={"kind": "gaussian-data", "clients": 1, "fraction": 0.5})  # fmt: skip
+    assert "does not apply to graph data" in str(err.value) and "\n" not in str(err.value)

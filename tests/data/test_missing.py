@@ -55,3 +55,21 @@ def test_clean_data_is_untouched() -> None:
 def test_feature_never_observed_in_training() -> None:
     with pytest.raises(DataError, match="feature 1"):
         training_means([np.array([[1.0, np.nan]])], "t")
+
+
+def test_graphs_with_missing_node_features_are_dropped_or_refused() -> None:
+    from fedad.data.types import GraphSet
+
+    def g(v: float, nodes: int = 2) -> tuple[np.ndarray, np.ndarray]:
+        return np.full((nodes, 2), v, np.float32), np.zeros((2, 0), np.int64)
+
+    graphs = GraphSet.from_graphs([g(0.0), g(np.nan), g(1.0, 0), g(np.inf, 1), g(2.0)])
+    ds = Dataset("gr", graphs, np.array([0, 0, 1, 1, 0]), "graph", ("a", "b"))
+    with pytest.raises(DataError, match="node features in 2 graphs"):
+        check_missing(ds, "gr", "error")
+    kept = check_missing(ds, "gr", "drop")
+    assert isinstance(kept.x, GraphSet) and len(kept.x) == 3
+    np.testing.assert_array_equal(kept.y, [0, 1, 0])
+    assert kept.x.graph(2)[0][0, 0] == 2.0 and kept.x.n_nodes.tolist() == [2, 0, 2]
+    with pytest.raises(DataError, match="does not apply to graph data"):
+        check_missing(ds, "gr", "impute-mean")

@@ -59,7 +59,14 @@ from fedad.config import ExperimentConfig
 from fedad.data.missing import check_missing, fill_missing, training_means
 from fedad.data.partition import partition, round_half_up
 from fedad.data.registry import load_dataset, normalize_name
-from fedad.data.types import ClientData, DataKind, Dataset, Federation
+from fedad.data.types import (
+    ClientData,
+    DataKind,
+    Dataset,
+    Features,
+    Federation,
+    GraphSet,
+)
 from fedad.errors import ConfigError, DataError
 from fedad.seeding import rng as seeded_rng
 
@@ -88,19 +95,27 @@ _STREAMS = (
 
 
 class _Catalog:
-    """Blocks of samples addressed by one global integer id (no copies until gathered)."""
+    """Blocks of samples addressed by one global integer id (no copies until gathered).
+
+    A block is dense (an array of vectors or images) or a :class:`GraphSet`, with optional
+    pixel masks; :meth:`gather` and :meth:`gather_masks` copy the samples of some ids.
+    """
 
     def __init__(self) -> None:
-        self.blocks: list[np.ndarray] = []
+        self.blocks: list[Features] = []
+        self.masks: list[np.ndarray | None] = []
         self.starts: list[int] = []
         self._classes: list[np.ndarray] = []
         self._members: list[np.ndarray] = []
         self.total = 0
 
-    def add(self, x: np.ndarray, classes: np.ndarray, member: int) -> np.ndarray:
+    def add(
+        self, x: Features, classes: np.ndarray, member: int, mask: np.ndarray | None = None
+    ) -> np.ndarray:
         """Append a block; return its global ids."""
         ids = np.arange(self.total, self.total + len(x), dtype=np.int64)
         self.blocks.append(x)
+        self.masks.append(mask)
         self.starts.append(self.total)
         self._classes.append(np.asarray(classes, dtype=np.int64))
         self._members.append(np.full(len(x), member, dtype=np.int64))
@@ -115,17 +130,39 @@ class _Catalog:
     def members(self) -> np.ndarray:
         return np.concatenate(self._members) if self._members else np.empty(0, np.int64)
 
-    def gather(self, ids: np.ndarray) -> np.ndarray:
-        """The samples with global ``ids``, in that order, as a new float32 array."""
-        shape = self.blocks[0].shape[1:]
-        out = np.empty((len(ids), *shape), dtype=np.float32)
+    @property
+    def has_masks(self) -> bool:
+        return bool(self.masks) and all(m is not None for m in self.masks)
+
+    def _locate(self, ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(np.asarray(self.starts), ids, side="right") - 1
+
+    def _gather_dense(self, blocks: list[np.ndarray], ids: np.ndarray, dtype: type) -> np.ndarray:
+        out = np.empty((len(ids), *blocks[0].shape[1:]), dtype=dtype)
         if len(ids) == 0:
             return out
-        block_of = np.searchsorted(np.asarray(self.starts), ids, side="right") - 1
+        block_of = self._locate(ids)
         for b in np.unique(block_of):
             mask = block_of == b
-            out[mask] = self.blocks[b][ids[mask] - self.starts[b]]
+            out[mask] = blocks[b][ids[mask] - self.starts[b]]
         return out
+
+    def gather(self, ids: np.ndarray) -> Features:
+        """The samples with global ``ids``, in that order: a new float32 array or graph set."""
+        if isinstance(self.blocks[0], GraphSet):
+            block_of = self._locate(ids)
+            graphs = [
+                self.blocks[b].graph(int(i - self.starts[b]))
+                for b, i in zip(block_of, ids, strict=True)
+            ]
+            return GraphSet.from_graphs(graphs)
+        return self._gather_dense(self.blocks, ids, np.float32)  # type: ignore[arg-type]
+
+    def gather_masks(self, ids: np.ndarray) -> np.ndarray | None:
+        """The pixel masks of ``ids`` (uint8), or ``None`` unless every block has masks."""
+        if not self.has_masks:
+            return None
+        return self._gather_dense(self.masks, ids, np.uint8)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- members
@@ -257,7 +294,7 @@ def _load_members(cfg: ExperimentConfig) -> list[_Member]:
                 f"{first.dataset.kind} data",
                 "use data sets of one kind",
             )
-        if m.dataset.feature_shape != first.dataset.feature_shape:
+        if first.dataset.kind != "graph" and m.dataset.feature_shape != first.dataset.feature_shape:
             raise DataError(
                 f"{what} '{m.name}' has feature shape {m.dataset.feature_shape} but "
                 f"'{first.name}' has {first.dataset.feature_shape}",
@@ -350,11 +387,16 @@ def _assign_local_tests(
     counts: dict[int, np.ndarray],
     num_clients: int,
     rng: np.random.Generator,
+    anomaly_group: np.ndarray | None = None,
+    client_group: np.ndarray | None = None,
 ) -> tuple[list[np.ndarray], list[np.ndarray], int]:
     """Split the pooled test set over clients (see the module docstring, step 7).
 
-    ``counts[c]`` is the per-client training count of class ``c``. Returns the per-client
-    test normals, test anomalies, and how many test normals went uniformly (class unheld).
+    ``counts[c]`` is the per-client training count of class ``c``. With ``anomaly_group``
+    (the source of each test anomaly) and ``client_group`` (each client's source), the
+    anomalies of a source are dealt among that source's clients only (``by-source``); a
+    source with no client deals to all. Returns the per-client test normals, test anomalies,
+    and how many test normals went uniformly (class unheld).
     """
     owner = np.empty(len(test_normals), dtype=np.int64)
     test_classes = classes[test_normals]
@@ -382,10 +424,22 @@ def _assign_local_tests(
         owner[rng.choice(preferred if len(preferred) else donors)] = k
     normals = [test_normals[owner == k] for k in range(num_clients)]
     # Anomalies: dealt like cards in random order, to clients in random order.
-    dealt = test_anomalies[rng.permutation(len(test_anomalies))]
-    anomalies: list[np.ndarray] = [np.empty(0, np.int64)] * num_clients
-    for slot, k in enumerate(rng.permutation(num_clients)):
-        anomalies[int(k)] = np.sort(dealt[slot::num_clients])
+    if anomaly_group is None or client_group is None:
+        dealt = test_anomalies[rng.permutation(len(test_anomalies))]
+        anomalies: list[np.ndarray] = [np.empty(0, np.int64)] * num_clients
+        for slot, k in enumerate(rng.permutation(num_clients)):
+            anomalies[int(k)] = np.sort(dealt[slot::num_clients])
+        return normals, anomalies, uniform
+    hands: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+    for g in np.unique(anomaly_group):
+        players = np.flatnonzero(client_group == g)
+        if len(players) == 0:
+            players = np.arange(num_clients)
+        mine = test_anomalies[anomaly_group == g]
+        dealt = mine[rng.permutation(len(mine))]
+        for slot, k in enumerate(rng.permutation(players)):
+            hands[int(k)].append(dealt[slot :: len(players)])
+    anomalies = [np.sort(np.concatenate([np.empty(0, np.int64), *h])) for h in hands]
     return normals, anomalies, uniform
 
 
@@ -459,11 +513,11 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
         normal_classes.extend(off + c for c in m.normal)
         anomaly_classes.extend(off + c for c in m.anomaly)
         if ds.x_test is not None and ds.y_test is not None:
-            train_parts.append(catalog.add(ds.x, ds.y + off, j))
-            test_parts.append(catalog.add(ds.x_test, ds.y_test + off, j))
+            train_parts.append(catalog.add(ds.x, ds.y + off, j, ds.mask))
+            test_parts.append(catalog.add(ds.x_test, ds.y_test + off, j, ds.mask_test))
             split_notes[m.name] = "official"
         else:
-            ids = catalog.add(ds.x, ds.y + off, j)
+            ids = catalog.add(ds.x, ds.y + off, j, ds.mask)
             tr, te = _split_block(ids, ds.y.astype(np.int64) + off, d.test_fraction, rngs["split"])
             train_parts.append(tr)
             test_parts.append(te)
@@ -561,8 +615,16 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
                      for ids, flag in zip(train_ids, train_anomaly, strict=True)])
         for c in normal_classes
     }  # fmt: skip
+    groups: dict[str, np.ndarray] = {}
+    if p.scheme == "by-source":
+        # each client holds one source's normals; it is tested on that source's anomalies
+        client_group = np.array(
+            [int(source_of[ids[flag == 0]][0]) if np.any(flag == 0) else -1
+             for ids, flag in zip(train_ids, train_anomaly, strict=True)]
+        )  # fmt: skip
+        groups = {"anomaly_group": source_of[test_anomalies], "client_group": client_group}
     local_n, local_a, uniform = _assign_local_tests(
-        test_normals, test_anomalies, classes, counts, k_clients, rngs["local_test"]
+        test_normals, test_anomalies, classes, counts, k_clients, rngs["local_test"], **groups
     )
     mixed = [_mix(nn, aa, rngs["local_test"]) for nn, aa in zip(local_n, local_a, strict=True)]
     test_ids = [ids for ids, _ in mixed]
@@ -592,7 +654,13 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
                 kept, np.concatenate([old_bad, spare[start : start + n_a]]), rngs["attack"]
             )
             start += n_a
-    elif cfg.attack.kind == "gaussian-data":
+    elif cfg.attack.kind == "gaussian-data" and attacked:
+        if main.dataset.kind == "graph":
+            raise ConfigError(
+                "attack.kind='gaussian-data' replaces feature rows by noise and does not "
+                "apply to graph data",
+                "use attack.kind = 'contamination' or a model attack",
+            )
         gaussian = {k: cfg.attack.fraction for k in attacked}
 
     client_sources = []
@@ -630,6 +698,11 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
         "attack": cfg.attack.kind,
         "attacked_clients": attacked,
     }
+    if catalog.has_masks:
+        notes["masks"] = True
+    without = [m.name for m in members if not m.dataset.has_masks]
+    if not catalog.has_masks and len(without) < len(members):
+        notes["masks_dropped"] = f"pixel masks dropped: {', '.join(without)} has none"
     return FederationPlan(
         name=main.name,
         kind=main.dataset.kind,
@@ -689,6 +762,14 @@ def pooled_mean_std(
     return mean, std
 
 
+def _dense(x: Features) -> np.ndarray:
+    """``x`` as a dense array; the plan refuses imputation, standardization and data
+    attacks for graphs, so a graph set here is a bug."""
+    if isinstance(x, GraphSet):
+        raise TypeError("dense operation on graph samples")
+    return x
+
+
 def materialize(plan: FederationPlan) -> Federation:
     """Copy the planned samples into a :class:`Federation` (and standardize vectors)."""
     cat = plan.catalog
@@ -703,33 +784,35 @@ def materialize(plan: FederationPlan) -> Federation:
                 x_test=cat.gather(plan.test_ids[k]),
                 y_test=plan.test_anomaly[k].copy(),
                 source=plan.client_sources[k],
+                mask_train=cat.gather_masks(plan.train_ids[k]),
+                mask_test=cat.gather_masks(plan.test_ids[k]),
             )
         )
     server = cat.gather(plan.server_ids) if len(plan.server_ids) else None
     notes = dict(plan.notes)
     if plan.impute:
-        means = training_means([c.x_train for c in clients], plan.name)
+        means = training_means([_dense(c.x_train) for c in clients], plan.name)
         for c in clients:
-            c.x_train = fill_missing(c.x_train, means)
-            c.x_test = fill_missing(c.x_test, means)
+            c.x_train = fill_missing(_dense(c.x_train), means)
+            c.x_test = fill_missing(_dense(c.x_test), means)
         if server is not None:
-            server = fill_missing(server, means)
+            server = fill_missing(_dense(server), means)
         notes["imputed_means"] = [float(v) for v in means]
     if plan.standardize:
-        mean, std = pooled_mean_std([c.x_train for c in clients])
+        mean, std = pooled_mean_std([_dense(c.x_train) for c in clients])
         mu, sd = mean.astype(np.float32), std.astype(np.float32)
         for c in clients:
-            c.x_train = (c.x_train - mu) / sd
-            c.x_test = (c.x_test - mu) / sd
+            c.x_train = (_dense(c.x_train) - mu) / sd
+            c.x_test = (_dense(c.x_test) - mu) / sd
         if server is not None:
-            server = (server - mu) / sd
+            server = (_dense(server) - mu) / sd
         notes["standardize_mean"] = [float(v) for v in mean]
         notes["standardize_std"] = [float(v) for v in std]
     notes["standardized"] = plan.standardize
     rng = seeded_rng(plan.attack_seed, 0x6A5)
     for k, fraction in sorted(plan.gaussian_clients.items()):
         c = clients[k]
-        c.x_train, hit = gaussian_data(c.x_train, fraction, rng)
+        c.x_train, hit = gaussian_data(_dense(c.x_train), fraction, rng)
         c.y_train = np.where(hit, 1, c.y_train).astype(np.int64)
     return Federation(
         name=plan.name,

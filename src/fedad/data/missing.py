@@ -19,7 +19,7 @@ from typing import Literal
 
 import numpy as np
 
-from fedad.data.types import Dataset
+from fedad.data.types import Dataset, Features, GraphSet, dense, take
 from fedad.errors import DataError
 
 MissingPolicy = Literal["error", "drop", "impute-mean"]
@@ -27,16 +27,28 @@ MissingPolicy = Literal["error", "drop", "impute-mean"]
 __all__ = ["MissingPolicy", "check_missing", "fill_missing", "training_means"]
 
 
-def _bad_rows(x: np.ndarray | None) -> np.ndarray:
+def _bad_rows(x: Features | None) -> np.ndarray:
+    if isinstance(x, GraphSet):
+        bad_value = ~np.isfinite(x.x)
+        if not bad_value.any():
+            return np.zeros(len(x), dtype=bool)
+        c = np.concatenate([[0], np.cumsum(bad_value)])
+        per_graph: np.ndarray = c[x.x_ptr[1:]] - c[x.x_ptr[:-1]]
+        out: np.ndarray = per_graph > 0
+        return out
     if x is None or x.size == 0:
         return np.zeros(0 if x is None else len(x), dtype=bool)
     if not np.issubdtype(x.dtype, np.floating):
         return np.zeros(len(x), dtype=bool)
-    return ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
+    flat: np.ndarray = x.reshape(len(x), -1)
+    return ~np.isfinite(flat).all(axis=1)
 
 
 def _describe(ds: Dataset, name: str) -> str:
-    parts = [p for p in (ds.x, ds.x_test) if p is not None and len(p)]
+    if isinstance(ds.x, GraphSet):
+        graphs = int(_bad_rows(ds.x).sum() + _bad_rows(ds.x_test).sum())
+        return f"data set '{name}' has missing or infinite node features in {graphs} graphs"
+    parts = [dense(p) for p in (ds.x, ds.x_test) if p is not None and len(p)]
     flat = [p.reshape(len(p), -1) for p in parts]
     bad = [~np.isfinite(f) for f in flat]
     count = sum(int(b.sum()) for b in bad)
@@ -68,10 +80,28 @@ def check_missing(ds: Dataset, name: str, policy: MissingPolicy) -> Dataset:
     if policy == "drop":
         if bad.all():
             raise DataError(f"data.missing = 'drop' leaves data set '{name}' without rows")
-        out = dataclasses.replace(ds, x=ds.x[~bad], y=ds.y[~bad])
+        keep = np.flatnonzero(~bad)
+        out = dataclasses.replace(
+            ds,
+            x=take(ds.x, keep),
+            y=ds.y[keep],
+            mask=None if ds.mask is None else ds.mask[keep],
+        )
         if ds.x_test is not None and ds.y_test is not None:
-            out = dataclasses.replace(out, x_test=ds.x_test[~bad_test], y_test=ds.y_test[~bad_test])
+            keep_test = np.flatnonzero(~bad_test)
+            out = dataclasses.replace(
+                out,
+                x_test=take(ds.x_test, keep_test),
+                y_test=ds.y_test[keep_test],
+                mask_test=None if ds.mask_test is None else ds.mask_test[keep_test],
+            )
         return out
+    if isinstance(ds.x, GraphSet):
+        raise DataError(
+            f"data.missing = 'impute-mean' does not apply to graph data ('{name}')",
+            'use data.missing = "drop", or clean the node features',
+        )
+    assert isinstance(ds.x_test, np.ndarray | None)
     out = dataclasses.replace(ds, x=np.where(np.isfinite(ds.x), ds.x, np.nan).astype(ds.x.dtype))
     if ds.x_test is not None:
         x_test = np.where(np.isfinite(ds.x_test), ds.x_test, np.nan).astype(ds.x_test.dtype)

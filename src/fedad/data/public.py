@@ -28,6 +28,7 @@ from functools import cache, lru_cache
 
 import numpy as np
 
+from fedad.data.types import GraphSet
 from fedad.errors import ConfigError
 
 __all__ = ["MAX_PIXELS", "public_images", "public_names"]
@@ -312,7 +313,7 @@ def _registered(name: str, n: int, c: int, h: int, w: int, seed: int) -> np.ndar
 
     ds = load_dataset(name)
     x = ds.x
-    if x.ndim != 4 or x.shape[1] not in (1, 3):
+    if isinstance(x, GraphSet) or x.ndim != 4 or x.shape[1] not in (1, 3):
         raise ConfigError(f"data set '{name}' does not hold grey or RGB images (N, C, H, W)")
     rng = np.random.default_rng([seed, 0xB0B])
     idx = np.sort(rng.choice(len(x), size=n, replace=n > len(x)))

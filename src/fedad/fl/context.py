@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from fedad.data.types import Features
 from fedad.fl.aggregate import weighted_mean_dicts
 from fedad.fl.grid import Grid, SecureGrid
 from fedad.fl.messages import Message
@@ -46,7 +47,7 @@ class ServerContext:
         fraction: float = 1.0,
         min_clients: int = 1,
         on_round: Callable[[dict[str, Any]], None] | None = None,
-        server_data: np.ndarray | None = None,
+        server_data: Features | None = None,
         secagg: SecAggSettings | None = None,
     ) -> None:
         self.grid = grid

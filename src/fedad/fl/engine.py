@@ -14,10 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
-
 from fedad.config import AttackConfig, PrivacyConfig
-from fedad.data.types import Federation
+from fedad.data.types import Features, Federation
 from fedad.errors import RunError
 from fedad.evaluation import monitor_metrics
 from fedad.fl.algorithm import EVALUATE, Algorithm, ClientState, ServerResult
@@ -216,7 +214,7 @@ def drive(
     min_clients: int = 1,
     on_round: Callable[[dict[str, Any]], None] | None = None,
     eval_every: int = 0,
-    server_data: np.ndarray | None = None,
+    server_data: Features | None = None,
     secagg: SecAggSettings | None = None,
     attack: AttackConfig | None = None,
     privacy: PrivacyConfig | None = None,

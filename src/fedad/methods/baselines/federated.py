@@ -31,7 +31,7 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field
 
-from fedad.data.types import ClientData, DataKind
+from fedad.data.types import ClientData, DataKind, dense
 from fedad.detector import quantile_threshold
 from fedad.devices import resolve_device
 from fedad.errors import RunError
@@ -139,13 +139,13 @@ class _GlobalModel(TorchBaseline):
     def client_center(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         det = self._global_detector(dict(msg.arrays))
         assert isinstance(det, DeepSVDDDetector)
-        mean = det.embedding_sum(data.x_train) / max(data.n_train, 1)
+        mean = det.embedding_sum(dense(data.x_train)) / max(data.n_train, 1)
         return Message(CENTER, {"mean": mean}, {"num_examples": data.n_train})
 
     def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         det = self._global_detector(dict(msg.arrays))
         rng = client_rng(self.setup.seed, int(msg.get("round", 0)), data.client_id)
-        loss = det.train_epochs(data.x_train, self.params.local_epochs, rng, self.prox_mu)
+        loss = det.train_epochs(dense(data.x_train), self.params.local_epochs, rng, self.prox_mu)
         return Message(TRAIN, det.model_arrays(), {"num_examples": data.n_train, "loss": loss})
 
     def client_detector(
@@ -234,12 +234,12 @@ class Local(TorchBaseline):
         own = unprefixed(state, "model")
         if own:
             return det.set_arrays(own)
-        return det.prepare(data.x_train)
+        return det.prepare(dense(data.x_train))
 
     def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         det = self._own_detector(state, data)
         rng = client_rng(self.setup.seed, int(msg.get("round", 0)), data.client_id)
-        loss = det.train_epochs(data.x_train, self.params.local_epochs, rng)
+        loss = det.train_epochs(dense(data.x_train), self.params.local_epochs, rng)
         state.update(prefixed(det.model_arrays(), "model"))
         return Message(TRAIN, {}, {"num_examples": data.n_train, "loss": loss})
 

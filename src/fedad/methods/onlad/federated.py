@@ -68,7 +68,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from fedad.data.types import ClientData
+from fedad.data.types import ClientData, dense
 from fedad.detector import quantile_threshold
 from fedad.fl.algorithm import (
     Algorithm,
@@ -235,7 +235,7 @@ class _ONLAD(Algorithm):
         for idx in chunks[last:round_no]:
             if len(idx) == 0:  # fewer samples than rounds: nothing arrived in this chunk
                 continue
-            x = data.x_train[idx]
+            x = dense(data.x_train, self.name)[idx]
             flagged = det.detect_and_learn(x, tau if self.params.detect else None) == 1
             truth = data.y_train[idx] == 1  # evaluation only: never used to decide
             counts += [
@@ -296,7 +296,7 @@ class _ONLAD(Algorithm):
         return True
 
     def server(self, ctx: ServerContext) -> ServerResult:
-        s = ctx.server_data
+        s = None if ctx.server_data is None else dense(ctx.server_data, self.name)
         if s is None or len(s) < 2:
             raise RuntimeError(
                 f"{self.name} needs server-side normal data (data.server_normal); got none"
