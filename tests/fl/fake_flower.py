@@ -8,8 +8,10 @@ only after ``pytest.importorskip("flwr")``.
 
 from __future__ import annotations
 
+import tempfile
 import uuid
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import pytest
 from flwr.app import Context, RecordDict
@@ -43,7 +45,9 @@ class FakeFlowerGrid:
 
     ``order`` permutes the reply order; ``dead`` nodes answer only the handshake (or
     nothing, without ``hello_from_dead``); ``node_parts`` may misconfigure a node's
-    ``num-partitions``.
+    ``num-partitions``. Like a deployment (unless ``sim_spec``), the nodes keep personalised
+    detectors in ``models_dir`` (node config ``fedad-models-dir``; default: a temporary
+    directory removed with the grid; ``""`` gives the nodes none).
     """
 
     def __init__(
@@ -55,8 +59,14 @@ class FakeFlowerGrid:
         node_parts: dict[int, int] | None = None,
         sim_spec: bool = False,
         hello_from_dead: bool = True,
+        models_dir: str | Path | None = None,
     ) -> None:
         self.hello_from_dead = hello_from_dead
+        if models_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="fedad-fake-nodes-")
+            models_dir = self._tmp.name
+        self.models_dir = Path(models_dir) if models_dir else None
+        extra = {"fedad-models-dir": str(models_dir)} if models_dir else {}
         self.app = FedadClientApp(spec if sim_spec else None)
         self.nodes = {1000 + 7 * p: p for p in range(partitions)}  # Flower ids are not ours
         self.contexts = {
@@ -66,6 +76,7 @@ class FakeFlowerGrid:
                 node_config={
                     "partition-id": p,
                     "num-partitions": (node_parts or {}).get(p, partitions),
+                    **extra,
                 },
                 state=RecordDict(),
                 run_config=spec.to_run_config(),

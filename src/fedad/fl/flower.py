@@ -87,6 +87,9 @@ HELLO = "fedad_hello"
 """Query action of the handshake that maps Flower node ids to partition ids."""
 SIZE = "fedad_size"
 """Query action asking a node its training-set size (SecAgg+'s weight bound)."""
+NODE_MODEL = "node_model"
+"""Scalar of a deployment's ``evaluate`` reply: where the node saved its personalised
+detector (the reply carries no model arrays; :func:`fedad.fl.flower_app.keep_detector_home`)."""
 
 DEFAULT_TIMEOUT = 600.0
 """Reply timeout (seconds) on Flower when ``engine.timeout`` is not set."""
@@ -228,6 +231,8 @@ class RunSpec:
     timeout: float = DEFAULT_TIMEOUT
     results_dir: str = ""
     server_data: str = ""
+    label: str = ""
+    """The method's key in metrics.json (names the folder of a node's saved detector)."""
 
     @classmethod
     def build(
@@ -249,6 +254,7 @@ class RunSpec:
             timeout=float(cfg.engine.timeout or DEFAULT_TIMEOUT),
             results_dir=str(results_dir),
             server_data=str(server_data),
+            label=method_label(cfg, algorithm),
         )
         again = spec.build_algorithm()
         if type(again) is not type(algorithm) or again.params != algorithm.params:
@@ -269,6 +275,7 @@ class RunSpec:
             "fedad-timeout": float(self.timeout),
             "fedad-results": self.results_dir,
             "fedad-server-data": self.server_data,
+            "fedad-label": self.label,
         }
 
     @classmethod
@@ -285,6 +292,7 @@ class RunSpec:
             timeout=float(rc.get("fedad-timeout", DEFAULT_TIMEOUT)),
             results_dir=str(rc.get("fedad-results", "")),
             server_data=str(rc.get("fedad-server-data", "")),
+            label=str(rc.get("fedad-label", "")),
         )
 
     def config(self) -> ExperimentConfig:
@@ -307,6 +315,20 @@ class RunSpec:
     def num_partitions(self) -> int:
         """How many clients (SuperNodes) the run has."""
         return int(json.loads(self.setup_json)["num_clients"])
+
+
+def method_label(cfg: ExperimentConfig, algorithm: Algorithm) -> str:
+    """The label (metrics.json key) of the first method of ``cfg`` that ``algorithm`` is
+    (same name, detector and parameters); the method's name when none matches."""
+    for label, m in zip(cfg.labels(), cfg.methods, strict=True):
+        if m.name != algorithm.name or m.detector not in (None, algorithm.detector):
+            continue
+        try:
+            if type(algorithm).ParamsModel.model_validate(m.params) == algorithm.params:
+                return label
+        except ValueError:  # pydantic's ValidationError
+            continue
+    return algorithm.name
 
 
 # ---------------------------------------------------------------------------- grid adapter
@@ -665,7 +687,18 @@ def serve(
             privacy=cfg.privacy,
         )
     outcome.missing_nodes = sorted(set(outcome.missing_nodes) | fgrid.missing)
+    outcome.events.extend(node_model_events(outcome.evaluations))
     return outcome
+
+
+def node_model_events(evaluations: Mapping[int, Message]) -> list[str]:
+    """One event per client whose personalised detector stayed on its node, naming the
+    folder there (``fedad.load`` reads it on that machine)."""
+    return [
+        f"client {cid}: its personalised detector stays on its node, in {m.scalars[NODE_MODEL]}"
+        for cid, m in sorted(evaluations.items())
+        if isinstance(m.scalars.get(NODE_MODEL), str)
+    ]
 
 
 # ---------------------------------------------------------------------------- results files

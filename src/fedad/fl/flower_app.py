@@ -26,6 +26,14 @@ variable ``FEDAD_FLOWER_CACHE`` names a directory, the node's partition is cache
 ``fedad-data-config``: the path of a TOML file on the node whose ``[data]`` section
 (this machine's data paths) replaces the run's; its ``data.name`` must match.
 
+**Personalised models stay home.** In a deployment (the ClientApp built without a spec), the
+``evaluate`` reply of a personalised method leaves the node with its scores and without the
+detector's arrays: :func:`keep_detector_home` saves the detector in the directory that
+``node_config`` names as ``fedad-models-dir`` (``fedad flower supernode --models-dir``), as a
+small run directory that :func:`fedad.load` reads, and the reply's scalar ``node_model``
+says where. A simulation (ClientApp built with the spec) keeps the in-process behaviour: the
+detector travels back and the runner saves it in the run directory.
+
 This module imports ``flwr``; import it only when the ``flower`` extra is installed.
 """
 
@@ -35,6 +43,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,10 +60,11 @@ from flwr.serverapp import Grid, ServerApp
 from fedad.config import ExperimentConfig, read_toml
 from fedad.data.types import ClientData
 from fedad.errors import ConfigError
-from fedad.fl.algorithm import Algorithm, Handler
+from fedad.fl.algorithm import EVALUATE, Algorithm, Handler
 from fedad.fl.flower import (
     HELLO,
     META_KEY,
+    NODE_MODEL,
     SIZE,
     STATE_KEY,
     ResultsDir,
@@ -67,6 +77,7 @@ from fedad.fl.flower import (
     to_recorddict,
 )
 from fedad.fl.flower_secagg import RefusedReply, checked, decode_content, encode_fitres
+from fedad.fl.messages import Message, unprefixed
 from fedad.fl.secagg import rounding_seed
 
 if TYPE_CHECKING:
@@ -76,6 +87,11 @@ CACHE_ENV = "FEDAD_FLOWER_CACHE"
 """Environment variable: a directory where a SuperNode caches its partition."""
 DATA_CONFIG_KEY = "fedad-data-config"
 """``node_config`` key: a node-local TOML whose ``[data]`` replaces the run's."""
+MODELS_DIR_KEY = "fedad-models-dir"
+"""``node_config`` key: the node-local directory where personalised detectors are saved."""
+DETECTOR_PREFIX = "detector"
+"""Arrays ``detector/NAME`` of an evaluate reply: a personalised method's detector."""
+_SAFE_LABEL = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9_.+-]{0,63}")
 CLIENT_APP_RAISED_EXCEPTION = 2  # Flower's ErrorCode.CLIENT_APP_RAISED_EXCEPTION
 
 
@@ -168,6 +184,7 @@ class Node:
     partition_id: int
     handlers: dict[str, Handler]
     data: ClientData
+    algorithm: Algorithm | None = None
 
 
 def _partition(context: Context) -> tuple[int, int]:
@@ -207,7 +224,93 @@ def load_node(spec: RunSpec, context: Context) -> Node:
         cfg.privacy,
         phases=update_phases(algorithm),
     )
-    return Node(pid, handlers, data)
+    return Node(pid, handlers, data, algorithm)
+
+
+# ---------------------------------------------------------------------------- node models
+
+
+def node_model_dir(models_dir: str | Path, run_id: int, partition_id: int) -> Path:
+    """Where a node keeps client ``partition_id``'s detector of Flower run ``run_id``:
+    ``MODELS_DIR/run-RUN_ID/client-PARTITION_ID`` (absolute; ids are integers, so nothing
+    in them can lead out of ``models_dir``)."""
+    run, part = int(run_id), int(partition_id)
+    if run < 0 or part < 0:
+        raise ValueError(f"run id {run} and partition id {part} must not be negative")
+    return Path(models_dir).resolve() / f"run-{run}" / f"client-{part}"
+
+
+def keep_detector_home(
+    reply: Message,
+    models_dir: str | Path | None,
+    *,
+    run_id: int,
+    partition_id: int,
+    label: str,
+    algorithm: Algorithm,
+    config: ExperimentConfig,
+) -> Message:
+    """``reply`` without its ``detector/*`` arrays, which are saved on this node instead.
+
+    The detector goes to :func:`node_model_dir` as a small run directory that
+    :func:`fedad.load` reads like any other (written with the runner's own checkpoint
+    writer, folder by folder atomically): ``metrics.json`` (what it is: run id, client,
+    method; no metrics), ``config.toml`` (the run's config) and
+    ``checkpoints/LABEL/{detector.json, client_ID.npz}``. The returned reply carries the
+    scores as before, and the folder's path in the scalar ``node_model``. A reply without
+    detector arrays (a method that is not personalised) is returned as it is.
+    """
+    own = unprefixed(reply.arrays, DETECTOR_PREFIX)
+    if not own:
+        return reply
+    if not models_dir:
+        raise ConfigError(
+            f"this SuperNode has no {MODELS_DIR_KEY} in its node config, so it has nowhere "
+            "to keep its personalised detector",
+            "start it with `fedad flower supernode --models-dir DIR`, or give "
+            f"flower-supernode --node-config '... {MODELS_DIR_KEY}=\"DIR\"'",
+        )
+    if not _SAFE_LABEL.fullmatch(label) or label in (".", ".."):
+        raise ValueError(f"the method label {label[:40]!r} cannot name a folder")
+    from fedad.config import dump_toml
+    from fedad.errors import FedadError
+    from fedad.fl.algorithm import ServerResult
+    from fedad.fl.engine import RunOutcome
+    from fedad.outdir import mkdir, staged_dir, write_text
+    from fedad.runner import save_checkpoint
+
+    root = Path(models_dir).resolve()
+    folder = node_model_dir(root, run_id, partition_id)
+    facts = {
+        "kind": "node-model",
+        "engine": "flower-deployment",
+        "flower_run_id": int(run_id),
+        "client": int(partition_id),
+        "method": algorithm.name,
+        "label": label,
+        "seed": config.seed,
+        "dataset": config.data.name,
+        "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    only = RunOutcome(ServerResult({}, {}), {int(partition_id): reply}, [], [], 0, 0, 0.0)
+    try:
+        mkdir(folder.parent)
+        if not folder.parent.resolve().is_relative_to(root):
+            raise FedadError(f"'{folder.parent}' is a link that leads out of '{root}'")
+        config_text = dump_toml(config.model_dump(mode="json", exclude_none=True))
+        with staged_dir(folder) as d:
+            save_checkpoint(d, label, algorithm, only)
+            write_text(d / "config.toml", config_text)
+            doc = {"experiment": facts, "methods": {}}
+            write_text(d / "metrics.json", json.dumps(doc, indent=2))
+    except (FedadError, OSError) as err:
+        reason = re.sub(r" \([^()]*--out\)$", "", str(err))  # the hint is for run directories
+        raise FedadError(
+            f"this node could not save its detector in '{folder}': {reason}",
+            "give the SuperNode a writable --models-dir",
+        ) from None
+    kept = {k: v for k, v in reply.arrays.items() if not k.startswith(DETECTOR_PREFIX + "/")}
+    return Message(reply.kind, kept, {**reply.scalars, NODE_MODEL: str(folder)})
 
 
 # ---------------------------------------------------------------------------- client app
@@ -218,12 +321,17 @@ class FedadClientApp(ClientApp):
 
     With ``spec`` (simulation) the handlers are registered at once; without (deployment)
     the spec comes from each message's run config and the handlers are registered on the
-    first message of a run.
+    first message of a run. In a deployment (``keep_models_home``, by default when there is
+    no ``spec``) a personalised method's detector stays on the node
+    (:func:`keep_detector_home`).
     """
 
-    def __init__(self, spec: RunSpec | None = None) -> None:
+    def __init__(self, spec: RunSpec | None = None, keep_models_home: bool | None = None) -> None:
         super().__init__()
         self._spec = spec
+        self._keep_home = spec is None if keep_models_home is None else keep_models_home
+        """Whether personalised detectors stay on the node (:func:`keep_detector_home`):
+        by default in a deployment (no ``spec``), not in a simulation."""
         self._routes: set[str] = {"train"}
         self.query(HELLO)(self._hello)
         self.query(SIZE)(self._size)
@@ -313,7 +421,8 @@ class FedadClientApp(ClientApp):
 
     def _handle(self, phase: str, message: FlowerMessage, context: Context) -> FlowerMessage:
         try:
-            node = load_node(self.spec_of(context), context)
+            spec = self.spec_of(context)
+            node = load_node(spec, context)
             msg = from_recorddict(message.content)
             if msg.kind != phase:
                 raise ValueError(f"message of phase '{msg.kind}' routed to '{phase}'")
@@ -325,6 +434,16 @@ class FedadClientApp(ClientApp):
         try:
             reply = handler(state, node.data, msg)
             seconds = time.perf_counter() - t0
+            if phase == EVALUATE and self._keep_home:
+                reply = keep_detector_home(
+                    reply,
+                    str(context.node_config.get(MODELS_DIR_KEY) or "") or None,
+                    run_id=context.run_id,
+                    partition_id=node.partition_id,
+                    label=spec.label or spec.method,
+                    algorithm=node.algorithm or spec.build_algorithm(),
+                    config=spec.config(),
+                )
             content = to_recorddict(
                 reply, meta={"partition-id": node.partition_id, "seconds": seconds}
             )

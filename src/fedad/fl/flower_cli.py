@@ -2,7 +2,9 @@
 
 * ``fedad flower superlink`` — the SuperLink (``flower-superlink --isolation process``).
 * ``fedad flower supernode --superlink HOST:PORT --partition-id I --num-partitions N`` —
-  one client: it builds its data from the run's config and holds partition ``I``.
+  one client: it builds its data from the run's config and holds partition ``I``; a
+  personalised method's detector stays on it, in ``--models-dir`` (default
+  ``./fedad-models``).
 * ``fedad flower run CONFIG --superlink HOST:PORT`` — runs an experiment on that
   federation and writes the usual run directory; the ServerApp runs on this machine.
 
@@ -238,6 +240,10 @@ def supernode(
     cache_dir: Annotated[
         Path | None, typer.Option(help="cache of this node's data (default: a temp dir)")
     ] = None,
+    models_dir: Annotated[
+        Path,
+        typer.Option(help="where this node keeps its personalised detectors (they never leave it)"),
+    ] = Path("fedad-models"),
     root_certificates: RootCert = None,
     insecure: Insecure = False,
     home: Home = None,
@@ -266,9 +272,12 @@ def supernode(
             data_config = str(config.resolve())
         tls = tls_args_client(str(root_certificates) if root_certificates else None, insecure)
         parse_address(superlink)
+        models = check_models_dir(models_dir)
         check_port_free("127.0.0.1", port, "the SuperNode's local API")
         wait_reachable(superlink, "--superlink", connect_timeout)
-        argv = supernode_argv(superlink, partition_id, num_partitions, port, tls, data_config)
+        argv = supernode_argv(
+            superlink, partition_id, num_partitions, port, tls, data_config, str(models)
+        )
         with contextlib.ExitStack() as stack:
             cache = cache_dir
             if cache is None:
@@ -278,6 +287,21 @@ def supernode(
     except FedadError as err:
         _fail(err)
     raise typer.Exit(code)
+
+
+def check_models_dir(path: Path) -> Path:
+    """``--models-dir`` as an absolute path, created, and checked to be a writable folder."""
+    models = path.expanduser().resolve()
+    try:
+        models.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise FedadError(
+            f"--models-dir '{path}' cannot be created: {err.strerror or err}",
+            "give a writable folder",
+        ) from None
+    if not os.access(models, os.W_OK | os.X_OK):
+        raise FedadError(f"--models-dir '{path}' is not writable", "give a writable folder")
+    return models
 
 
 @app.command("run")

@@ -43,6 +43,13 @@ Every Flower process gets its own ``FLWR_HOME`` under the work directory
 cache for the SuperNodes), telemetry and update checks off, and runtime dependency
 installation off. The work directory is removed after a successful run and kept (its path
 in the error) after a failed one.
+
+**Personalised detectors stay on the nodes.** Each SuperNode gets a models directory
+(``fedad-models-dir`` in its node config; ``fedad flower supernode --models-dir``) where it
+saves its own detector; the evaluate reply carries only the scores and the folder's path
+(:func:`fedad.fl.flower_app.keep_detector_home`), and metrics.json's ``events`` name each
+folder. The local SuperNodes of ``fedad run`` share ``RUN_DIR/.flower/node-models/``, which
+stays after the run.
 """
 
 from __future__ import annotations
@@ -80,6 +87,9 @@ APP_NAME = "fedad-run"
 CONNECTION = "fedad"
 SUPEREXEC_POLL = 0.25
 """Seconds between a SuperExec's polls for new tasks (Flower's default: 1)."""
+NODE_MODELS = "node-models"
+"""Folder of ``RUN_DIR/.flower`` where a local deployment's SuperNodes keep personalised
+detectors (kept after the run; ``--force`` clears it with the rest of ``.flower``)."""
 MAX_LOCAL_NODES = 32
 """Most SuperNodes ``fedad run`` starts on one machine (two processes each, ~130 MB apiece)."""
 START_TIMEOUT = 60.0
@@ -733,13 +743,16 @@ def supernode_argv(
     port: int,
     tls: list[str] | None = None,
     data_config: str | None = None,
+    models_dir: str | None = None,
 ) -> list[str]:
-    """``flower-supernode`` holding client ``partition_id`` of ``num_partitions``."""
+    """``flower-supernode`` holding client ``partition_id`` of ``num_partitions``; it keeps
+    personalised detectors in ``models_dir`` (node config ``fedad-models-dir``)."""
     node_config = f"partition-id={partition_id} num-partitions={num_partitions}"
-    if data_config:
-        if '"' in data_config:
-            raise ConfigError(f"the path '{data_config}' must not contain a double quote")
-        node_config += f' fedad-data-config="{data_config}"'
+    for key, path in (("fedad-data-config", data_config), ("fedad-models-dir", models_dir)):
+        if path:
+            if '"' in path:
+                raise ConfigError(f"the path '{path}' must not contain a double quote")
+            node_config += f' {key}="{path}"'
     return [
         flower_bin("flower-supernode"),
         *(tls or ["--insecure"]),
@@ -808,9 +821,12 @@ def write_connection(home: Path, link: RemoteSuperLink) -> None:
 class LocalDeployment:
     """A SuperLink and ``num_nodes`` SuperNodes on 127.0.0.1 (use as a context manager)."""
 
-    def __init__(self, workdir: Path, num_nodes: int) -> None:
+    def __init__(self, workdir: Path, num_nodes: int, models_dir: Path | None = None) -> None:
         self.workdir = workdir
         self.num_nodes = num_nodes
+        self.models_dir = models_dir or workdir / "node-models"
+        """Where the SuperNodes keep personalised detectors (all of them: each in its own
+        ``run-R/client-I`` folder); created only when one is saved."""
         self.supervisor = Supervisor(workdir / "logs")
         self.port = 0
         self.address = ""
@@ -857,7 +873,9 @@ class LocalDeployment:
         self.node_ports[i] = free_port()
         self.supervisor.start(
             f"supernode-{i}",
-            supernode_argv(self.address, i, self.num_nodes, self.node_ports[i]),
+            supernode_argv(
+                self.address, i, self.num_nodes, self.node_ports[i], models_dir=str(self.models_dir)
+            ),
             flower_env(
                 self.workdir / "homes" / f"supernode-{i}",
                 {"FEDAD_FLOWER_CACHE": str(self.workdir / "cache")},
@@ -1093,7 +1111,9 @@ def run_deployment(
                 finally:
                     sup.stop_all()
             else:
-                with LocalDeployment(w, len(fed.clients)) as dep:
+                # the nodes' personalised detectors outlive the work directory: .flower/
+                models = w / "node-models" if temporary else w.parent / NODE_MODELS
+                with LocalDeployment(w, len(fed.clients), models) as dep:
                     link = RemoteSuperLink(dep.address, insecure=True)
                     outcome = submit_and_wait(
                         spec, link, w, dep.supervisor, on_round, ["superlink"],
