@@ -142,7 +142,7 @@ def _setup() -> tuple[Any, Any, Any]:
 
 def test_run_spec_round_trips_through_run_config() -> None:
     cfg, _, alg = _setup()
-    spec = RunSpec.build(cfg, alg, results_dir="/r", server_data="/s.npy")
+    spec = RunSpec.build(cfg, alg, results_dir="/r")
     rc = spec.to_run_config()
     assert all(isinstance(v, str | float) for v in rc.values())
     again = RunSpec.from_run_config(rc)
@@ -199,7 +199,13 @@ def test_server_data_learning_curves_and_state_as_inprocess() -> None:
     alg = build_algorithms(cfg, fed)["onlad-selective"]
     ref = _inprocess(cfg, fed, alg)
     spec = RunSpec.build(cfg, alg)
-    out = serve(FakeFlowerGrid(spec), spec, alg, poll_interval=0.0, server_data=fed.server_normal)
+    from fedad.fl.flower_app import server_normal_of
+
+    server = server_normal_of(spec)  # what the deployment ServerApp derives from the config
+    assert isinstance(server, np.ndarray)
+    np.testing.assert_array_equal(server, fed.server_normal)
+    assert server_normal_of(RunSpec.build(parse_config(CFG), alg)) is None
+    out = serve(FakeFlowerGrid(spec), spec, alg, poll_interval=0.0, server_data=server)
     assert _comparable(out.history) == _comparable(ref.history)
     assert any("eval_auroc" in r for r in out.history)
     assert (out.bytes_up, out.bytes_down, out.events) == (ref.bytes_up, ref.bytes_down, ref.events)
@@ -383,3 +389,27 @@ def test_node_data_cache_key_covers_everything_but_engine_and_methods() -> None:
         {"data": {**CFG["data"], "max_test": 50}},
     ):
         assert data_key(parse_config({**CFG, **change})) != data_key(base), change
+
+
+@pytest.mark.parametrize("kind", ["image+mask", "graph"])
+def test_node_cache_keeps_graphs_and_masks(kind: str, tmp_path: Path) -> None:
+    from fedad.data.types import GraphSet
+    from fedad.fl.flower_app import _load_client, _save_client
+    from tests.conftest import make_federation
+
+    fed = make_federation(kind.split("+")[0], masks=kind.endswith("mask"))
+    c = fed.clients[1]
+    _save_client(tmp_path / "c.npz", c)
+    with np.load(tmp_path / "c.npz", allow_pickle=False) as z:
+        assert not any(z[k].dtype == object for k in z.files)
+    got = _load_client(tmp_path / "c.npz")
+    assert got.client_id == 1 and got.source == c.source
+    if isinstance(c.x_train, GraphSet):
+        assert got.x_train == c.x_train and got.x_test == c.x_test
+        assert got.mask_test is None
+    else:
+        np.testing.assert_array_equal(got.x_test, c.x_test)
+        assert got.mask_test is not None and c.mask_test is not None
+        np.testing.assert_array_equal(got.mask_test, c.mask_test)
+        assert got.mask_test.dtype == np.uint8
+    np.testing.assert_array_equal(got.y_test, c.y_test)

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from fedad.config import ExperimentConfig
-from fedad.data.types import Federation
+from fedad.data.types import Features, Federation
 from fedad.errors import ConfigError, FedadError
 from fedad.fl.algorithm import EVALUATE, Algorithm, Setup, build_algorithm
 from fedad.fl.messages import Message, Scalar
@@ -230,7 +230,6 @@ class RunSpec:
     setup_json: str
     timeout: float = DEFAULT_TIMEOUT
     results_dir: str = ""
-    server_data: str = ""
     label: str = ""
     """The method's key in metrics.json (names the folder of a node's saved detector)."""
 
@@ -240,7 +239,6 @@ class RunSpec:
         cfg: ExperimentConfig,
         algorithm: Algorithm,
         results_dir: str | Path = "",
-        server_data: str | Path = "",
     ) -> RunSpec:
         """The spec of running ``algorithm`` with ``cfg`` (checks it survives the trip)."""
         setup = dataclasses.asdict(algorithm.setup)
@@ -253,7 +251,6 @@ class RunSpec:
             setup_json=json.dumps(setup),
             timeout=float(cfg.engine.timeout or DEFAULT_TIMEOUT),
             results_dir=str(results_dir),
-            server_data=str(server_data),
             label=method_label(cfg, algorithm),
         )
         again = spec.build_algorithm()
@@ -274,7 +271,6 @@ class RunSpec:
             "fedad-setup": self.setup_json,
             "fedad-timeout": float(self.timeout),
             "fedad-results": self.results_dir,
-            "fedad-server-data": self.server_data,
             "fedad-label": self.label,
         }
 
@@ -291,7 +287,6 @@ class RunSpec:
             setup_json=str(rc["fedad-setup"]),
             timeout=float(rc.get("fedad-timeout", DEFAULT_TIMEOUT)),
             results_dir=str(rc.get("fedad-results", "")),
-            server_data=str(rc.get("fedad-server-data", "")),
             label=str(rc.get("fedad-label", "")),
         )
 
@@ -646,7 +641,7 @@ def serve(
     algorithm: Algorithm,
     on_round: Callable[[dict[str, Any]], None] | None = None,
     poll_interval: float = 0.1,
-    server_data: np.ndarray | None = None,
+    server_data: Features | None = None,
 ) -> RunOutcome:
     """The ServerApp's work: map the nodes, run ``algorithm.server``, evaluate every node.
 

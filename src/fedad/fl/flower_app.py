@@ -58,8 +58,8 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFI
 from flwr.serverapp import Grid, ServerApp
 
 from fedad.config import ExperimentConfig, read_toml
-from fedad.data.types import ClientData
-from fedad.errors import ConfigError
+from fedad.data.types import ClientData, Features, Samples
+from fedad.errors import ConfigError, FedadError
 from fedad.fl.algorithm import EVALUATE, Algorithm, Handler
 from fedad.fl.flower import (
     HELLO,
@@ -110,30 +110,36 @@ _ALGORITHMS: dict[str, Algorithm] = {}
 
 
 def _save_client(path: Path, c: ClientData) -> None:
+    """One client's data as ``.npz`` (no pickle): dense arrays, graphs and masks alike
+    (:meth:`~fedad.data.types.Samples.arrays`)."""
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npz")
-    np.savez(
-        tmp,
-        client_id=np.int64(c.client_id),
-        x_train=c.x_train,
-        y_train=c.y_train,
-        c_train=c.c_train,
-        x_test=c.x_test,
-        y_test=c.y_test,
-        source=np.array(c.source),
-    )
+    arrays: dict[str, np.ndarray] = {
+        "client_id": np.int64(c.client_id),  # type: ignore[dict-item]
+        "y_train": c.y_train,
+        "c_train": c.c_train,
+        "y_test": c.y_test,
+        "source": np.array(c.source),
+        **c.train.arrays("train/"),
+        **c.test.arrays("test/"),
+    }
+    np.savez(tmp, **arrays)  # type: ignore[arg-type]
     tmp.replace(path)
 
 
 def _load_client(path: Path) -> ClientData:
     with np.load(path, allow_pickle=False) as z:
+        train = Samples.from_arrays(z, "train/")
+        test = Samples.from_arrays(z, "test/")
         return ClientData(
             client_id=int(z["client_id"]),
-            x_train=z["x_train"],
+            x_train=train.x,
             y_train=z["y_train"],
             c_train=z["c_train"],
-            x_test=z["x_test"],
+            x_test=test.x,
             y_test=z["y_test"],
             source=str(z["source"]),
+            mask_train=train.mask,
+            mask_test=test.mask,
         )
 
 
@@ -145,7 +151,10 @@ def client_data(cfg: ExperimentConfig, partition_id: int) -> ClientData:
     cache = os.environ.get(CACHE_ENV)
     path = Path(cache) / f"{key}-{partition_id}.npz" if cache else None
     if path is not None and path.is_file():
-        return _load_client(path)
+        try:
+            return _load_client(path)
+        except (OSError, ValueError, KeyError, FedadError):
+            pass  # a damaged or outdated cache file: rebuild it below
     from fedad.data.federation import build_federation
 
     clients = build_federation(cfg).clients
@@ -466,7 +475,7 @@ def make_server_app(
     algorithm: Algorithm,
     sink: list[RunOutcome],
     on_round: Callable[[dict[str, Any]], None] | None = None,
-    server_data: np.ndarray | None = None,
+    server_data: Features | None = None,
     poll_interval: float = 0.02,
 ) -> ServerApp:
     """A ServerApp running ``algorithm`` (this very object) and appending to ``sink``."""
@@ -477,6 +486,19 @@ def make_server_app(
         sink.append(serve(grid, spec, algorithm, on_round, poll_interval, server_data=server_data))
 
     return app
+
+
+def server_normal_of(spec: RunSpec) -> Features | None:
+    """The server's held-out normal samples (``data.server_normal`` of the run config),
+    derived where the ServerApp runs from the config alone, like the nodes derive their
+    partitions: no server arrays are handed over in files or messages. ``None`` when the
+    run gives the server none."""
+    cfg = spec.config()
+    if cfg.data.server_normal <= 0:
+        return None
+    from fedad.data.federation import build_federation
+
+    return build_federation(cfg).server_normal
 
 
 server_app = ServerApp()
@@ -490,14 +512,13 @@ def _deployment_main(grid: Grid, context: Context) -> None:
         raise ValueError("run config 'fedad-results' is empty: nowhere to write the results")
     results = ResultsDir(spec.results_dir)
     try:
-        server_data = np.load(spec.server_data) if spec.server_data else None
         outcome = serve(
             grid,
             spec,
             spec.build_algorithm(),
             on_round=results.append_round,
             poll_interval=0.1,
-            server_data=server_data,
+            server_data=server_normal_of(spec),
         )
     except BaseException as err:
         results.write_error(err)

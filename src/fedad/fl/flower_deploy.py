@@ -73,8 +73,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import numpy as np
-
 from fedad.config import ExperimentConfig
 from fedad.data.types import Federation
 from fedad.errors import ConfigError, FedadError, Interrupted
@@ -1096,11 +1094,8 @@ def run_deployment(
     ok = False
     interrupted = False
     try:
-        server_data = ""
-        if fed.server_normal is not None:  # the ServerApp runs here, so a local file will do
-            server_data = str(w / "server_normal.npy")
-            np.save(server_data, fed.server_normal)
-        spec = RunSpec.build(cfg, algorithm, results_dir=w / "results", server_data=server_data)
+        # the ServerApp derives data.server_normal from the run config (server_normal_of)
+        spec = RunSpec.build(cfg, algorithm, results_dir=w / "results")
         with sigterm_as_interrupt():
             if remote is not None:
                 sup = Supervisor(w / "logs")
