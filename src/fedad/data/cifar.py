@@ -67,7 +67,7 @@ def _encode(obj: object, encoding: str = "utf-8", errors: str = "strict") -> byt
 def _dtype(obj: object, align: object = False, copy: object = False) -> np.dtype:
     """``numpy.dtype`` as pickles call it, always a fresh copy (a pickle's state is set on it)."""
     del copy
-    return np.dtype(obj, align=bool(align), copy=True)  # type: ignore[call-overload]
+    return np.dtype(obj, align=bool(align), copy=True)  # type: ignore[call-overload, no-any-return]
 
 
 def _reconstruct(subtype: object, shape: object, dtype: object) -> np.ndarray:

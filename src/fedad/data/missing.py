@@ -41,7 +41,7 @@ def _bad_rows(x: Features | None) -> np.ndarray:
     if not np.issubdtype(x.dtype, np.floating):
         return np.zeros(len(x), dtype=bool)
     flat: np.ndarray = x.reshape(len(x), -1)
-    return ~np.isfinite(flat).all(axis=1)
+    return np.asarray(~np.isfinite(flat).all(axis=1))
 
 
 def _describe(ds: Dataset, name: str) -> str:
@@ -134,7 +134,7 @@ def training_means(blocks: Sequence[np.ndarray], name: str) -> np.ndarray:
             "the training data",
             'use data.missing = "drop" or remove that feature',
         )
-    return total / count
+    return np.asarray(total / count)
 
 
 def fill_missing(x: np.ndarray, means: np.ndarray) -> np.ndarray:

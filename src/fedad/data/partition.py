@@ -100,7 +100,7 @@ def dirichlet_proportions(
     for row in np.flatnonzero(bad):
         props[row] = 0.0
         props[row, rng.integers(num_clients)] = 1.0
-    return props / props.sum(axis=1, keepdims=True)
+    return np.asarray(props / props.sum(axis=1, keepdims=True))
 
 
 def iid(

@@ -131,7 +131,7 @@ def _to_channels(x: np.ndarray, c: int) -> np.ndarray:
     if c0 == 1:
         return np.repeat(x, c, axis=1)
     if c0 == 3 and c == 1:
-        return np.einsum("nchw,c->nhw", x, LUMA)[:, None].astype(np.float32)
+        return np.asarray(np.einsum("nchw,c->nhw", x, LUMA)[:, None], dtype=np.float32)
     raise ConfigError(f"cannot convert images with {c0} channels to {c}")
 
 
@@ -146,7 +146,7 @@ def _resize(x: np.ndarray, h: int, w: int) -> np.ndarray:
     with torch.no_grad():
         t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
         out = F.interpolate(t, size=(h, w), mode="bilinear", align_corners=False, antialias=down)
-    return np.clip(out.numpy(), 0.0, 1.0)
+    return np.asarray(np.clip(out.numpy(), 0.0, 1.0))
 
 
 # -- procedural ---------------------------------------------------------------------------------
@@ -198,7 +198,7 @@ def _shapes(rng: np.random.Generator, c: int, yy: np.ndarray, xx: np.ndarray) ->
 
 def _triangle(p: np.ndarray, xx: np.ndarray, yy: np.ndarray) -> np.ndarray:
     def side(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return (b[0] - a[0]) * (yy - a[1]) - (b[1] - a[1]) * (xx - a[0])
+        return np.asarray((b[0] - a[0]) * (yy - a[1]) - (b[1] - a[1]) * (xx - a[0]))
 
     s = [side(p[0], p[1]), side(p[1], p[2]), side(p[2], p[0])]
     return ((s[0] >= 0) & (s[1] >= 0) & (s[2] >= 0)) | ((s[0] <= 0) & (s[1] <= 0) & (s[2] <= 0))
@@ -218,8 +218,8 @@ def _noise(rng: np.random.Generator, c: int, yy: np.ndarray, xx: np.ndarray) -> 
     hi = field.max(axis=(1, 2), keepdims=True)
     field = (field - lo) / np.maximum(hi - lo, 1e-12)
     if c > 1 and rng.random() < 0.5:  # one noise field coloured between two colours
-        return _colour(rng, c) * (1 - field[:1]) + _colour(rng, c) * field[:1]
-    return field
+        return np.asarray(_colour(rng, c) * (1 - field[:1]) + _colour(rng, c) * field[:1])
+    return np.asarray(field)
 
 
 def _bilinear(grid: np.ndarray, gy: np.ndarray, gx: np.ndarray) -> np.ndarray:
@@ -277,7 +277,7 @@ def _skimage_image(fn: str) -> np.ndarray:
     from skimage import data
     from skimage.util import img_as_float32
 
-    img = img_as_float32(np.asarray(getattr(data, fn)()))
+    img = img_as_float32(np.asarray(getattr(data, fn)()))  # type: ignore[no-untyped-call]
     if img.ndim == 3 and img.shape[2] == 4:
         img = img[..., :3] * img[..., 3:] + (1 - img[..., 3:])
     img = img[None] if img.ndim == 2 else np.moveaxis(img[..., :3], 2, 0)

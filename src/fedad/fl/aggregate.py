@@ -21,7 +21,7 @@ def normalized_weights(weights: Sequence[float]) -> np.ndarray:
     total = w.sum()
     if total <= 0:
         raise ValueError("weights sum to zero")
-    return w / total
+    return np.asarray(w / total)
 
 
 def weighted_mean(arrays: Sequence[np.ndarray], weights: Sequence[float]) -> np.ndarray:

@@ -31,7 +31,8 @@ class ConvEncoder(nn.Module):
         self.fc = nn.Linear(2 * width * self.grid[0] * self.grid[1], latent, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.conv(x).flatten(1))
+        out: torch.Tensor = self.fc(self.conv(x).flatten(1))
+        return out
 
 
 class ConvDecoder(nn.Module):

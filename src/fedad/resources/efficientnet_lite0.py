@@ -75,7 +75,8 @@ class SameConv2d(nn.Conv2d):
                 total = max((math.ceil(size / s) - 1) * s + k - size, 0)
                 pads += [total // 2, total - total // 2]
             x = F.pad(x, pads)
-        return self._conv_forward(x, self.weight, None)
+        out: torch.Tensor = self._conv_forward(x, self.weight, None)
+        return out
 
 
 def _bn(channels: int) -> nn.BatchNorm2d:
@@ -102,7 +103,8 @@ class MBConv(nn.Module):
         h = F.relu6(self.bn0(self.expand_conv(x))) if self.expand else x
         h = F.relu6(self.bn1(self.depthwise_conv(h)))
         h = self.bn2(self.project_conv(h))
-        return h + x if self.residual else h
+        out: torch.Tensor = h + x if self.residual else h
+        return out
 
 
 class EfficientNetLite0(Backbone):
@@ -139,7 +141,8 @@ class EfficientNetLite0(Backbone):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """ImageNet logits ``(N, 1000)`` (dropout is inactive: the model is frozen)."""
-        return self.fc(self.features(x))
+        out: torch.Tensor = self.fc(self.features(x))
+        return out
 
 
 def _our_key(key: str) -> str:

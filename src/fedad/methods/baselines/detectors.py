@@ -190,7 +190,8 @@ class AutoEncoderDetector(TorchDetector):
         return AutoEncoder(self.kind, tuple(self.input_shape), latent)
 
     def loss(self, batch: torch.Tensor) -> torch.Tensor:
-        return self.model_.score(batch).mean()  # type: ignore[operator]
+        loss: torch.Tensor = self.model_.score(batch).mean()  # type: ignore[operator]
+        return loss
 
     def score(self, x: np.ndarray) -> np.ndarray:
         self._ensure_built()
@@ -210,7 +211,7 @@ class DeepSVDDDetector(TorchDetector):
     def embedding_sum(self, x: np.ndarray) -> np.ndarray:
         """:math:`\\sum_i \\phi(x_i)` with the current weights (for a federated centre)."""
         self._ensure_built()
-        return batched(self.model_.embed, x).sum(0)  # type: ignore[arg-type]
+        return np.asarray(batched(self.model_.embed, x).sum(0))  # type: ignore[arg-type]
 
     def set_center(self, center: np.ndarray) -> Self:
         """Fix :math:`c` (after the :func:`fix_center` adjustment)."""
@@ -224,7 +225,8 @@ class DeepSVDDDetector(TorchDetector):
         return self.set_center(self.embedding_sum(x) / max(len(x), 1))
 
     def loss(self, batch: torch.Tensor) -> torch.Tensor:
-        return self.model_.score(batch).mean()  # type: ignore[operator]
+        loss: torch.Tensor = self.model_.score(batch).mean()  # type: ignore[operator]
+        return loss
 
     def score(self, x: np.ndarray) -> np.ndarray:
         self._ensure_built()

@@ -51,12 +51,15 @@ class AutoEncoder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kind == "image":
-            return self.decoder(self.encoder(x))
-        return self.decoder(self.encoder(flatten(x))).view_as(x)
+            out: torch.Tensor = self.decoder(self.encoder(x))
+            return out
+        flat: torch.Tensor = self.decoder(self.encoder(flatten(x)))
+        return flat.view_as(x)
 
     def score(self, x: torch.Tensor) -> torch.Tensor:
         """Mean squared reconstruction error per sample."""
-        return (self(x) - x).pow(2).flatten(1).mean(1)
+        err: torch.Tensor = (self(x) - x).pow(2).flatten(1).mean(1)
+        return err
 
 
 class DeepSVDDNet(nn.Module):
@@ -75,7 +78,8 @@ class DeepSVDDNet(nn.Module):
         self.register_buffer("center", torch.zeros(latent))
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
-        return self.phi(x if self.kind == "image" else flatten(x))
+        out: torch.Tensor = self.phi(x if self.kind == "image" else flatten(x))
+        return out
 
     def score(self, x: torch.Tensor) -> torch.Tensor:
         """Squared distance to the centre (eq. 5)."""

@@ -267,7 +267,7 @@ class PretrainedDetector(BaseDetector):
         if n == 1:
             return np.asarray(plain, dtype=np.float64)
         loo = dist[:, 1 : 1 + min(self.k, n - 1)].mean(axis=1)
-        return np.where(dist[:, 0] <= self._tol, loo, plain).astype(np.float64)
+        return np.asarray(np.where(dist[:, 0] <= self._tol, loo, plain), dtype=np.float64)
 
     # -- persistence ------------------------------------------------------------------------
     def get_arrays(self) -> dict[str, np.ndarray]:

@@ -56,7 +56,7 @@ def train_epochs(
                 prox = sum(((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
                 objective = loss + 0.5 * prox_mu * prox
             opt.zero_grad(set_to_none=True)
-            objective.backward()
+            objective.backward()  # type: ignore[no-untyped-call]
             opt.step()
             total += float(loss.detach()) * len(idx)
             count += len(idx)

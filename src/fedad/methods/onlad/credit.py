@@ -59,7 +59,7 @@ def fedavg_weights(n: Floats) -> np.ndarray:
     if top <= 0:
         return np.zeros_like(w)
     w = w / top  # sizes up to 1.8e308 sum without overflow
-    return w / w.sum()
+    return np.asarray(w / w.sum())
 
 
 def credit_scores(losses: Floats, n: Floats, lam: float | None = None) -> np.ndarray:
@@ -83,7 +83,7 @@ def credit_scores(losses: Floats, n: Floats, lam: float | None = None) -> np.nda
     ref = ell[keep].min()
     raw = np.zeros_like(ell)
     raw[keep] = (nk[keep] / nk[keep].max()) * (ref / ell[keep])
-    return raw / raw.sum()
+    return np.asarray(raw / raw.sum())
 
 
 def adaptive_lambda(lam: float, round_no: int, rounds: int, decay: float) -> float:

@@ -83,7 +83,7 @@ def init_input_weights(
 def hidden(x: np.ndarray, alpha: np.ndarray, bias: np.ndarray) -> np.ndarray:
     """:math:`H = G(x\\alpha + b)` with the logistic sigmoid :math:`G`."""
     z = _rows(x) @ alpha + bias
-    return 0.5 * (1.0 + np.tanh(0.5 * z))  # numerically stable sigmoid
+    return np.asarray(0.5 * (1.0 + np.tanh(0.5 * z)))  # numerically stable sigmoid
 
 
 def init_phase(
@@ -136,7 +136,7 @@ def sequential_phase_residual(
 
 def reconstruction_error(x: np.ndarray, h: np.ndarray, beta: np.ndarray) -> np.ndarray:
     """Per-sample :math:`\\lVert x - H\\beta \\rVert^2 / n`."""
-    return np.mean((_rows(x) - h @ beta) ** 2, axis=1)
+    return np.asarray(np.mean((_rows(x) - h @ beta) ** 2, axis=1))
 
 
 def batch_ridge(h: np.ndarray, t: np.ndarray, ridge: float = 1e-3) -> np.ndarray:
