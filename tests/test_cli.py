@@ -94,6 +94,33 @@ def test_outputs_follow_the_contract(run_dir: Path) -> None:
     assert "local_epochs = 2" in resolved and "lr = 0.001" in resolved
 
 
+def test_columns_listed_and_the_table_renders_from_them(run_dir: Path) -> None:
+    from fedad.cli import results_table
+
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert m["columns"] == {
+        "summary": [
+            "auroc", "aupr", "eer", "f1", "precision", "recall", "fe", "me",
+            "bytes_up", "bytes_down", "seconds", "rounds",
+        ],
+        "per_client": ["auroc", "f1"],
+        "normal-positive": ["normal_precision", "normal_recall", "accuracy", "normal_f1"],
+    }  # fmt: skip
+    headers = [str(c.header) for c in results_table(m).columns]
+    assert headers == [
+        "method", "AUROC", "AUPR", "F1", "precision", "recall", "FE", "ME", "MB up", "MB down", "s"
+    ]  # fmt: skip
+    # several seeds: FE and ME make room for the spread
+    seeds = {**m, "experiment": {**m["experiment"], "seeds": [0, 1]}}
+    assert "FE" not in [str(c.header) for c in results_table(seeds).columns]
+    # a column no family knows is shown under its own name, numbers with 3 decimals
+    m["columns"]["summary"] = ["auroc", "my_metric"]
+    m["methods"]["fedavg"]["my_metric"] = 0.123456
+    t = results_table(m)
+    assert [str(c.header) for c in t.columns] == ["method", "AUROC", "my_metric"]
+    assert "0.123" in list(t.columns[2].cells)
+
+
 def test_load_gives_working_detectors(run_dir: Path) -> None:
     run = fedad.load(str(run_dir))
     with np.load(run_dir / "scores.npz") as z:

@@ -103,6 +103,30 @@ def test_aggregate_keeps_shared_facts_only() -> None:
     assert data["experiment"] == {"dataset": "d", "seeds": [0, 1, 2]}
 
 
+def test_aggregate_pixel_metrics_and_columns() -> None:
+    """Any numeric metric is averaged, a new family's included; the columns are kept."""
+    cols = {"summary": ["auroc", "pixel_auroc", "pro", "seconds"], "per_client": ["auroc"]}
+    per_seed = {
+        s: {
+            "methods": {"a": {"auroc": 0.5 + s / 10, "pixel_auroc": px, "pro": pro}},
+            "experiment": {},
+            "columns": cols,
+        }
+        for s, px, pro in ((0, 0.81, 0.4), (1, 0.93, 0.6), (2, 0.88, None))
+    }
+    data = aggregate(per_seed, [0, 1, 2], ["a"])
+    a = data["methods"]["a"]
+    assert a["pixel_auroc"] == pytest.approx(np.mean([0.81, 0.93, 0.88]), abs=1e-15)
+    assert a["std"]["pixel_auroc"] == pytest.approx(np.std([0.81, 0.93, 0.88]), abs=1e-15)
+    assert a["pro"] is None and a["std"]["pro"] is None  # undefined in one seed
+    assert [r["pixel_auroc"] for r in a["per_seed"]] == [0.81, 0.93, 0.88]
+    assert data["columns"] == cols
+    # a seed written before columns were listed: its columns come from its entries
+    per_seed[3] = {"methods": {"a": {"auroc": 0.7}}, "experiment": {}}
+    union = aggregate(per_seed, [0, 1, 2, 3], ["a"])["columns"]
+    assert union["summary"][:3] == ["auroc", "pixel_auroc", "pro"] and "aupr" in union["summary"]
+
+
 def test_history_gets_a_seed_column() -> None:
     text = history_with_seeds([(3, "method,round\nm,1\n"), (4, "method,round,x\nm,1,2\n")])
     rows = list(csv.DictReader(text.splitlines()))
@@ -127,6 +151,7 @@ def test_aggregate_equals_numpy_over_the_seed_files(two_seeds: Path) -> None:
     assert {r["seed"] for r in rows} == {"4", "5"}
     assert (two_seeds / "report.html").is_file()
     assert "AUROC per seed" in (two_seeds / "report.html").read_text()
+    assert top["columns"] == seeds[0]["columns"]
 
 
 def test_each_seed_is_the_single_run_with_that_seed(two_seeds: Path, tmp_path: Path) -> None:

@@ -51,43 +51,45 @@ def _mb(v: Any) -> str:
     return "–" if v is None else f"{v / 1e6:.2f}"
 
 
-def _pm(m: dict[str, Any], key: str, digits: int = 3) -> str:
-    """``mean +- std`` of a several-seed aggregate, else the value."""
+def _cell(m: dict[str, Any], key: str, kind: str, spread: bool) -> str:
+    """One value of the results table, formatted by its column's kind; ``mean ± std`` of a
+    several-seed aggregate for the columns with ``spread``."""
+    v = m.get(key)
+    if kind == "bytes":
+        return _mb(v) if isinstance(v, int | float) or v is None else _fmt(v)
+    digits = 1 if kind == "seconds" else 3
+    text = _fmt(v, digits)
     std = m.get("std")
-    text = _fmt(m.get(key), digits)
-    if isinstance(std, dict) and isinstance(std.get(key), float) and m.get(key) is not None:
+    if spread and isinstance(std, dict) and isinstance(std.get(key), float) and v is not None:
         text += f" ± {std[key]:.{digits}f}"
     return text
 
 
 def results_table(metrics: dict[str, Any]) -> Table:
-    """The terminal summary: one row per method, pooled metrics (mean +- std over seeds)."""
+    """The terminal summary: one row per method, pooled metrics (mean +- std over seeds).
+
+    The columns are metrics.json's ``columns["summary"]`` (:func:`fedad.evaluation.
+    columns_of`), each shown as its :func:`~fedad.evaluation.column_spec` says: those with a
+    terminal header, and with seeds only those kept beside the ``± std`` of the spread ones.
+    """
+    from fedad.evaluation import column_spec, columns_of
+
     seeds = metrics.get("experiment", {}).get("seeds")
+    several = isinstance(seeds, list)
     title = "results (pooled over clients' local test sets)"
-    if isinstance(seeds, list):
+    if several:
         title = f"results: mean ± std over {len(seeds)} seeds (pooled over clients' test sets)"
     t = Table(title=title)
     t.add_column("method", no_wrap=True)
-    # with seeds, mean ± std of the ranking metrics and F1; FE = 1 - precision and
-    # ME = 1 - recall make room for the spread
-    cols: tuple[tuple[str, str], ...] = (("AUROC", "auroc"), ("AUPR", "aupr"), ("F1", "f1"))
-    cols += (("precision", "precision"), ("recall", "recall"))
-    if not isinstance(seeds, list):
-        cols += (("FE", "fe"), ("ME", "me"))
-    for col, _ in cols:
-        t.add_column(col, justify="right", no_wrap=True)
-    t.add_column("MB up", justify="right")
-    t.add_column("MB down", justify="right")
-    t.add_column("s", justify="right")
-    spread = ("auroc", "aupr", "f1")
-    for label, m in metrics["methods"].items():
-        t.add_row(
-            label,
-            *(_pm(m, k) if k in spread else _fmt(m.get(k)) for _, k in cols),
-            _mb(m.get("bytes_up")),
-            _mb(m.get("bytes_down")),
-            _fmt(m.get("seconds"), 1),
-        )
+    specs = [column_spec(k) for k in columns_of(metrics)["summary"]]
+    specs = [c for c in specs if c.terminal is not None and (c.with_seeds or not several)]
+    for c in specs:
+        wraps = c.kind in ("bytes", "seconds")
+        t.add_column(c.terminal or c.key, justify="right", no_wrap=not wraps)
+    methods = metrics.get("methods")
+    for label, m in (methods if isinstance(methods, dict) else {}).items():
+        entry = m if isinstance(m, dict) else {}
+        t.add_row(label, *(_cell(entry, c.key, c.kind, c.spread) for c in specs))
     return t
 
 

@@ -2,8 +2,10 @@
 
 ``__init__`` only stores arguments; ``fit(X)`` returns ``self``; ``score(X)`` gives one float
 per sample, higher = more anomalous; ``threshold_`` comes from *training* scores;
-``predict(X)`` returns 0/1. Fitted attributes end in ``_``. A detector can be written to and
-rebuilt from named arrays plus a JSON-able config, which is how runs are saved and loaded.
+``predict(X)`` returns 0/1. Fitted attributes end in ``_``. A detector that *localises*
+anomalies in images also has ``score_maps(X)``, one anomaly map per image
+(:class:`Localizer`). A detector can be written to and rebuilt from named arrays plus a
+JSON-able config, which is how runs are saved and loaded.
 
 Loading is safe by construction: a saved config names a detector by its *registered name*
 (:func:`register_detector`, applied where the class is defined), never by an import path,
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Protocol, Self, TypeVar, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
@@ -41,6 +43,13 @@ class BaseDetector(ABC):
 
     ``registry_name`` is set by :func:`register_detector`; ``ParamsModel`` validates the
     ``__init__`` arguments when a saved detector is rebuilt (:func:`detector_from_config`).
+
+    Optional: ``score_maps(x) -> (N, H, W)`` float, a per-pixel anomaly map of each image of
+    ``x`` ``(N, C, H, W)`` at the images' resolution, higher = more anomalous
+    (:class:`Localizer`). A detector that defines it localises: on data with defect masks
+    its maps are evaluated with pixel AUROC and PRO and a sample is kept for the report's
+    overlays (:meth:`fedad.fl.algorithm.Algorithm.client_evaluate`). The base class does not
+    define it, so ``localizes(det)`` tells.
     """
 
     threshold_: float
@@ -88,6 +97,19 @@ class BaseDetector(ABC):
         if not cls.registry_name or _DETECTORS.get(cls.registry_name) is not cls:
             raise TypeError(f"{cls.__qualname__} is not registered (use @register_detector)")
         return {"class": cls.registry_name, "params": self.get_params()}
+
+
+@runtime_checkable
+class Localizer(Protocol):
+    """A detector that localises: ``score_maps(x)`` gives ``(N, H, W)`` anomaly maps of the
+    images ``x`` ``(N, C, H, W)``, at their resolution, higher = more anomalous."""
+
+    def score_maps(self, x: np.ndarray) -> np.ndarray: ...
+
+
+def localizes(det: object) -> bool:
+    """Whether ``det`` has a callable ``score_maps`` (:class:`Localizer`)."""
+    return callable(getattr(det, "score_maps", None))
 
 
 def flag(scores: np.ndarray, threshold: float) -> np.ndarray:
@@ -166,8 +188,7 @@ def detector_from_config(config: dict[str, Any], arrays: dict[str, np.ndarray]) 
         e = err.errors()[0]
         key = ".".join(str(x) for x in e["loc"]) or "params"
         raise FedadError(
-            f"checkpoint parameter '{key}' of detector '{cls.registry_name}' is invalid: "
-            f"{e['msg']}"
+            f"checkpoint parameter '{key}' of detector '{cls.registry_name}' is invalid: {e['msg']}"
         ) from None
     det = cls(**params.model_dump())
     try:

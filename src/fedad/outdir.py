@@ -41,7 +41,14 @@ RUN_FILE = "run.json"
 LOCK_FILE = "lock"
 DONE_DIR = "done"
 FORMAT = 1
-OUTPUTS = ("config.toml", "metrics.json", "history.csv", "scores.npz", "report.html")
+OUTPUTS = (
+    "config.toml",
+    "metrics.json",
+    "history.csv",
+    "scores.npz",
+    "maps.npz",
+    "report.html",
+)
 """Files a run writes at the top of its directory."""
 OUTPUT_DIRS = ("checkpoints", ".flower", STATE_DIR)
 """Folders a run writes (``.flower``: the Flower engines' homes and logs)."""
@@ -49,7 +56,8 @@ SEED_DIRS = re.compile(r"seed--?[0-9]{1,20}")
 """Folders of the seeds of a several-seed run (``seed-N``, :mod:`fedad.seeds`)."""
 _LABEL = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 _TMP = re.compile(
-    r"\.(?:config\.toml|metrics\.json|history\.csv|scores\.npz|report\.html)\.tmp-[0-9]+"
+    r"\.(?:config\.toml|metrics\.json|history\.csv|scores\.npz|maps\.npz|report\.html)"
+    r"\.tmp-[0-9]+"
 )
 
 State = Literal["running", "interrupted", "failed", "finished"]

@@ -5,7 +5,9 @@ other files or another run, locked while the run writes), builds the federation 
 validates every method before training any, runs each on the configured engine, evaluates
 each client's final (last-round) detector on its local test set with a threshold from
 training data, and writes ``config.toml``, ``metrics.json``, ``history.csv``,
-``scores.npz``, ``checkpoints/`` and ``report.html``. The standard files are rewritten
+``scores.npz``, ``maps.npz`` (methods with anomaly maps only), ``checkpoints/`` and
+``report.html``. Which metrics: every metric family that applies to a method
+(:mod:`fedad.evaluation`). The standard files are rewritten
 (atomically) as each method finishes, so an interruption or a later error keeps what was
 done; ``resume=True`` runs only the methods not yet done.
 """
@@ -18,7 +20,7 @@ import json
 import math
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +33,19 @@ from fedad.data.types import Federation
 from fedad.detector import DEFAULT_CONTAMINATION
 from fedad.devices import resolve_device
 from fedad.errors import FedadError, Interrupted
-from fedad.evaluation import normal_positive, pooled_arrays, ranking_scores
+from fedad.evaluation import (
+    BUILTIN,
+    MetricFamily,
+    Pooled,
+    evaluate_replies,
+    families_for,
+    map_sample,
+    run_columns,
+)
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import unprefixed
 from fedad.fl.server_inputs import check_requirements
-from fedad.metrics import evaluate, evaluate_clients
 from fedad.outdir import Done, RunDir, staged_dir, write_npz, write_text
 
 HISTORY_COLUMNS = [
@@ -152,16 +161,34 @@ def _clean(v: Any) -> Any:
     return v
 
 
+MAPS_PREFIX = "maps:"
+"""Arrays of a method's :class:`~fedad.outdir.Done` that go to ``maps.npz`` (not scores.npz)."""
+
+
 def summarize(
-    label: str, algorithm: Algorithm, outcome: RunOutcome
+    label: str,
+    algorithm: Algorithm,
+    outcome: RunOutcome,
+    fed: Federation | None = None,
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Pooled and per-client metrics of one method, plus its pooled score arrays."""
+    """Pooled and per-client metrics of one method, plus its pooled score arrays.
+
+    The metrics are those of every metric family that applies (:mod:`fedad.evaluation`),
+    family by family. With ``fed`` (the federation the method ran on) and anomaly maps in
+    the replies, the arrays also hold a capped sample of maps with their test images for
+    ``maps.npz`` (keys ``maps:LABEL/...``, a prefix no label can have;
+    :func:`fedad.evaluation.map_sample`).
+    """
     ids = sorted(outcome.evaluations)
     ev = [outcome.evaluations[i] for i in ids]
-    score, label_arr, pred, client = pooled_arrays(outcome.evaluations)
-    ranked = ranking_scores(score)
-    pooled = {**evaluate(label_arr, ranked, pred), **normal_positive(label_arr, pred)}
-    per_client = evaluate_clients(label_arr, ranked, pred, client)
+    pooled_ev = Pooled(outcome.evaluations)
+    score, label_arr, pred, client = (
+        pooled_ev.score,
+        pooled_ev.label,
+        pooled_ev.pred,
+        pooled_ev.client,
+    )
+    pooled, per_client = evaluate_replies(pooled_ev, families_for(algorithm))
     thresholds = {i: float(m.scalars["threshold"]) for i, m in zip(ids, ev, strict=True)}
     for row in per_client:
         row["threshold"] = thresholds.get(int(row["client"] or 0))
@@ -197,6 +224,10 @@ def summarize(
         f"{label}/client": client,
         f"{label}/pred": pred,
     }
+    if fed is not None and pooled_ev.maps is not None:
+        images = {c.client_id: c.x_test for c in fed.clients}
+        sample = map_sample(pooled_ev, images)
+        arrays.update({f"{MAPS_PREFIX}{label}/{k}": v for k, v in sample.items()})
     return _clean(metrics), arrays
 
 
@@ -276,12 +307,20 @@ def experiment_facts(cfg: ExperimentConfig, fed: Federation) -> dict[str, Any]:
 
 
 def write_outputs(
-    out: Path, labels: list[str], done: dict[str, Done], facts: dict[str, Any], seconds: float
+    out: Path,
+    labels: list[str],
+    done: dict[str, Done],
+    facts: dict[str, Any],
+    seconds: float,
+    families: Sequence[MetricFamily] = BUILTIN,
 ) -> dict[str, Any]:
-    """Write ``metrics.json``, ``history.csv``, ``scores.npz`` from the methods done so far.
+    """Write ``metrics.json``, ``history.csv``, ``scores.npz`` (and ``maps.npz`` when some
+    method has anomaly maps) from the methods done so far.
 
     Methods appear in config order. ``experiment.status`` is ``"complete"`` once every
     method is done, else ``"partial"`` with the missing ones in ``experiment.pending``.
+    ``columns`` lists the metric columns the finished methods have, from ``families`` (every
+    family of the run's methods, :func:`run_columns`).
     """
     finished = [lab for lab in labels if lab in done]
     pending = [lab for lab in labels if lab not in done]
@@ -292,14 +331,35 @@ def write_outputs(
     }
     if pending:
         experiment["pending"] = pending
-    data = {"methods": {lab: done[lab].metrics for lab in finished}, "experiment": experiment}
+    methods = {lab: done[lab].metrics for lab in finished}
+    data = {
+        "methods": methods,
+        "experiment": experiment,
+        "columns": run_columns(methods.values(), families),
+    }
     arrays: dict[str, np.ndarray] = {}
+    maps: dict[str, np.ndarray] = {}
     for lab in finished:
-        arrays.update(done[lab].arrays)
+        for k, v in done[lab].arrays.items():
+            if k.startswith(MAPS_PREFIX):
+                maps[k.removeprefix(MAPS_PREFIX)] = v
+            else:
+                arrays[k] = v
     write_npz(out / "scores.npz", arrays, compressed=True)
+    if maps:
+        write_npz(out / "maps.npz", maps, compressed=True)
     write_history(out / "history.csv", [row for lab in finished for row in done[lab].history])
     write_text(out / "metrics.json", json.dumps(_clean(data), indent=2))
     return data
+
+
+def run_families(algorithms: Iterable[Algorithm]) -> tuple[MetricFamily, ...]:
+    """Every metric family of the run's methods, each once, built-in ones first."""
+    out: dict[str, MetricFamily] = {}
+    for alg in algorithms:
+        for f in families_for(alg):
+            out.setdefault(f.name, f)
+    return tuple(out.values())
 
 
 def _resumable(rd: RunDir, config_text: str, labels: list[str]) -> dict[str, Done]:
@@ -346,6 +406,7 @@ def run_experiment(
                 rd.discard_if_empty()
             raise
         facts = experiment_facts(cfg, fed)
+        families = run_families(algorithms.values())
         try:
             for label, alg in algorithms.items():
                 if label in done:
@@ -358,34 +419,39 @@ def run_experiment(
                         on_round(label, row)
 
                 outcome = run_method(cfg, alg, fed, on_round=cb, workdir=out)
-                metrics, arr = summarize(label, alg, outcome)
+                metrics, arr = summarize(label, alg, outcome, fed)
                 rows = [{"method": label, **row} for row in outcome.history]
                 save_checkpoint(out, label, alg, outcome)
                 done[label] = Done(_clean(metrics), _clean(rows), arr)
                 rd.save_done(label, done[label])
-                write_outputs(out, labels, done, facts, time.perf_counter() - t0)
+                write_outputs(out, labels, done, facts, time.perf_counter() - t0, families)
         except BaseException as err:
-            _keep(rd, labels, done, facts, time.perf_counter() - t0)
+            _keep(rd, labels, done, facts, time.perf_counter() - t0, families)
             if isinstance(err, KeyboardInterrupt | Interrupted):
                 signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
                 kept = tuple(lab for lab in labels if lab in done)
                 raise Interrupted(int(signum), kept, str(out)) from None
             raise
-        data = write_outputs(out, labels, done, facts, time.perf_counter() - t0)
+        data = write_outputs(out, labels, done, facts, time.perf_counter() - t0, families)
         _report(out)
         rd.set_state("finished")
     return data
 
 
 def _keep(
-    rd: RunDir, labels: list[str], done: dict[str, Done], facts: dict[str, Any], seconds: float
+    rd: RunDir,
+    labels: list[str],
+    done: dict[str, Done],
+    facts: dict[str, Any],
+    seconds: float,
+    families: Sequence[MetricFamily] = BUILTIN,
 ) -> None:
     """After an interruption or error: the finished methods' outputs, and the state."""
     if not done:
         rd.discard_if_empty()
         return
     try:
-        write_outputs(rd.root, labels, done, facts, seconds)
+        write_outputs(rd.root, labels, done, facts, seconds, families)
         rd.set_state("interrupted")
         _report(rd.root)
     except (FedadError, OSError, ValueError) as err:  # keep the original error in front

@@ -10,7 +10,8 @@ writes, and keeps an aggregate at the top of ``OUT``:
   every finished seed has a finite value for it; otherwise its mean and std are ``null``
   (never a mean over the seeds that happened to work). ``per_client`` and ``events`` stay
   in each seed's own ``metrics.json``. ``experiment`` keeps the facts all seeds share and
-  adds ``seeds``.
+  adds ``seeds``; ``columns`` lists the metric columns of every seed (their union, in
+  order), so a new metric family's numbers are aggregated and shown like any other.
 * ``history.csv``: every seed's rows, with a ``seed`` column first.
 * ``report.html``: mean +- std, the per-seed spread, links to each seed's report.
 * ``config.toml``: the config as given (with ``seeds``); each seed's resolved config is in
@@ -135,7 +136,22 @@ def aggregate(
             ):
                 experiment[k] = v
     experiment["seeds"] = list(seeds)
-    return {"methods": methods, "experiment": experiment}
+    return {"methods": methods, "experiment": experiment, "columns": _columns(per_seed, done)}
+
+
+def _columns(
+    per_seed: Mapping[int, Mapping[str, Any]], done: Sequence[int]
+) -> dict[str, list[str]]:
+    """The union, in order, of the finished seeds' ``columns`` (each seed's runs the same
+    methods on the same kind of data, so they are normally equal)."""
+    from fedad.evaluation import columns_of
+
+    out: dict[str, list[str]] = {}
+    for s in done:
+        for group, cols in columns_of(per_seed[s]).items():
+            have = out.setdefault(group, [])
+            have += [c for c in cols if c not in have]
+    return out
 
 
 def history_with_seeds(texts: Sequence[tuple[int, str]]) -> str:

@@ -274,3 +274,57 @@ def test_incomplete_run_says_so_at_the_top(tmp_path: Path) -> None:
     assert 'class="warning">This run is incomplete; not finished: b&lt;i&gt;.' in html
     (tmp_path / "metrics.json").write_text(json.dumps({"methods": {}, "experiment": {}}))
     assert "This run is incomplete" not in render_report(tmp_path)
+
+
+def _summary_headers(text: str) -> list[str]:
+    table = text[text.index("<h2>Summary</h2>") :]
+    head = table[table.index("<thead>") : table.index("</thead>")]
+    return re.findall(r"<th>([^<]*)</th>", head)
+
+
+def test_columns_in_metrics_json_drive_the_tables(tmp_path: Path) -> None:
+    """The summary, per-client and family tables show what metrics.json's columns list:
+    known keys with their header and format, unknown ones under their own name."""
+    run = make_run(tmp_path)
+    before = _summary_headers(render_report(run))
+    assert before[2:] == [
+        "AUROC", "AUPR", "EER", "F1", "Precision", "Recall", "FE", "ME",
+        "Bytes up", "Bytes down", "Seconds", "Rounds",
+    ]  # fmt: skip
+    m = json.loads((run / "metrics.json").read_text())
+    m["methods"][LABELS[0]].update(pixel_auroc=0.91234, pro=0.5, my_score=3.25)
+    m["methods"][LABELS[1]].update(pixel_auroc=0.8, pro=None, my_score=1.0)
+    for row in m["methods"][LABELS[0]]["per_client"]:
+        row["pixel_auroc"] = 0.75
+    m["columns"] = {
+        "summary": ["auroc", "pixel_auroc", "pro", "my_score", "bytes_up"],
+        "per_client": ["auroc", "pixel_auroc"],
+        "my-family": ["my_score"],
+    }
+    (run / "metrics.json").write_text(json.dumps(m))
+    text = render_report(run)
+    assert _summary_headers(text)[2:] == ["AUROC", "Pixel AUROC", "PRO", "my_score", "Bytes up"]
+    assert '<td class="num best">0.912</td>' in text  # better = max, bold
+    assert "3.25" in text
+    assert "per-region-overlap" in text  # the pixel family's note under the summary
+    assert "<h2>Metrics: my-family</h2>" in text
+    table = text[text.index('class="per-client"') :]
+    table = table[: table.index("</table>")]
+    assert table.count("<th>Pixel AUROC</th>") == len(LABELS) and "0.750" in table
+    assert "<th>F1</th>" not in table
+
+
+def test_family_tables_from_columns(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    m = json.loads((run / "metrics.json").read_text())
+    m["methods"][LABELS[1]].update(normal_precision=0.98, normal_recall=0.91, normal_f1=0.9437)
+    m["columns"] = {"summary": ["auroc"], "per_client": ["auroc"]}  # no family listed
+    (run / "metrics.json").write_text(json.dumps(m))
+    assert "Normal-positive metrics" not in render_report(run)
+    m["columns"]["normal-positive"] = ["normal_precision", "normal_recall", "accuracy", "normal_f1"]
+    (run / "metrics.json").write_text(json.dumps(m))
+    text = render_report(run)
+    assert "Normal-positive metrics" in text and "0.944" in text and "ONLAD" in text
+    m["columns"] = "not a dict"  # damaged: the columns come from the entries instead
+    (run / "metrics.json").write_text(json.dumps(m))
+    assert "Normal-positive metrics" in render_report(run)

@@ -77,3 +77,19 @@ def test_empty_inputs() -> None:
         plots.per_client_auroc_figure({}),
     ):
         _png_ok(fig)
+
+
+def test_anomaly_map_figure() -> None:
+    rng = np.random.default_rng(0)
+    masks = np.zeros((5, 8, 8), np.uint8)
+    masks[:3, 2:5, 2:5] = 1
+    maps = rng.random((5, 8, 8))
+    maps[0, 0, 0] = np.nan
+    grey = rng.random((5, 1, 8, 8))
+    fig = plots.anomaly_map_figure(grey, maps, masks, rng.random(5), [1, 1, 1, 0, 0], "t")
+    _png_ok(fig)
+    # 2 rows x (4 pairs + 3 gaps) + a colour bar
+    assert len(fig.axes) == 2 * (4 * 2 + 3) + 1
+    rgb = rng.normal(size=(2, 3, 8, 8))  # standardised, outside [0, 1]
+    _png_ok(plots.anomaly_map_figure(rgb, maps[:2], masks[:2], [0.1, np.inf], [1, 0]))
+    _png_ok(plots.anomaly_map_figure(np.zeros((0, 1, 8, 8)), [], [], [], []))

@@ -9,7 +9,9 @@ deliver the messages.
 Every algorithm also answers the ``"evaluate"`` phase the same way: the client builds its
 final detector from its state and the server's last message, sets the threshold from its own
 *training* scores (unless the server sent one), scores its local test set and replies with
-the scores. The test data never leave the client except as scores.
+the scores (and, for a detector that localises on images with defect masks, its per-pixel
+anomaly maps with the masks). The test data never leave the client except as scores and maps.
+Which metrics are computed from the replies: :mod:`fedad.evaluation` (metric families).
 """
 
 from __future__ import annotations
@@ -17,14 +19,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fedad.data.types import ClientData, DataKind
-from fedad.detector import BaseDetector, flag, quantile_threshold
+from fedad.detector import BaseDetector, Localizer, flag, localizes, quantile_threshold
 from fedad.errors import ConfigError
+from fedad.evaluation import NORMAL_POSITIVE, MetricFamily
 from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message, prefixed
 
@@ -119,6 +122,19 @@ class Algorithm(ABC):
     detector_kinds: ClassVar[dict[str, tuple[DataKind, ...]]] = {}
     """Detectors that take fewer data kinds than the method (default: all of ``kinds``)."""
     ParamsModel: ClassVar[type[Params]] = Params
+    metric_families: ClassVar[tuple[MetricFamily, ...]] = (NORMAL_POSITIVE,)
+    """Metric families this method declares, computed beside the built-in ones (image
+    level always, pixel level when the evaluate replies carry anomaly maps; see
+    :mod:`fedad.evaluation`). Each adds its keys to ``metrics.json`` and its columns to the
+    terminal table or the report.
+
+    The default is :data:`~fedad.evaluation.NORMAL_POSITIVE` (precision, recall and F1 with
+    normal as the positive class, ONLAD's Table I convention) for **every** method, not
+    only ONLAD, which declares it explicitly: every method reported those keys before
+    families existed, and every existing config must keep giving the same ``metrics.json``.
+    The metrics themselves are named nowhere but in that family. A new method that has no
+    use for them sets ``metric_families = ()``.
+    """
 
     def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
         self.params = params
@@ -165,19 +181,30 @@ class Algorithm(ABC):
 
     # -- evaluation ------------------------------------------------------------------------
     def client_evaluate(self, state: ClientState, data: ClientData, msg: Message) -> Message:
-        """Score the local test set with the final detector; threshold from training data."""
+        """Score the local test set with the final detector; threshold from training data.
+
+        The reply holds ``score`` (float64), ``label`` (int64), ``pred`` (0/1 int64) per test
+        sample; when the detector localises (:func:`fedad.detector.localizes`) and the
+        client's test images have masks (``data.mask_test``), also ``map``, the detector's
+        ``score_maps`` as float32 ``(N, H, W)``, and ``mask``, the masks as uint8: the
+        pixel-level metrics come from those. Otherwise the reply is as it always was.
+        """
         det = self.client_detector(state, data, msg)
-        train_scores = det.score(data.x_train)
+        # a graph method's detector scores a GraphSet; BaseDetector is typed for arrays
+        x_train, x_test = cast(np.ndarray, data.x_train), cast(np.ndarray, data.x_test)
+        train_scores = det.score(x_train)
         if "threshold" in msg.scalars:
             det.threshold_ = float(msg.scalars["threshold"])
         else:
             det.threshold_ = quantile_threshold(train_scores, self.contamination)
-        scores = det.score(data.x_test)
+        scores = det.score(x_test)
         arrays: dict[str, np.ndarray] = {
             "score": scores.astype(np.float64),
             "label": data.y_test.astype(np.int64),
             "pred": flag(scores, det.threshold_),
         }
+        if data.mask_test is not None and localizes(det):
+            arrays.update(self.anomaly_maps(det, data))
         if self.personalized:
             arrays.update(prefixed(det.get_arrays(), "detector"))
         return Message(
@@ -185,6 +212,21 @@ class Algorithm(ABC):
             arrays,
             {"threshold": float(det.threshold_), "num_examples": data.n_train},
         )
+
+    def anomaly_maps(self, det: BaseDetector, data: ClientData) -> dict[str, np.ndarray]:
+        """``{"map", "mask"}`` of the client's test images: ``det.score_maps`` at the masks'
+        resolution (a ValueError naming the detector otherwise)."""
+        assert data.mask_test is not None
+        assert isinstance(det, Localizer)
+        maps = np.asarray(det.score_maps(cast(np.ndarray, data.x_test)), dtype=np.float32)
+        mask = np.asarray(data.mask_test, dtype=np.uint8)
+        if maps.shape != mask.shape:
+            raise ValueError(
+                f"{type(det).__name__}.score_maps gave maps of shape {maps.shape}; the test "
+                f"images' masks have shape {mask.shape} (one (H, W) map per image, at the "
+                "images' resolution)"
+            )
+        return {"map": maps, "mask": mask}
 
     def extra_metrics(self, evaluations: dict[int, Message]) -> dict[str, Any]:
         """Method-specific entries for metrics.json (from the evaluate replies)."""

@@ -1,9 +1,13 @@
 """A single self-contained HTML report of a run directory.
 
-:func:`write_report` reads ``metrics.json`` (required), ``history.csv``, ``scores.npz`` and
-``config.toml`` (all optional) and writes ``report.html`` next to them: experiment facts, a
-summary table, the figures of :mod:`fedad.report.plots` embedded as base64 PNG, a per-client
-table, the evaluation protocol and the resolved config. The page has no external CSS, JS or
+:func:`write_report` reads ``metrics.json`` (required), ``history.csv``, ``scores.npz``,
+``maps.npz`` and ``config.toml`` (all optional) and writes ``report.html`` next to them:
+experiment facts, a summary table, a table per method-declared metric family, the figures
+of :mod:`fedad.report.plots` embedded as base64 PNG (anomaly-map overlays among them when
+the run kept maps), a per-client table, the evaluation protocol and the resolved config.
+Which metric columns the tables show comes from metrics.json's ``columns``
+(:func:`fedad.evaluation.columns_of`), their headers and formats from
+:func:`fedad.evaluation.column_spec`. The page has no external CSS, JS or
 images, so it can be mailed or archived as one file. Every piece of text taken from the run
 directory is HTML-escaped.
 """
@@ -21,12 +25,24 @@ import numpy as np
 from matplotlib.figure import Figure
 
 import fedad
+from fedad.errors import FedadError
+from fedad.evaluation import (
+    PER_CLIENT,
+    SUMMARY,
+    Column,
+    column_spec,
+    columns_of,
+    family_named,
+    known_families,
+)
 from fedad.metrics import evaluate_clients
 from fedad.report import plots
 from fedad.report.rundir import (
+    MethodMaps,
     MethodScores,
     read_config_text,
     read_history,
+    read_maps,
     read_metrics,
     read_scores,
 )
@@ -34,22 +50,6 @@ from fedad.report.rundir import (
 __all__ = ["render_report", "write_report"]
 
 DASH = "–"
-
-#: Summary columns: (metrics.json key, header, kind, better) with better = "max" | "min" | "".
-SUMMARY_COLUMNS: tuple[tuple[str, str, str, str], ...] = (
-    ("auroc", "AUROC", "ratio", "max"),
-    ("aupr", "AUPR", "ratio", "max"),
-    ("eer", "EER", "ratio", "min"),
-    ("f1", "F1", "ratio", "max"),
-    ("precision", "Precision", "ratio", "max"),
-    ("recall", "Recall", "ratio", "max"),
-    ("fe", "FE", "ratio", "min"),
-    ("me", "ME", "ratio", "min"),
-    ("bytes_up", "Bytes up", "bytes", ""),
-    ("bytes_down", "Bytes down", "bytes", ""),
-    ("seconds", "Seconds", "seconds", ""),
-    ("rounds", "Rounds", "int", ""),
-)
 
 PROTOCOL_NOTE = (
     "Thresholds and any model selection come from training data only; the test set is never "
@@ -214,29 +214,31 @@ def _std(entry: Mapping[str, Any], key: str) -> float | None:
     return _num(std.get(key)) if isinstance(std, dict) else None
 
 
-def _summary_section(entries: Mapping[str, Mapping[str, Any]], n_seeds: int = 0) -> str:
+def _summary_section(
+    entries: Mapping[str, Mapping[str, Any]], columns: list[Column], n_seeds: int = 0
+) -> str:
     if not entries:
         return '<h2>Summary</h2><p class="muted">No methods in metrics.json.</p>'
     best: dict[str, float] = {}
     if len(entries) > 1:
-        for key, _, _, better in SUMMARY_COLUMNS:
-            values = [v for e in entries.values() if (v := _num(e.get(key))) is not None]
-            if better and values:
-                best[key] = max(values) if better == "max" else min(values)
-    head = "".join(f"<th>{_e(h)}</th>" for _, h, _, _ in SUMMARY_COLUMNS)
+        for c in columns:
+            values = [v for e in entries.values() if (v := _num(e.get(c.key))) is not None]
+            if c.better and values:
+                best[c.key] = max(values) if c.better == "max" else min(values)
+    head = "".join(f"<th>{_e(c.header)}</th>" for c in columns)
     body = []
     for label, entry in entries.items():
         kind_parts = [str(entry[k]) for k in ("method", "detector") if entry.get(k)]
         cells = [f"<td>{_e(label)}</td>", f"<td>{_e(' / '.join(kind_parts) or DASH)}</td>"]
-        for key, _, kind, _ in SUMMARY_COLUMNS:
-            value = entry.get(key)
+        for c in columns:
+            value = entry.get(c.key)
             x = _num(value)
-            cls = "num best" if key in best and x is not None and x == best[key] else "num"
-            title = f' title="{_e(_fmt(value, "int"))} bytes"' if kind == "bytes" and x else ""
-            text = _fmt(value, kind)
-            sd = _std(entry, key)
-            if sd is not None and x is not None and kind == "ratio":
-                text += f" ± {_fmt(sd, kind)}"
+            cls = "num best" if c.key in best and x is not None and x == best[c.key] else "num"
+            title = f' title="{_e(_fmt(value, "int"))} bytes"' if c.kind == "bytes" and x else ""
+            text = _fmt(value, c.kind)
+            sd = _std(entry, c.key)
+            if sd is not None and x is not None and c.kind == "ratio":
+                text += f" ± {_fmt(sd, c.kind)}"
             cells.append(f'<td class="{cls}"{title}>{_e(text)}</td>')
         body.append(f"<tr>{''.join(cells)}</tr>")
     what = (
@@ -244,50 +246,63 @@ def _summary_section(entries: Mapping[str, Mapping[str, Any]], n_seeds: int = 0)
         if n_seeds
         else "Pooled"
     )
+    keys = {c.key for c in columns}
+    notes = "".join(
+        f'<p class="muted">{_e(f.note)}</p>'
+        for f in known_families()
+        if f.in_summary and f.note and any(c.key in keys for c in f.columns)
+    )
     return (
         "<h2>Summary</h2>"
         f'<p class="muted">{_e(what)} test-set metrics of the last round\'s model; the best '
         "value of each metric is in bold.</p>"
         f'<div class="scroll"><table><thead><tr><th>Label</th><th>Method / detector</th>{head}'
-        f"</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+        f"</tr></thead><tbody>{''.join(body)}</tbody></table></div>" + notes
     )
 
 
-NORMAL_POSITIVE = (
-    ("normal_precision", "Precision"),
-    ("normal_recall", "Recall"),
-    ("accuracy", "Accuracy"),
-    ("normal_f1", "F-score"),
-)
-
-
-def _normal_positive_section(entries: Mapping[str, Mapping[str, Any]]) -> str:
-    """The same predictions scored with *normal* as the positive class (ONLAD's Table I)."""
-    if not any(e.get("normal_f1") is not None for e in entries.values()):
-        return ""
-    head = "".join(f"<th>{_e(h)}</th>" for _, h in NORMAL_POSITIVE)
-    rows = "".join(
-        f"<tr><td>{_e(label)}</td>"
-        + "".join(f'<td class="num">{_e(_fmt(e.get(k), "ratio"))}</td>' for k, _ in NORMAL_POSITIVE)
-        + "</tr>"
-        for label, e in entries.items()
-    )
-    return (
-        "<h2>Normal-positive metrics</h2>"
-        '<p class="muted">Precision, recall and F-score with <b>normal</b> as the positive '
-        "class, the convention of ONLAD's Table I (Qin et al.); the summary above uses anomaly "
-        "as the positive class. Same predictions, same thresholds.</p>"
-        f"<table><thead><tr><th>Label</th>{head}</tr></thead><tbody>{rows}</tbody></table>"
-    )
-
-
-SEED_METRICS = (("auroc", "AUROC"), ("aupr", "AUPR"), ("f1", "F1"))
+def _family_sections(
+    entries: Mapping[str, Mapping[str, Any]], groups: Mapping[str, list[str]]
+) -> str:
+    """One table per metric family that metrics.json lists apart from the summary (e.g.
+    ONLAD's normal-positive metrics), left out when none of its own values is defined."""
+    parts = []
+    for name, keys in groups.items():
+        if name in (SUMMARY, PER_CLIENT) or not keys:
+            continue
+        family = family_named(name)
+        own = family.keys if family is not None and family.keys else tuple(keys)
+        if not any(_num(e.get(k)) is not None for e in entries.values() for k in own):
+            continue
+        specs = [column_spec(k) for k in keys]
+        head = "".join(f"<th>{_e(c.header)}</th>" for c in specs)
+        rows = "".join(
+            f"<tr><td>{_e(label)}</td>"
+            + "".join(f'<td class="num">{_e(_fmt(e.get(c.key), c.kind))}</td>' for c in specs)
+            + "</tr>"
+            for label, e in entries.items()
+        )
+        title = family.title if family is not None and family.title else f"Metrics: {name}"
+        note = f'<p class="muted">{_e(family.note)}</p>' if family and family.note else ""
+        parts.append(
+            f"<h2>{_e(title)}</h2>{note}"
+            f"<table><thead><tr><th>Label</th>{head}</tr></thead><tbody>{rows}</tbody></table>"
+        )
+    return "".join(parts)
 
 
 def _seeds_section(
-    run_dir: Path, entries: Mapping[str, Mapping[str, Any]], seeds: list[Any], notes: list[str]
+    run_dir: Path,
+    entries: Mapping[str, Mapping[str, Any]],
+    seeds: list[Any],
+    notes: list[str],
+    columns: list[Column],
 ) -> str:
-    """A several-seed run: each seed's values, their spread, and links to the seeds' reports."""
+    """A several-seed run: each seed's values, their spread, and links to the seeds' reports.
+
+    The per-seed table shows the summary's columns with a spread (AUROC, AUPR, F1, and the
+    pixel metrics when the run has them)."""
+    shown_cols = [c for c in columns if c.spread] or [column_spec(k) for k in ("auroc",)]
     per_seed: dict[str, dict[int, dict[str, Any]]] = {}
     for label, entry in entries.items():
         rows = entry.get("per_seed")
@@ -299,8 +314,8 @@ def _seeds_section(
             }
     shown = [int(s) for s in seeds if isinstance(s, int) and not isinstance(s, bool)]
     labels = list(per_seed)
-    top = "".join(f'<th colspan="{len(SEED_METRICS)}">{_e(lab)}</th>' for lab in labels)
-    sub = "".join(f"<th>{h}</th>" for _, h in SEED_METRICS) * len(labels)
+    top = "".join(f'<th colspan="{len(shown_cols)}">{_e(lab)}</th>' for lab in labels)
+    sub = "".join(f"<th>{_e(c.header)}</th>" for c in shown_cols) * len(labels)
     body = []
     for s in shown:
         name = f"seed-{s}"
@@ -313,7 +328,7 @@ def _seeds_section(
         for lab in labels:
             row = per_seed[lab].get(s, {})
             cells += [
-                f'<td class="num">{_e(_fmt(row.get(k), "ratio"))}</td>' for k, _ in SEED_METRICS
+                f'<td class="num">{_e(_fmt(row.get(c.key), c.kind))}</td>' for c in shown_cols
             ]
         body.append(f"<tr>{''.join(cells)}</tr>")
     table = (
@@ -364,14 +379,17 @@ def _mean_over_seeds(history: Mapping[str, Mapping[str, Any]]) -> dict[str, dict
     return out
 
 
-def _per_client_section(per_client: Mapping[str, Mapping[int, Mapping[str, Any]]]) -> str:
+def _per_client_section(
+    per_client: Mapping[str, Mapping[int, Mapping[str, Any]]], keys: list[str]
+) -> str:
     title = "<h2>Per-client metrics</h2>"
     if not per_client:
         return title + '<p class="muted">No per-client metrics in this run.</p>'
+    specs = [column_spec(k) for k in keys or ["auroc", "f1"]]
     labels = list(per_client)
     clients = sorted({c for rows in per_client.values() for c in rows})
-    top = "".join(f'<th colspan="2">{_e(lab)}</th>' for lab in labels)
-    sub = "<th>AUROC</th><th>F1</th>" * len(labels)
+    top = "".join(f'<th colspan="{len(specs)}">{_e(lab)}</th>' for lab in labels)
+    sub = "".join(f"<th>{_e(c.header)}</th>" for c in specs) * len(labels)
     body = []
     for c in clients:
         first = next(rows[c] for rows in per_client.values() if c in rows)
@@ -382,18 +400,16 @@ def _per_client_section(per_client: Mapping[str, Mapping[int, Mapping[str, Any]]
         ]
         for lab in labels:
             row = per_client[lab].get(c, {})
-            cells += [
-                f'<td class="num">{_e(_fmt(row.get(k), "ratio"))}</td>' for k in ("auroc", "f1")
-            ]
+            cells += [f'<td class="num">{_e(_fmt(row.get(s.key), s.kind))}</td>' for s in specs]
         body.append(f"<tr>{''.join(cells)}</tr>")
     mean_cells = ['<td colspan="3">mean over clients</td>']
     for lab in labels:
-        for key in ("auroc", "f1"):
+        for s in specs:
             values = [
-                v for row in per_client[lab].values() if (v := _num(row.get(key))) is not None
+                v for row in per_client[lab].values() if (v := _num(row.get(s.key))) is not None
             ]
             mean = sum(values) / len(values) if values else None
-            mean_cells.append(f'<td class="num">{_e(_fmt(mean, "ratio"))}</td>')
+            mean_cells.append(f'<td class="num">{_e(_fmt(mean, s.kind))}</td>')
     body.append(f'<tr class="mean">{"".join(mean_cells)}</tr>')
     return (
         title
@@ -450,19 +466,15 @@ def _figures_section(
             lambda: plots.loss_figure(history),
             "Training loss reported in each round.",
         ),
-        (
-            logged("eval_normal_f1"),
-            "F-score per round (learning curve)",
-            lambda: plots.loss_figure(history, "eval_normal_f1"),
-            "F-score with normal as the positive class of each round's global model on the "
-            "test sets (engine.eval_every): a learning curve only; the reported model is the "
-            "last round's.",
-        ),
-        (
-            logged("eval_auroc"),
-            "AUROC per round (learning curve)",
-            lambda: plots.loss_figure(history, "eval_auroc"),
-            "Pooled test AUROC of each round's model (engine.eval_every); for curves only.",
+        *(
+            (
+                logged(fig.column),
+                fig.title,
+                lambda column=fig.column: plots.loss_figure(history, column),
+                fig.caption,
+            )
+            for family in known_families()
+            for fig in family.figures
         ),
         (
             has_bytes,
@@ -501,6 +513,42 @@ def _figures_section(
     return "".join(parts)
 
 
+def _read_maps(run: Path, labels: list[str], notes: list[str]) -> dict[str, MethodMaps]:
+    """``maps.npz``'s samples; a damaged file is a note, and the report goes on without it."""
+    try:
+        return read_maps(run / "maps.npz", labels)
+    except FedadError as err:
+        notes.append(f"maps.npz left out: {err}")
+        return {}
+
+
+def _maps_section(maps: Mapping[str, MethodMaps], notes: list[str]) -> str:
+    """Anomaly maps over their test images, one figure per method (from ``maps.npz``)."""
+    if not maps:
+        return ""
+    parts = [
+        "<h2>Anomaly maps</h2>"
+        '<p class="muted">A sample of test images of every method that localises (the same '
+        "images for every method: mostly anomalous ones, spread over the clients). Left: the "
+        "image, the ground-truth defect outlined in red; right: the method's anomaly map as "
+        "heat over the image (one colour scale per method), the defect outlined in cyan. The "
+        "score is the image's anomaly score.</p>"
+    ]
+    for label, m in maps.items():
+        title = f"Anomaly maps: {label}"
+        try:
+            fig = plots.anomaly_map_figure(m.image, m.map, m.mask, m.score, m.label)
+            parts.append(f"<h3>{_e(label)}</h3>")
+            parts.append(
+                _figure_html(
+                    fig, title, f"{len(m.map)} test images of {label} with their anomaly maps."
+                )
+            )
+        except Exception as exc:  # a broken figure must not cost the rest of the report
+            notes.append(f"figure '{title}' could not be drawn: {type(exc).__name__}: {exc}")
+    return "".join(parts)
+
+
 # --------------------------------------------------------------------------- entry points
 
 
@@ -522,6 +570,9 @@ def render_report(run_dir: str | Path) -> str:
         scores = {}
         notes.append("no scores.npz: ROC curves and histograms are left out")
     per_client = _per_client(entries, scores)
+    maps = _read_maps(run, list(entries), notes)
+    groups = columns_of(metrics)
+    summary = [column_spec(k) for k in groups[SUMMARY]]
     config = read_config_text(run / "config.toml")
     seeds = metrics["experiment"].get("seeds")
     several = isinstance(seeds, list)
@@ -535,11 +586,12 @@ def render_report(run_dir: str | Path) -> str:
     sections = [
         _partial_banner(metrics["experiment"]),
         _facts_section(run, metrics, len(entries)),
-        _summary_section(entries, len(seeds) if several else 0),
-        _seeds_section(run, entries, seeds, notes) if several else "",
-        _normal_positive_section(entries),
+        _summary_section(entries, summary, len(seeds) if several else 0),
+        _seeds_section(run, entries, seeds, notes, summary) if several else "",
+        _family_sections(entries, groups),
         _figures_section(entries, scores, history, per_client, notes, several),
-        "" if several else _per_client_section(per_client),
+        _maps_section(maps, notes),
+        "" if several else _per_client_section(per_client, groups.get(PER_CLIENT, [])),
         f'<h2>Evaluation protocol</h2><p class="note">{_e(PROTOCOL_NOTE)}</p>',
     ]
     if notes:

@@ -24,6 +24,7 @@ from numpy.typing import ArrayLike, NDArray
 from fedad.metrics import auroc, roc_curve
 
 __all__ = [
+    "anomaly_map_figure",
     "bytes_figure",
     "figure_to_png_base64",
     "loss_figure",
@@ -305,4 +306,88 @@ def seed_spread_figure(per_seed: Mapping[str, Mapping[int, float | None]]) -> Fi
     ax.set_xlim(-0.6, len(methods) - 0.4)
     ax.set_ylabel("AUROC")
     ax.set_title("AUROC per seed (dots) and mean ± std (bar)")
+    return fig
+
+
+def _display_image(image: NDArray[np.floating]) -> tuple[NDArray[np.float64], bool]:
+    """``(C, H, W)`` -> an ``(H, W)`` grey or ``(H, W, 3)`` RGB image in [0, 1]; and
+    whether it is RGB. Values outside [0, 1] (standardised data) are rescaled per image."""
+    x = np.asarray(image, dtype=np.float64)
+    x = np.where(np.isfinite(x), x, 0.0)
+    rgb = x.shape[0] == 3
+    x = np.moveaxis(x, 0, -1) if rgb else x.mean(axis=0)
+    lo, hi = float(x.min()), float(x.max())
+    if lo < 0.0 or hi > 1.0:
+        x = (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)
+    return x, rgb
+
+
+def anomaly_map_figure(
+    images: ArrayLike,
+    maps: ArrayLike,
+    masks: ArrayLike,
+    scores: ArrayLike,
+    labels: ArrayLike,
+    title: str = "",
+    ncols: int = 4,
+) -> Figure:
+    """Anomaly maps over their test images, two panels per image.
+
+    ``images`` ``(n, C, H, W)``, ``maps`` and ``masks`` ``(n, H, W)`` (1 = defect pixel),
+    one ``score`` and 0/1 ``label`` per image. Left panel: the image with the ground-truth
+    defect outlined in red; right: the map as heat over the greyed image (one colour scale
+    for all of the method's maps, from their 1st to 99th percentile), the defect outlined
+    in cyan. Each pair is titled with the image's label and score.
+    """
+    imgs = np.asarray(images)
+    mp = np.asarray(maps, dtype=np.float64)
+    mk = np.asarray(masks)
+    sc = np.asarray(scores, dtype=np.float64).reshape(-1)
+    lb = np.asarray(labels).reshape(-1)
+    n = len(mp)
+    ncols = max(1, min(ncols, n))
+    nrows = max(1, math.ceil(n / ncols))
+    fig = _new_figure(3.3 * ncols + 0.7, 1.75 * nrows + 0.45)
+    if n == 0:
+        _empty(fig.add_subplot(), "no anomaly maps")
+        return fig
+    finite = mp[np.isfinite(mp)]
+    lo, hi = np.percentile(finite, [1, 99]) if finite.size else (0.0, 1.0)
+    if not hi > lo:
+        lo, hi = lo - 0.5, hi + 0.5
+    heat = colormaps["inferno"]
+    # pairs of panels, a narrow empty column between pairs
+    ratios = ([1.0, 1.0, 0.18] * ncols)[:-1]
+    grid = fig.subplots(nrows, len(ratios), squeeze=False, gridspec_kw={"width_ratios": ratios})
+    for ax in grid[:, 2::3].ravel():
+        ax.set_axis_off()
+    axes = np.delete(grid, np.s_[2::3], axis=1)
+    shown = None
+    for i in range(nrows * ncols):
+        left, right = axes[i // ncols, 2 * (i % ncols)], axes[i // ncols, 2 * (i % ncols) + 1]
+        for ax in (left, right):
+            ax.set_xticks([])
+            ax.set_yticks([])
+        if i >= n:
+            left.set_axis_off()
+            right.set_axis_off()
+            continue
+        img, rgb = _display_image(imgs[i])
+        left.imshow(img, cmap=None if rgb else "gray", vmin=0.0, vmax=1.0, interpolation="nearest")
+        grey = img.mean(axis=-1) if rgb else img
+        right.imshow(grey, cmap="gray", vmin=0.0, vmax=1.0, interpolation="nearest")
+        m = np.where(np.isfinite(mp[i]), mp[i], hi)
+        shown = right.imshow(m, cmap=heat, vmin=lo, vmax=hi, alpha=0.6, interpolation="bilinear")
+        if np.any(mk[i] == 1):
+            left.contour(mk[i] == 1, levels=[0.5], colors="red", linewidths=0.9)
+            right.contour(mk[i] == 1, levels=[0.5], colors="cyan", linewidths=0.9)
+        kind = "anomaly" if lb[i] == 1 else "normal"
+        score = f"{sc[i]:.3g}" if math.isfinite(sc[i]) else str(sc[i])
+        color = _ANOMALY_COLOR if lb[i] == 1 else _NORMAL_COLOR
+        left.set_title(kind, fontsize=8, color=color)
+        right.set_title(f"score {score}", fontsize=8)
+    if shown is not None:
+        fig.colorbar(shown, ax=grid.ravel().tolist(), shrink=0.8, label="anomaly map")
+    if title:
+        fig.suptitle(title, fontsize="medium")
     return fig

@@ -23,9 +23,11 @@ from fedad.errors import FedadError
 
 __all__ = [
     "History",
+    "MethodMaps",
     "MethodScores",
     "read_config_text",
     "read_history",
+    "read_maps",
     "read_metrics",
     "read_scores",
 ]
@@ -181,6 +183,123 @@ def read_scores(
             pred=None if pred is None else pred[finite].astype(np.int8),
         )
     return out, notes
+
+
+@dataclass(frozen=True)
+class MethodMaps:
+    """One method's sample of anomaly maps from ``maps.npz`` (checked shapes and values).
+
+    ``image`` ``(n, C, H, W)`` float32 with ``C`` 1 or 3, ``map`` ``(n, H, W)`` float64,
+    ``mask`` ``(n, H, W)`` 0/1 uint8, ``score`` ``(n,)`` float64, ``label`` ``(n,)`` 0/1,
+    ``client`` ``(n,)`` int64 or ``None``.
+    """
+
+    image: NDArray[np.float32]
+    map: NDArray[np.float64]
+    mask: NDArray[np.uint8]
+    score: NDArray[np.float64]
+    label: NDArray[np.int8]
+    client: NDArray[np.int64] | None = None
+
+
+MAPS_MAX_BYTES = 512 << 20
+"""``maps.npz`` is refused when it would unpack to more than this (a zip bomb)."""
+MAPS_MAX_IMAGES = 64
+"""At most this many images per method (a run keeps 16, :data:`fedad.evaluation.MAPS_CAP`)."""
+MAPS_MAX_SIDE = 4096
+"""Largest image side accepted."""
+_MAPS_FIELDS = ("image", "map", "mask", "score", "label")
+
+
+def _real(a: NDArray[Any]) -> bool:
+    return bool(np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer))
+
+
+def _method_maps(path: Path, label: str, arrays: dict[str, NDArray[Any]]) -> MethodMaps:
+    """One method's arrays, checked; a one-line FedadError naming what is wrong."""
+
+    def bad(what: str) -> FedadError:
+        return FedadError(
+            f"'{path}' is damaged: {label}/{what}",
+            "rebuild it by running the experiment again (the report is fine without it)",
+        )
+
+    got = {k: arrays.get(f"{label}/{k}") for k in (*_MAPS_FIELDS, "client")}
+    for k in _MAPS_FIELDS:
+        v = got[k]
+        if v is None:
+            raise bad(f"{k} is missing")
+        if not _real(v):
+            raise bad(f"{k} holds {v.dtype}, not numbers")
+    image, maps, mask = got["image"], got["map"], got["mask"]
+    score, y, client = got["score"], got["label"], got["client"]
+    assert image is not None and maps is not None and mask is not None
+    assert score is not None and y is not None
+    if image.ndim != 4 or image.shape[1] not in (1, 3):
+        raise bad(f"image has shape {image.shape}, not (n, 1 or 3, H, W)")
+    n, _, h, w = image.shape
+    if not (n <= MAPS_MAX_IMAGES and 0 < h <= MAPS_MAX_SIDE and 0 < w <= MAPS_MAX_SIDE):
+        raise bad(
+            f"image has shape {image.shape}: at most {MAPS_MAX_IMAGES} images of side "
+            f"at most {MAPS_MAX_SIDE}"
+        )
+    for k, v, want in (
+        ("map", maps, (n, h, w)),
+        ("mask", mask, (n, h, w)),
+        ("score", score, (n,)),
+        ("label", y, (n,)),
+    ):
+        if v.shape != want:
+            raise bad(f"{k} has shape {v.shape}, not {want}")
+    if not np.all((mask == 0) | (mask == 1)):
+        raise bad("mask holds values other than 0 and 1")
+    if not np.all((y == 0) | (y == 1)):
+        raise bad("label holds values other than 0 and 1")
+    if client is not None and (client.shape != (n,) or not np.issubdtype(client.dtype, np.integer)):
+        client = None
+    return MethodMaps(
+        image=image.astype(np.float32),
+        map=maps.astype(np.float64),
+        mask=mask.astype(np.uint8),
+        score=score.astype(np.float64),
+        label=y.astype(np.int8),
+        client=None if client is None else client.astype(np.int64),
+    )
+
+
+def read_maps(path: str | Path, labels: list[str] | None = None) -> dict[str, MethodMaps]:
+    """Load ``maps.npz`` (``LABEL/image``, ``LABEL/map``, ``LABEL/mask``, ``LABEL/score``,
+    ``LABEL/label``, optional ``LABEL/client``) as untrusted input.
+
+    No pickles; refused when it would unpack to more than :data:`MAPS_MAX_BYTES`; every
+    array's shape, type and values checked. Methods in ``labels``' order, then any other
+    label in the file. A missing file gives ``{}``; anything damaged raises a one-line
+    :class:`~fedad.errors.FedadError` naming the file and the array.
+    """
+    p = Path(path)
+    if not p.is_file():
+        return {}
+    try:
+        with zipfile.ZipFile(p) as zf:
+            size = sum(info.file_size for info in zf.infolist())
+        if size > MAPS_MAX_BYTES:
+            raise FedadError(
+                f"'{p}' would unpack to {size} bytes, more than the {MAPS_MAX_BYTES} allowed",
+                "rebuild it by running the experiment again (the report is fine without it)",
+            )
+        with np.load(p, allow_pickle=False) as npz:
+            arrays = {str(k): np.asarray(npz[k]) for k in npz.files}
+    except FedadError:
+        raise
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+        raise FedadError(
+            f"'{p}' is not a readable .npz file: {_reason(exc)}",
+            "rebuild it by running the experiment again (the report is fine without it)",
+        ) from None
+    in_file = list(dict.fromkeys(k.rsplit("/", 1)[0] for k in arrays if "/" in k))
+    wanted = [lab for lab in (labels or []) if lab in in_file]
+    wanted += [lab for lab in in_file if lab not in wanted]
+    return {lab: _method_maps(p, lab, arrays) for lab in wanted}
 
 
 def read_config_text(path: str | Path) -> str | None:

@@ -61,6 +61,25 @@ def test_clean_run_excludes_nobody_and_detects() -> None:
     assert metrics["auroc"] > 0.8
 
 
+def test_normal_positive_metrics_come_from_onlads_declared_family() -> None:
+    """metrics.json keeps its keys in their order: image metrics, then the normal-positive
+    ones (ONLAD's Table I), then the run's costs; no pixel keys on data without masks."""
+    from fedad.evaluation import NORMAL_POSITIVE
+    from fedad.metrics import EVALUATE_KEYS, normal_positive_metrics
+
+    out = _run("onlad-selective")
+    algo, _ = _algo_and(out)
+    assert NORMAL_POSITIVE in type(algo).metric_families
+    metrics, arrays = summarize("m", algo, out)
+    keys = list(metrics)
+    want = [*EVALUATE_KEYS, "normal_precision", "normal_recall", "normal_f1", "bytes_up"]
+    assert keys[: len(want)] == want
+    np_ = normal_positive_metrics(arrays["m/label"], arrays["m/pred"])
+    assert [metrics[f"normal_{k}"] for k in ("precision", "recall", "f1")] == list(np_.values())
+    assert "pixel_auroc" not in metrics
+    assert list(metrics["per_client"][0]) == ["client", *EVALUATE_KEYS, "threshold"]
+
+
 def _algo_and(out: RunOutcome) -> tuple[Any, RunOutcome]:
     from fedad.fl.algorithm import Setup, build_algorithm
 
