@@ -6,15 +6,21 @@ import numpy as np
 import pytest
 import torch
 
-from fedad.data.types import ClientData, Federation
+from fedad.data.types import ClientData, Federation, GraphSet, concat
 
 torch.set_num_threads(1)
 
 
 def make_federation(
-    kind: str = "vector", clients: int = 3, n: int = 40, seed: int = 0
+    kind: str = "vector", clients: int = 3, n: int = 40, seed: int = 0, masks: bool = False
 ) -> Federation:
-    """Normal data around 0, anomalies shifted by 4; images are 1x8x8 blobs."""
+    """Normal data around 0, anomalies shifted by 4; images are 1x8x8 blobs.
+
+    ``masks=True`` (images): anomalies are normal images with a bright 3x3 patch, marked in
+    ``mask_test``. ``kind="graph"``: :func:`make_graph_federation`.
+    """
+    if kind == "graph":
+        return make_graph_federation(clients, n, seed)
     rng = np.random.default_rng(seed)
     shape: tuple[int, ...] = (6,) if kind == "vector" else (1, 8, 8)
 
@@ -26,10 +32,24 @@ def make_federation(
         x = rng.normal(4.0, 1.0, (m, *shape))
         return (x if kind == "vector" else 1 / (1 + np.exp(-x))).astype(np.float32)
 
+    def patched(m: int) -> tuple[np.ndarray, np.ndarray]:
+        x, mask = normal(m), np.zeros((m, 8, 8), np.uint8)
+        for i in range(m):
+            r, c = rng.integers(0, 6, size=2)
+            x[i, 0, r : r + 3, c : c + 3] = 1.0
+            mask[i, r : r + 3, c : c + 3] = 1
+        return x, mask
+
     cs = []
     for k in range(clients):
         nk = n + 5 * k
-        x_test = np.concatenate([normal(10), anomal(4)])
+        mask_test = None
+        if masks:
+            bad, bad_mask = patched(4)
+            x_test = np.concatenate([normal(10), bad])
+            mask_test = np.concatenate([np.zeros((10, 8, 8), np.uint8), bad_mask])
+        else:
+            x_test = np.concatenate([normal(10), anomal(4)])
         y_test = np.r_[np.zeros(10), np.ones(4)].astype(np.int64)
         cs.append(
             ClientData(
@@ -39,6 +59,8 @@ def make_federation(
                 c_train=np.zeros(nk, np.int64),
                 x_test=x_test,
                 y_test=y_test,
+                mask_train=np.zeros((nk, 8, 8), np.uint8) if masks else None,
+                mask_test=mask_test,
             )
         )
     return Federation(
@@ -60,3 +82,48 @@ def vector_federation() -> Federation:
 @pytest.fixture
 def image_federation() -> Federation:
     return make_federation("image")
+
+
+def make_graph_federation(clients: int = 3, n: int = 24, seed: int = 0) -> Federation:
+    """Tiny graphs: normals are rings of 5-8 nodes with N(0, 1) node features (width 3);
+    anomalies are dense cliques with features N(3, 1)."""
+    rng = np.random.default_rng(seed)
+
+    def ring(m: int) -> GraphSet:
+        pairs = []
+        for _ in range(m):
+            k = int(rng.integers(5, 9))
+            e = np.stack([np.arange(k), (np.arange(k) + 1) % k])
+            pairs.append((rng.normal(0, 1, (k, 3)), np.concatenate([e, e[::-1]], axis=1)))
+        return GraphSet.from_graphs(pairs)
+
+    def clique(m: int) -> GraphSet:
+        pairs = []
+        for _ in range(m):
+            k = int(rng.integers(4, 7))
+            a, b = np.nonzero(~np.eye(k, dtype=bool))
+            pairs.append((rng.normal(3, 1, (k, 3)), np.stack([a, b])))
+        return GraphSet.from_graphs(pairs)
+
+    cs = []
+    for k in range(clients):
+        nk = n + 4 * k
+        cs.append(
+            ClientData(
+                client_id=k,
+                x_train=ring(nk),
+                y_train=np.zeros(nk, np.int64),
+                c_train=np.zeros(nk, np.int64),
+                x_test=concat([ring(8), clique(3)]),
+                y_test=np.r_[np.zeros(8), np.ones(3)].astype(np.int64),
+            )
+        )
+    return Federation(
+        name="synthetic-graphs",
+        kind="graph",
+        feature_shape=(3,),
+        clients=cs,
+        normal_classes=[0],
+        anomaly_classes=[1],
+        server_normal=ring(20),
+    )

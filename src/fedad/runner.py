@@ -45,7 +45,7 @@ from fedad.evaluation import (
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import unprefixed
-from fedad.fl.server_inputs import check_requirements
+from fedad.fl.server_inputs import check_requirements, supplied_fields
 from fedad.outdir import Done, RunDir, staged_dir, write_npz, write_text
 
 HISTORY_COLUMNS = [
@@ -114,8 +114,9 @@ def build_algorithms(cfg: ExperimentConfig, fed: Federation) -> dict[str, Algori
         label: build_algorithm(m.name, m.params, setup, m.detector, where=f"methods.{i}")
         for i, (label, m) in enumerate(zip(cfg.labels(), cfg.methods, strict=True))
     }
+    fields = supplied_fields(fed)
     for label, alg in out.items():
-        check_requirements(alg, label)
+        check_requirements(alg, label, fields)
     return out
 
 
@@ -218,6 +219,9 @@ def summarize(
         "per_client": per_client,
         **algorithm.extra_metrics(outcome.evaluations),
     }
+    homes = node_models(algorithm, outcome)
+    if homes:
+        metrics["node_models"] = {str(i): p for i, p in homes.items()}
     arrays = {
         f"{label}/score": score,
         f"{label}/label": label_arr,
@@ -231,6 +235,19 @@ def summarize(
     return _clean(metrics), arrays
 
 
+def node_models(algorithm: Algorithm, outcome: RunOutcome) -> dict[int, str]:
+    """Clients whose personalised detector stayed on their Flower node: id -> the node's
+    folder (the evaluate reply's ``node_model``, with no detector arrays; see
+    docs/deployment.md)."""
+    if not algorithm.personalized:
+        return {}
+    return {
+        i: str(m.scalars["node_model"])
+        for i, m in sorted(outcome.evaluations.items())
+        if isinstance(m.scalars.get("node_model"), str) and not unprefixed(m.arrays, "detector")
+    }
+
+
 def save_checkpoint(out: Path, label: str, algorithm: Algorithm, outcome: RunOutcome) -> None:
     """Write what :func:`fedad.runs.load_run` needs to rebuild every client's detector.
 
@@ -238,17 +255,21 @@ def save_checkpoint(out: Path, label: str, algorithm: Algorithm, outcome: RunOut
     either complete or absent.
     """
     thresholds = {str(i): float(m.scalars["threshold"]) for i, m in outcome.evaluations.items()}
-    meta = {
+    meta: dict[str, Any] = {
         "method": algorithm.name,
         "personalized": algorithm.personalized,
         "detector": algorithm.detector_config(),
         "thresholds": thresholds,
     }
+    homes = node_models(algorithm, outcome)
+    if homes:
+        meta["node_models"] = {str(i): p for i, p in homes.items()}
     with staged_dir(out / "checkpoints" / label) as d:
         write_text(d / "detector.json", json.dumps(meta, indent=2))
         if algorithm.personalized:
             for i, m in sorted(outcome.evaluations.items()):
-                write_npz(d / f"client_{i}.npz", unprefixed(m.arrays, "detector"))
+                if i not in homes:
+                    write_npz(d / f"client_{i}.npz", unprefixed(m.arrays, "detector"))
         else:
             write_npz(d / "global.npz", outcome.result.arrays)
 

@@ -13,7 +13,7 @@ import json
 import re
 import tomllib
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +38,19 @@ class Run:
     config: dict[str, Any]
     metrics: dict[str, Any]
     detectors: dict[str, dict[int, BaseDetector]]
+    node_models: dict[str, dict[int, str]] = field(default_factory=dict)
+    """Per method, clients whose personalised detector stayed on their Flower node: the
+    node's folder (a run directory of its own; load it there with ``fedad.load``)."""
 
     def detector(self, label: str, client: int = 0) -> BaseDetector:
         """The detector client ``client`` ended with for method ``label``."""
+        home = self.node_models.get(label, {}).get(client)
+        if home is not None:
+            raise FedadError(
+                f"client {client}'s detector of method '{label}' stayed on its node, "
+                f"in {home}",
+                f"on that machine: fedad.load('{home}').detector('{label}', {client})",
+            )
         try:
             return self.detectors[label][client]
         except KeyError:
@@ -96,8 +106,19 @@ def read_config(path: Path) -> dict[str, Any]:
         raise FedadError(f"'{path}' is not readable TOML: {reason}", _DAMAGED) from None
 
 
-def _checkpoint(root: Path, d: Path) -> dict[int, BaseDetector]:
-    """Every client's detector of one method's ``checkpoints/LABEL`` folder."""
+def _node_models(meta: dict[str, Any], meta_path: Path) -> dict[int, str]:
+    homes = meta.get("node_models", {})
+    if not isinstance(homes, dict) or not all(
+        isinstance(k, str) and _CLIENT_ID.fullmatch(k) and isinstance(v, str) and len(v) < 4096
+        for k, v in homes.items()
+    ):
+        raise FedadError(f"'{meta_path}': 'node_models' is not client ids to folders", _DAMAGED)
+    return {int(k): v for k, v in homes.items()}
+
+
+def _checkpoint(root: Path, d: Path) -> tuple[dict[int, BaseDetector], dict[int, str]]:
+    """Every client's detector of one method's ``checkpoints/LABEL`` folder, and the
+    clients whose detector stayed on their node (their folders there)."""
     meta_path = _inside(root, d / "detector.json")
     meta = _read_json(meta_path)
     if (
@@ -116,11 +137,14 @@ def _checkpoint(root: Path, d: Path) -> dict[int, BaseDetector]:
         if not isinstance(thr, int | float) or isinstance(thr, bool):
             raise FedadError(f"'{meta_path}': threshold of client {cid} is not a number", _DAMAGED)
         thresholds[int(cid)] = float(thr)
+    homes = _node_models(meta, meta_path)
     shared = None
     if not meta["personalized"]:
         shared = read_npz(_inside(root, d / "global.npz"))
     out: dict[int, BaseDetector] = {}
     for cid, thr in sorted(thresholds.items()):
+        if cid in homes:
+            continue
         if shared is None:
             arrays = read_npz(_inside(root, d / f"client_{cid}.npz"))
         else:
@@ -130,7 +154,7 @@ def _checkpoint(root: Path, d: Path) -> dict[int, BaseDetector]:
             out[cid] = detector_from_config(meta["detector"], arrays)
         except FedadError as err:
             raise FedadError(f"'{meta_path}': {err}") from None
-    return out
+    return out, homes
 
 
 def load_run(run_dir: str | Path) -> Run:
@@ -150,6 +174,7 @@ def load_run(run_dir: str | Path) -> Run:
         )
     config = read_config(root / "config.toml")
     detectors: dict[str, dict[int, BaseDetector]] = {}
+    homes: dict[str, dict[int, str]] = {}
     ckpt = root / "checkpoints"
     if ckpt.exists():
         _inside(root, ckpt)
@@ -157,5 +182,7 @@ def load_run(run_dir: str | Path) -> Run:
             if d.name.startswith("."):  # a folder being written (fedad.outdir.staged_dir)
                 continue
             if d.is_dir() or d.is_symlink():
-                detectors[d.name] = _checkpoint(root, _inside(root, d))
-    return Run(root, config, metrics, detectors)
+                detectors[d.name], away = _checkpoint(root, _inside(root, d))
+                if away:
+                    homes[d.name] = away
+    return Run(root, config, metrics, detectors, homes)

@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 from fedad.data.types import GraphSet, Samples, concat, take
 from fedad.errors import DataError
 
+Pairs = list[tuple[np.ndarray, np.ndarray]]
 
-def random_graphs(rng: np.random.Generator, n: int, width: int = 3) -> list[tuple[np.ndarray, np.ndarray]]:
+
+def random_graphs(rng: np.random.Generator, n: int, width: int = 3) -> Pairs:
     out = []
     for _ in range(n):
         nodes = int(rng.integers(0, 6))
@@ -23,7 +25,7 @@ def random_graphs(rng: np.random.Generator, n: int, width: int = 3) -> list[tupl
     return out
 
 
-def same_graphs(a: GraphSet, pairs: list[tuple[np.ndarray, np.ndarray]]) -> None:
+def same_graphs(a: GraphSet, pairs: Pairs) -> None:
     assert len(a) == len(pairs)
     for i, (x, e) in enumerate(pairs):
         gx, ge = a.graph(i)

@@ -221,7 +221,23 @@ def test_deployment_evaluate_replies_hold_no_model_arrays(
     # the runner takes such an outcome without a model
     metrics, _ = summarize("mine", alg, out)
     assert metrics["events"] == out.events
-    save_checkpoint(tmp_path / "run", "mine", alg, out)
+    assert metrics["node_models"] == {
+        str(c): out.evaluations[c].scalars[NODE_MODEL] for c in out.evaluations
+    }
+    run_dir = tmp_path / "run"
+    save_checkpoint(run_dir, "mine", alg, out)
+    # the run directory records the nodes' folders, holds no model of theirs, and loads
+    assert not list((run_dir / "checkpoints" / "mine").glob("client_*.npz"))
+    (run_dir / "metrics.json").write_text(json.dumps({"methods": {"mine": metrics}}))
+    run = load(str(run_dir))
+    assert run.node_models["mine"] == {
+        c: str(out.evaluations[c].scalars[NODE_MODEL]) for c in out.evaluations
+    }
+    with pytest.raises(FedadError) as err:
+        run.detector("mine", 1)
+    msg = str(err.value)
+    assert "stayed on its node" in msg and str(out.evaluations[1].scalars[NODE_MODEL]) in msg
+    assert "\n" not in msg
 
 
 def test_simulation_replies_still_carry_the_model(trained: tuple[Any, Any, Any, Any]) -> None:

@@ -15,13 +15,23 @@ from fedad.runner import save_checkpoint, summarize
 from fedad.runs import load_run
 from tests.conftest import make_federation
 
+FIXTURES = {"vector": ("vector", False), "image": ("image", False),
+            "image+mask": ("image", True), "graph": ("graph", False)}  # fmt: skip
+"""Fixture per case kind: (data kind, pixel masks). Every image method also runs on images
+with masks (the ground truth a localising method's maps are scored against)."""
+
 CASES = [
-    (name, det, kind)
+    (name, det, case)
     for name, cls in registry().items()
     for det in (cls.detectors or (None,))
     for kind in cls.kinds_for(det)
-    if kind in ("vector", "image")
+    for case in ((kind, "image+mask") if kind == "image" else (kind,))
 ]
+
+
+def fixture(case: str) -> Federation:
+    kind, masks = FIXTURES[case]
+    return make_federation(kind, masks=masks)
 
 
 def _run(name: str, det: str | None, fed: Federation) -> tuple[Algorithm, RunOutcome]:
@@ -30,9 +40,14 @@ def _run(name: str, det: str | None, fed: Federation) -> tuple[Algorithm, RunOut
     return algo, run_inprocess(algo, fed, rounds=1, seed=3)
 
 
-@pytest.mark.parametrize(("name", "det", "kind"), CASES)
-def test_method_contract(name: str, det: str | None, kind: str, tmp_path: Path) -> None:
-    fed = make_federation(kind)
+def test_every_declared_kind_has_a_fixture() -> None:
+    declared = {k for cls in registry().values() for k in cls.kinds}
+    assert declared <= set(FIXTURES)
+
+
+@pytest.mark.parametrize(("name", "det", "case"), CASES)
+def test_method_contract(name: str, det: str | None, case: str, tmp_path: Path) -> None:
+    fed = fixture(case)
     algo, out = _run(name, det, fed)
 
     # one round ran, every client evaluated, nothing failed or was rejected

@@ -143,7 +143,8 @@ class GraphSet:
         return np.diff(self.node_ptr)
 
     def __repr__(self) -> str:
-        return f"GraphSet({len(self)} graphs, {int(self.node_ptr[-1])} nodes, width {self.shape[1]})"
+        nodes = int(self.node_ptr[-1])
+        return f"GraphSet({len(self)} graphs, {nodes} nodes, width {self.shape[1]})"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, GraphSet):

@@ -14,14 +14,26 @@ import zlib
 
 import numpy as np
 
+from fedad.data.types import Federation
 from fedad.errors import ConfigError
-from fedad.fl.algorithm import Algorithm, Requirements
+from fedad.fl.algorithm import Algorithm, Requirements, SampleField
 
 PUBLIC_STREAM = zlib.crc32(b"fedad-public-set")
 """Mixed into the run's seed for the public set's own random stream."""
 
-SUPPORTED_FIELDS = ("x",)
-"""Sample fields the data layer supplies today."""
+SUPPORTED_FIELDS: tuple[SampleField, ...] = ("x", "mask", "graph")
+"""Sample fields the data layer can supply (:func:`supplied_fields` says which a run has)."""
+
+
+def supplied_fields(fed: Federation) -> tuple[SampleField, ...]:
+    """The sample fields ``fed`` carries: ``x`` always (dense features or graphs), ``graph``
+    for graph data, ``mask`` when every client has pixel masks."""
+    out: list[SampleField] = ["x"]
+    if fed.kind == "graph":
+        out.append("graph")
+    if fed.has_masks:
+        out.append("mask")
+    return tuple(out)
 
 
 def requirements(algorithm: Algorithm) -> Requirements:
@@ -29,14 +41,17 @@ def requirements(algorithm: Algorithm) -> Requirements:
     return type(algorithm).requirements(algorithm.params.model_dump())
 
 
-def check_requirements(algorithm: Algorithm, label: str) -> None:
-    """One-line :class:`ConfigError` for a requirement this run cannot meet."""
+def check_requirements(
+    algorithm: Algorithm, label: str, fields: tuple[SampleField, ...] = ("x",)
+) -> None:
+    """One-line :class:`ConfigError` for a requirement this run cannot meet; ``fields`` are
+    the sample fields the run's data carry (:func:`supplied_fields`)."""
     req = requirements(algorithm)
     from fedad.resources import check_available
 
     for name in req.resources:
         check_available(name)
-    missing = [f for f in req.fields if f not in SUPPORTED_FIELDS]
+    missing = [f for f in req.fields if f not in fields]
     if missing:
         raise ConfigError(
             f"method '{label}' reads sample field(s) {missing}, which this data set lacks",
