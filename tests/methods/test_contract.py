@@ -98,3 +98,40 @@ def test_every_method_runs_without_params() -> None:
     setup = Setup("vector", (6,), rounds=1, seed=0, contamination=0.05, num_clients=3)
     for name in registry():
         assert build_algorithm(name, {}, setup).params is not None
+
+
+@pytest.mark.parametrize(("name", "det", "case"), CASES)
+def test_method_contract_on_flower_grid(
+    name: str, det: str | None, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same method and fixture on Flower's in-memory grid (the real ClientApp, messages
+    through Flower's serialisation; as a simulation, so personalised detectors come back
+    like in-process): the same evaluate replies as in-process."""
+    pytest.importorskip("flwr")
+    from fedad.config import parse_config
+    from fedad.fl import flower_app
+    from fedad.fl.flower import RunSpec
+    from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
+
+    as_server_app(monkeypatch)
+    fed = fixture(case)
+    algo, ref = _run(name, det, fed)
+    method: dict[str, str] = {"name": name} | ({"detector": det} if det else {})
+    cfg = parse_config({"seed": 3, "rounds": 1, "partition": {"clients": 3},
+                        "data": {"name": "digits", "normal": [0], "anomaly": [1]},
+                        "methods": [method]})  # fmt: skip
+    # the nodes find the fixture's clients where they cache the run's federation
+    monkeypatch.setattr(flower_app, "_FEDERATIONS", {flower_app.data_key(cfg): fed.clients})
+    spec = RunSpec.build(cfg, algo)
+    out = flower_app.serve(
+        FakeFlowerGrid(spec, partitions=3, sim_spec=True), spec, algo, poll_interval=0.0,
+        server_data=fed.server_normal,
+    )  # fmt: skip
+    assert out.events == ref.events == []
+    assert sorted(out.evaluations) == [0, 1, 2]
+    for cid, m in ref.evaluations.items():
+        got = out.evaluations[cid]
+        assert set(got.arrays) == set(m.arrays)
+        for k, a in m.arrays.items():
+            np.testing.assert_array_equal(got.arrays[k], a, err_msg=f"{k} of client {cid}")
+        assert got.scalars["threshold"] == m.scalars["threshold"]

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from fedad.config import AttackConfig, PrivacyConfig
 from fedad.data.types import Features, Federation
 from fedad.errors import RunError
-from fedad.evaluation import monitor_metrics
+from fedad.evaluation import families_for, monitor_metrics
 from fedad.fl.algorithm import EVALUATE, Algorithm, ClientState, ServerResult
 from fedad.fl.context import ServerContext
 from fedad.fl.grid import Grid
@@ -245,7 +245,8 @@ def drive(
         log.warning(note)
     if eval_every > 0:
         ctx.eval_every = eval_every
-        ctx.evaluator = lambda result: monitor_metrics(evaluate_all(grid, result))
+        families = families_for(algorithm)
+        ctx.evaluator = lambda result: monitor_metrics(evaluate_all(grid, result), families)
     t0 = time.perf_counter()
     result = algorithm.server(ctx)
     seconds = time.perf_counter() - t0
