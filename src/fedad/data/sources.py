@@ -8,10 +8,11 @@ name                      kind     where the files come from
 ``digits``                image    scikit-learn (8x8; ``data.size`` upsamples)
 ``cifar10``               image    ``data.path`` (python pickle batches)
 ``odds_shuttle`` ...      vector   Debian ``r-cran-mlbench`` or ``data.path`` (``.rda``)
+``keystroke``             vector   ``data.path`` (CMU ``DSL-StrongPasswordData.csv``)
 ========================= ======== =============================================================
 
-See :mod:`fedad.data.idx`, :mod:`fedad.data.digits`, :mod:`fedad.data.cifar` and
-:mod:`fedad.data.odds` for the formats. Nothing is downloaded.
+See :mod:`fedad.data.idx`, :mod:`fedad.data.digits`, :mod:`fedad.data.cifar`,
+:mod:`fedad.data.odds` and :mod:`fedad.data.keystroke` for the formats. Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from fedad.data.cifar import load_cifar10
 from fedad.data.digits import load_digits
 from fedad.data.idx import load_fashion_mnist, load_kmnist, load_mnist
+from fedad.data.keystroke import load_keystroke
 from fedad.data.odds import (
     load_odds_breastw,
     load_odds_ionosphere,
@@ -30,6 +32,7 @@ __all__ = [
     "load_cifar10",
     "load_digits",
     "load_fashion_mnist",
+    "load_keystroke",
     "load_kmnist",
     "load_mnist",
     "load_odds_breastw",
