@@ -484,3 +484,29 @@ def test_seeds_aggregate_pixel_metrics(toy: None, tmp_path: Path) -> None:
     assert top["columns"] == per[0]["columns"]
     html = (tmp_path / "s" / "report.html").read_text()
     assert "Pixel AUROC" in html and html.count("<th>PRO</th>") >= 1 + 2  # summary, per seed
+
+
+def test_one_vs_rest_pools_by_the_mean_over_clients(tmp_path: Path) -> None:
+    raw = {
+        "seed": 0,
+        "rounds": 1,
+        "data": {"name": "digits", "normal": [0, 1, 2]},
+        "partition": {"scheme": "one-vs-rest", "clients": 3},
+        "engine": {"progress": False},
+        "methods": [{"name": "local", "detector": "autoencoder"}],
+    }
+    data = run_experiment(parse_config(raw), tmp_path / "run")
+    m = data["methods"]["local"]
+    rows = m["per_client"]
+    for key in ("auroc", "aupr", "f1", "eer"):
+        assert m[key] == pytest.approx(np.mean([r[key] for r in rows]))
+    # counts stay totals: each client's test set holds every other class's test samples
+    assert m["n"] == sum(r["n"] for r in rows)
+    assert data["experiment"]["pooled"] == "client-mean"
+    saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert saved["experiment"]["pooled"] == "client-mean"
+    # without the scheme, the key is absent and the pooled AUROC is over the union
+    raw2 = {**raw, "data": {"name": "digits", "normal": [0, 1], "anomaly": [2]},
+            "partition": {"scheme": "one-class", "clients": 3}}  # fmt: skip
+    other = run_experiment(parse_config(raw2), tmp_path / "run2")
+    assert "pooled" not in other["experiment"]

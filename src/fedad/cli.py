@@ -76,9 +76,12 @@ def results_table(metrics: dict[str, Any]) -> Table:
 
     seeds = metrics.get("experiment", {}).get("seeds")
     several = isinstance(seeds, list)
-    title = "results (pooled over clients' local test sets)"
+    how = "pooled over clients' local test sets"
+    if metrics.get("experiment", {}).get("pooled") == "client-mean":
+        how = "mean over clients of their one-vs-rest metrics"
+    title = f"results ({how})"
     if several:
-        title = f"results: mean ± std over {len(seeds)} seeds (pooled over clients' test sets)"
+        title = f"results: mean ± std over {len(seeds)} seeds ({how})"
     t = Table(title=title)
     t.add_column("method", no_wrap=True)
     specs = [column_spec(k) for k in columns_of(metrics)["summary"]]

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fedad.errors import ConfigError
 
-SchemeName = Literal["iid", "dirichlet", "dominant", "one-class", "by-source"]
+SchemeName = Literal["iid", "dirichlet", "dominant", "one-class", "one-vs-rest", "by-source"]
 EngineName = Literal["inprocess", "flower-simulation", "flower-deployment"]
 AttackName = Literal["none", "gaussian-data", "contamination", "scaled-update", "sign-flip"]
 

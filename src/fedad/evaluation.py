@@ -23,6 +23,7 @@ and format (a generic one for keys no family declares).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -404,13 +405,22 @@ def column_spec(key: str, families: Iterable[MetricFamily] | None = None) -> Col
 # -- evaluation of a method -------------------------------------------------------------------
 
 
+COUNT_KEYS = ("n", "n_anomalies")
+"""Pooled keys that count samples (never averaged over clients)."""
+
+
 def evaluate_replies(
-    ev: Pooled, families: Sequence[MetricFamily]
+    ev: Pooled, families: Sequence[MetricFamily], client_mean: bool = False
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Pooled metrics and per-client rows (sorted by client id) of every family that applies.
 
     Pooled keys come family by family in ``families``' order; a per-client row holds
-    ``"client"``, then each family's values.
+    ``"client"``, then each family's values. With ``client_mean`` (federations whose local
+    test sets overlap, ``partition.scheme = "one-vs-rest"``), each pooled metric that has
+    per-client values is their unweighted mean over the clients where it is defined
+    (``None`` if none), the one-vs-rest papers' convention: pooling overlapping test sets
+    would count shared samples once per client. Counts (:data:`COUNT_KEYS`) and metrics
+    without per-client values stay computed over the union of the local test sets.
     """
     pooled: dict[str, Any] = {}
     rows: dict[int, dict[str, Any]] = {}
@@ -420,7 +430,18 @@ def evaluate_replies(
         pooled.update(fam.pooled(ev))
         for cid, values in fam.per_client(ev).items():
             rows.setdefault(cid, {"client": cid}).update(values)
-    return pooled, [rows[c] for c in sorted(rows)]
+    out = [rows[c] for c in sorted(rows)]
+    if client_mean:
+        for key in pooled:
+            if key in COUNT_KEYS:  # sizes stay totals over the local test sets
+                continue
+            per = [r[key] for r in out if key in r]
+            if not per:
+                continue
+            finite = [float(v) for v in per
+                      if isinstance(v, int | float) and math.isfinite(v)]  # fmt: skip
+            pooled[key] = float(np.mean(finite)) if finite else None
+    return pooled, out
 
 
 def monitor_metrics(

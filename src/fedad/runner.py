@@ -189,7 +189,8 @@ def summarize(
         pooled_ev.pred,
         pooled_ev.client,
     )
-    pooled, per_client = evaluate_replies(pooled_ev, families_for(algorithm))
+    client_mean = fed is not None and fed.notes.get("pooled") == "client-mean"
+    pooled, per_client = evaluate_replies(pooled_ev, families_for(algorithm), client_mean)
     thresholds = {i: float(m.scalars["threshold"]) for i, m in zip(ids, ev, strict=True)}
     for row in per_client:
         row["threshold"] = thresholds.get(int(row["client"] or 0))
@@ -324,6 +325,8 @@ def experiment_facts(cfg: ExperimentConfig, fed: Federation) -> dict[str, Any]:
         "attacked_clients": fed.notes.get("attacked_clients", []),
         "privacy": cfg.privacy.mechanism,
         "secagg": cfg.privacy.secagg,
+        # one-vs-rest: pooled metrics are means over clients (overlapping local tests)
+        **({"pooled": "client-mean"} if fed.notes.get("pooled") == "client-mean" else {}),
     }
 
 

@@ -462,3 +462,54 @@ def test_graph_data_refuses_what_needs_dense_rows() -> None:
         build(data=GRAPHS, partition={"clients": 3},
               attack={"kind": "gaussian-data", "clients": 1, "fraction": 0.5})  # fmt: skip
     assert "does not apply to graph data" in str(err.value) and "\n" not in str(err.value)
+
+
+# --------------------------------------------------------------------------- one-vs-rest
+
+OVR = {"name": "synth_vec", "normal": [0, 1, 2, 3], "standardize": False}
+
+
+def test_one_vs_rest_local_tests_are_own_class_against_every_other() -> None:
+    fed = build(data=OVR, partition={"scheme": "one-vs-rest", "clients": 6,
+                                     "contamination": 0.1})  # fmt: skip
+    assert fed.notes["pooled"] == "client-mean" and fed.anomaly_classes == [0, 1, 2, 3]
+    cls = lambda ids: ids // SYNTH_PER_CLASS  # noqa: E731
+    all_test: set[int] = set()
+    all_train = np.concatenate([ids_of(c.x_train)[c.y_train == 0] for c in fed.clients])
+    for k, c in enumerate(fed.clients):
+        own = k % 4
+        train, test = ids_of(c.x_train), ids_of(c.x_test)
+        # training: own class, contamination from other classes only
+        assert set(cls(train[c.y_train == 0])) == {own}
+        assert own not in set(cls(train[c.y_train == 1]))
+        assert int(c.y_train.sum()) == round_half_up(0.1 * c.n_train)
+        # test: own class normal, every other listed class anomalous, nothing else
+        np.testing.assert_array_equal(c.y_test, (cls(test) != own).astype(np.int64))
+        assert set(cls(test[c.y_test == 1])) == {0, 1, 2, 3} - {own}
+        all_test |= set(test.tolist())
+    # test samples were held out before partitioning: never in training data
+    assert not all_test & set(all_train.tolist())
+    # every held-out sample of the other classes is an anomaly for each client
+    for k, c in enumerate(fed.clients):
+        others = {i for i in all_test if i // SYNTH_PER_CLASS != k % 4}
+        assert set(ids_of(c.x_test)[c.y_test == 1].tolist()) == others
+    # a class shared by two clients (0 and 4, 1 and 5) splits its test normals between them
+    for a, b in ((0, 4), (1, 5)):
+        na = set(ids_of(fed.clients[a].x_test)[fed.clients[a].y_test == 0].tolist())
+        nb = set(ids_of(fed.clients[b].x_test)[fed.clients[b].y_test == 0].tolist())
+        assert na and nb and not na & nb and abs(len(na) - len(nb)) <= 1
+
+
+@pytest.mark.parametrize(
+    ("data", "attack", "match"),
+    [
+        ({**OVR, "anomaly": [4]}, {}, "data.anomaly must be omitted"),
+        ({**OVR, "normal": [0]}, {}, "at least two classes"),
+        ({"name": "synth_fixed"}, {}, "fixed normal/anomaly definition"),
+        (OVR, {"kind": "contamination", "clients": 1}, "not supported"),
+    ],
+)
+def test_one_vs_rest_errors(data: dict[str, Any], attack: dict[str, Any], match: str) -> None:
+    with pytest.raises(FedadError, match=match) as err:
+        build(data=data, partition={"scheme": "one-vs-rest", "clients": 2}, attack=attack)
+    assert "\n" not in str(err.value)

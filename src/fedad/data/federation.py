@@ -204,6 +204,8 @@ def _class_ids(ids: list[int] | None, key: str, ds: Dataset, name: str) -> tuple
 
 def _roles(cfg: ExperimentConfig, ds: Dataset, name: str) -> tuple[tuple[int, ...], ...]:
     d = cfg.data
+    if cfg.partition.scheme == "one-vs-rest":
+        return _one_vs_rest_roles(cfg, ds, name)
     if ds.fixed_split:
         given = [k for k, v in (("normal", d.normal), ("anomaly", d.anomaly)) if v is not None]
         if given:
@@ -226,6 +228,35 @@ def _roles(cfg: ExperimentConfig, ds: Dataset, name: str) -> tuple[tuple[int, ..
             f"list anomaly classes ({_class_list(ds, name)}) or set data.anomaly_source",
         )
     return normal, anomaly
+
+
+def _one_vs_rest_roles(
+    cfg: ExperimentConfig, ds: Dataset, name: str
+) -> tuple[tuple[int, ...], ...]:
+    """``data.normal`` lists the classes; each is an anomaly for the other classes' clients."""
+    d = cfg.data
+    if ds.fixed_split:
+        raise ConfigError(
+            f"partition.scheme = 'one-vs-rest' needs a data set with classes; '{name}' has a "
+            "fixed normal/anomaly definition",
+            "use another scheme",
+        )
+    for key, value in (("anomaly", d.anomaly), ("anomaly_source", d.anomaly_source),
+                       ("test_anomaly_fraction", d.test_anomaly_fraction)):  # fmt: skip
+        if value:
+            raise ConfigError(
+                f"data.{key} must be omitted with partition.scheme = 'one-vs-rest': every "
+                "class of data.normal is an anomaly for the clients of the other classes",
+                f"remove data.{key}",
+            )
+    normal = _class_ids(d.normal, "data.normal", ds, name)
+    if len(normal) < 2:
+        raise ConfigError(
+            f"partition.scheme = 'one-vs-rest' needs at least two classes in data.normal: "
+            f"{_class_list(ds, name)}",
+            "list the classes, e.g. normal = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]",
+        )
+    return normal, ()
 
 
 def _load(
@@ -443,6 +474,71 @@ def _assign_local_tests(
     return normals, anomalies, uniform
 
 
+def _one_vs_rest_tests(
+    test_pool: np.ndarray,
+    classes: np.ndarray,
+    counts: dict[int, np.ndarray],
+    num_clients: int,
+    rng: np.random.Generator,
+) -> tuple[list[np.ndarray], list[np.ndarray], int]:
+    """Local tests of ``one-vs-rest``: client ``k``'s own class against every other class.
+
+    The held-out samples of a class are split evenly, at random, among the clients that
+    train on it (its normals there); every held-out sample is an anomaly for each client
+    that does not train on its class. Local tests therefore overlap (a sample is an anomaly
+    for many clients), which is why pooled metrics are the mean of the clients' metrics.
+    Returns per-client normals, anomalies, and 0 (no class goes uniformly).
+    """
+    normals: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+    test_classes = classes[test_pool]
+    held_by = {c: np.flatnonzero(w > 0) for c, w in counts.items()}
+    for c in np.unique(test_classes):
+        holders = held_by.get(int(c), np.empty(0, np.int64))
+        if len(holders) == 0:
+            continue  # a listed class no client holds is an anomaly for everyone
+        mine = rng.permutation(test_pool[test_classes == c])
+        for k, piece in zip(rng.permutation(holders), np.array_split(mine, len(holders)),
+                            strict=True):  # fmt: skip
+            normals[int(k)].append(piece)
+    out_n = [np.sort(np.concatenate([np.empty(0, np.int64), *n])) for n in normals]
+    out_a = []
+    for k in range(num_clients):
+        own = [c for c, holders in held_by.items() if k in holders]
+        out_a.append(np.sort(test_pool[~np.isin(test_classes, own)]))
+    return out_n, out_a, 0
+
+
+def _contaminate_other_classes(
+    train_normals: list[np.ndarray],
+    pool: np.ndarray,
+    classes: np.ndarray,
+    contamination: float,
+    rng: np.random.Generator,
+) -> tuple[list[np.ndarray], list[np.ndarray], list[int]]:
+    """:func:`_contaminate` for ``one-vs-rest``: client ``k``'s anomalies are training
+    samples of classes it does not hold (drawn without replacement over all clients; such a
+    sample may also be another client's normal training data, never test data)."""
+    n_bad = [round_half_up(contamination * len(t)) for t in train_normals]
+    taken = np.zeros(0, np.int64)
+    ids, flags = [], []
+    for t, n_a in zip(train_normals, n_bad, strict=True):
+        own = np.unique(classes[t])
+        candidates = np.setdiff1d(pool[~np.isin(classes[pool], own)], taken)
+        if n_a > len(candidates):
+            raise DataError(
+                f"partition.contamination={contamination:g} needs {n_a} training samples of "
+                f"other classes for a client but only {len(candidates)} are left",
+                "lower partition.contamination",
+            )
+        drawn = rng.choice(candidates, size=n_a, replace=False) if n_a else taken[:0]
+        taken = np.concatenate([taken, drawn])
+        kept = rng.permutation(t)[: len(t) - n_a]
+        mine, flag = _mix(kept, drawn, rng)
+        ids.append(mine)
+        flags.append(flag)
+    return ids, flags, n_bad
+
+
 def _mix(
     normals: np.ndarray, anomalies: np.ndarray, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -530,9 +626,21 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
     anomaly_set = np.asarray(anomaly_classes, dtype=np.int64)
 
     # 3. pooled test set
+    ovr = p.scheme == "one-vs-rest"
+    if ovr and cfg.attack.kind == "contamination":
+        raise ConfigError(
+            "attack.kind = 'contamination' is not supported with partition.scheme = "
+            "'one-vs-rest'",
+            "use partition.contamination, or a model attack",
+        )
     test_normals = test_all[np.isin(classes[test_all], normal_set)]
     test_anomalies = test_all[np.isin(classes[test_all], anomaly_set)]
-    if len(test_normals) == 0 or len(test_anomalies) == 0:
+    if ovr and len(np.unique(classes[test_normals])) < 2:
+        raise DataError(
+            "the held-out test set holds fewer than two of data.normal's classes",
+            "raise data.test_fraction",
+        )
+    if not ovr and (len(test_normals) == 0 or len(test_anomalies) == 0):
         which = "normal" if len(test_normals) == 0 else "anomalous"
         raise DataError(
             f"the held-out test set has no {which} samples",
@@ -549,6 +657,8 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
         )
     normal_pool = train_all[np.isin(classes[train_all], normal_set)]
     anomaly_pool = train_all[np.isin(classes[train_all], anomaly_set)]
+    if ovr:  # every listed class is another class's anomaly (contamination: step 6)
+        anomaly_pool = np.sort(normal_pool)
 
     # 4. server data
     k_clients = p.clients
@@ -605,9 +715,14 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
         ]
 
     # 6. contamination
-    train_ids, train_anomaly, n_bad = _contaminate(
-        train_normals, anomaly_pool, p.contamination, rngs["contamination"]
-    )
+    if ovr:
+        train_ids, train_anomaly, n_bad = _contaminate_other_classes(
+            train_normals, anomaly_pool, classes, p.contamination, rngs["contamination"]
+        )
+    else:
+        train_ids, train_anomaly, n_bad = _contaminate(
+            train_normals, anomaly_pool, p.contamination, rngs["contamination"]
+        )
 
     # 7. local test sets
     counts = {
@@ -623,9 +738,15 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
              for ids, flag in zip(train_ids, train_anomaly, strict=True)]
         )  # fmt: skip
         groups = {"anomaly_group": source_of[test_anomalies], "client_group": client_group}
-    local_n, local_a, uniform = _assign_local_tests(
-        test_normals, test_anomalies, classes, counts, k_clients, rngs["local_test"], **groups
-    )
+    if ovr:
+        local_n, local_a, uniform = _one_vs_rest_tests(
+            test_normals, classes, counts, k_clients, rngs["local_test"]
+        )
+    else:
+        local_n, local_a, uniform = _assign_local_tests(
+            test_normals, test_anomalies, classes, counts, k_clients, rngs["local_test"],
+            **groups,
+        )  # fmt: skip
     mixed = [_mix(nn, aa, rngs["local_test"]) for nn, aa in zip(local_n, local_a, strict=True)]
     test_ids = [ids for ids, _ in mixed]
     test_anomaly = [flag for _, flag in mixed]
@@ -698,6 +819,9 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
         "attack": cfg.attack.kind,
         "attacked_clients": attacked,
     }
+    if ovr:
+        notes["pooled"] = "client-mean"
+        notes["n_test_anomaly"] = int(sum(len(a) for a in local_a))
     if catalog.has_masks:
         notes["masks"] = True
     without = [m.name for m in members if not m.dataset.has_masks]
@@ -709,7 +833,7 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
         feature_shape=main.dataset.feature_shape,
         class_names=names,
         normal_classes=normal_classes,
-        anomaly_classes=anomaly_classes,
+        anomaly_classes=list(normal_classes) if ovr else anomaly_classes,
         client_sources=client_sources,
         train_ids=train_ids,
         train_anomaly=train_anomaly,

@@ -17,6 +17,9 @@ once; each client's positions come in random order. Same generator state, same r
   counts allow (so some samples may stay unused).
 - :func:`one_class`: client ``k`` holds only ``classes[k mod C]``; a class shared by several
   clients is split evenly between them (all samples used when clients >= classes).
+- ``one-vs-rest``: the training split of :func:`one_class`; the federation builder then
+  tests each client on its own class against every other listed class
+  (:mod:`fedad.data.federation`).
 - :func:`by_source`: as :func:`one_class` over source/group ids: clients are assigned to
   sources round-robin and a source shared by several clients is split between them.
 
@@ -43,7 +46,7 @@ __all__ = [
     "round_half_up",
 ]
 
-SCHEMES = ("iid", "dirichlet", "dominant", "one-class", "by-source")
+SCHEMES = ("iid", "dirichlet", "dominant", "one-class", "one-vs-rest", "by-source")
 
 
 def round_half_up(x: float) -> int:
@@ -287,7 +290,7 @@ def partition(
             labels, num_clients, rng, dominant_fraction=dominant_fraction, classes=classes,
             min_per_client=min_per_client,
         )  # fmt: skip
-    if scheme == "one-class":
+    if scheme in ("one-class", "one-vs-rest"):  # the same training split; tests differ
         return one_class(labels, num_clients, rng, classes=classes, min_per_client=min_per_client)
     if scheme == "by-source":
         if groups is None:

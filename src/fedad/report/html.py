@@ -215,7 +215,10 @@ def _std(entry: Mapping[str, Any], key: str) -> float | None:
 
 
 def _summary_section(
-    entries: Mapping[str, Mapping[str, Any]], columns: list[Column], n_seeds: int = 0
+    entries: Mapping[str, Mapping[str, Any]],
+    columns: list[Column],
+    n_seeds: int = 0,
+    client_mean: bool = False,
 ) -> str:
     if not entries:
         return '<h2>Summary</h2><p class="muted">No methods in metrics.json.</p>'
@@ -246,6 +249,11 @@ def _summary_section(
         if n_seeds
         else "Pooled"
     )
+    if client_mean:  # one-vs-rest: local test sets overlap (fedad.evaluation.evaluate_replies)
+        what += (
+            " (here: the mean over clients of each client's metric, since the clients' "
+            "one-vs-rest test sets overlap)"
+        )
     keys = {c.key for c in columns}
     notes = "".join(
         f'<p class="muted">{_e(f.note)}</p>'
@@ -586,7 +594,12 @@ def render_report(run_dir: str | Path) -> str:
     sections = [
         _partial_banner(metrics["experiment"]),
         _facts_section(run, metrics, len(entries)),
-        _summary_section(entries, summary, len(seeds) if several else 0),
+        _summary_section(
+            entries,
+            summary,
+            len(seeds) if several else 0,
+            metrics["experiment"].get("pooled") == "client-mean",
+        ),
         _seeds_section(run, entries, seeds, notes, summary) if several else "",
         _family_sections(entries, groups),
         _figures_section(entries, scores, history, per_client, notes, several),
