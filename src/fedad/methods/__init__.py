@@ -1,4 +1,5 @@
 """Built-in methods; importing this package registers them."""
 
 from fedad.methods.baselines import federated as _baselines  # noqa: F401
+from fedad.methods.feduv import federated as _feduv  # noqa: F401
 from fedad.methods.onlad import federated as _onlad  # noqa: F401
