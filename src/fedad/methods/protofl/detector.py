@@ -1,0 +1,333 @@
+"""The ProtoFL detector: a frozen trunk :math:`f_\\theta` and a one-class head on
+:math:`h = f_\\theta(x)` ([ProtoFL Sec. 4.4, Table 4]).
+
+Heads: ``flow`` (the paper's OC-NF: RealNVP trained by [ProtoFL eq. 11], score = negative
+log-likelihood [ProtoFL eq. 9]), ``kde`` (Gaussian kernel density, Scott's bandwidth, score
+= negative log-density), ``gaussian`` (Ledoit-Wolf shrinkage Gaussian, score = squared
+Mahalanobis distance) and ``ocsvm`` (RBF one-class SVM, ``gamma = "scale"``, score = minus
+its decision function). Every head works on representations standardised with the mean and
+standard deviation of the client's own clean training representations (for the flow an
+affine bijection whose log-determinant is kept in the score, so the NLL stays honest).
+
+Saved state: named arrays only (``trunk.*`` the trunk's state dict, ``flow.*`` the flow's,
+``shift``/``scale`` the standardisation, the other heads' fitted arrays, ``threshold_``);
+:func:`fedad.detector.detector_from_config` rebuilds it by its registered name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, Literal, Self
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
+from fedad.methods.protofl.model import Encoder, Trunk, flow_nll, make_flow
+from fedad.methods.protofl.train import represent, train_encoder, train_flow, view_representations
+
+HEADS = ("flow", "kde", "gaussian", "ocsvm")
+Head = Literal["flow", "kde", "gaussian", "ocsvm"]
+MAX_FEATURES = 1 << 22
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Torch's CPU generator at ``seed`` inside, restored after (initial weights)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed % (1 << 63))
+        yield
+
+
+class ProtoFLDetectorParams(BaseModel):
+    """The ``__init__`` arguments of :class:`ProtoFLDetector`, as a checkpoint may give them."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    kind: Literal["vector", "image"] = "image"
+    input_shape: list[Annotated[int, Field(ge=1, le=MAX_FEATURES)]] = Field(
+        default=[1, 8, 8], min_length=1, max_length=3
+    )
+    rep_dim: int = Field(default=64, ge=2, le=2048)
+    width: int = Field(default=32, ge=1, le=512)
+    head: Head = "flow"
+    flow_layers: int = Field(default=8, ge=1, le=64)
+    flow_hidden: int = Field(default=64, ge=1, le=4096)
+    flow_epochs: int = Field(default=10, ge=0, le=100_000)
+    flow_lr: float = Field(default=1e-3, gt=0.0, le=1.0)
+    flow_views: int = Field(default=2, ge=1, le=64)
+    flow_batch: int = Field(default=256, ge=2, le=1 << 16)
+    lam: float = Field(default=0.01, ge=0.0, le=1e3)
+    epochs: int = Field(default=10, ge=0, le=100_000)
+    lr: float = Field(default=1e-3, gt=0.0, le=1.0)
+    batch_size: int = Field(default=64, ge=1, le=1 << 16)
+    flip: bool = True
+    noise: float = Field(default=0.1, ge=0.0, le=10.0)
+    nu: float = Field(default=0.1, gt=0.0, le=1.0)
+    contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
+    seed: int = Field(default=0, ge=-(1 << 63), lt=1 << 63)
+
+    @model_validator(mode="after")
+    def _shape(self) -> ProtoFLDetectorParams:
+        if math.prod(self.input_shape) > MAX_FEATURES:
+            raise ValueError(f"input_shape {self.input_shape} exceeds {MAX_FEATURES} features")
+        if self.kind == "image" and len(self.input_shape) != 3:
+            raise ValueError("an image detector's input_shape is (channels, height, width)")
+        return self
+
+
+@register_detector("protofl")
+class ProtoFLDetector(BaseDetector):
+    """Frozen trunk + one-class head. ``fit(x)`` alone (no federation, no prototype) trains
+    the trunk with the positive cosine loss [ProtoFL eq. 5] for ``epochs`` and then the
+    head; the federated method sets the trunk from the global model and calls
+    :meth:`fit_head` [ProtoFL Alg. 2]."""
+
+    ParamsModel = ProtoFLDetectorParams
+
+    def __init__(
+        self,
+        kind: str = "image",
+        input_shape: tuple[int, ...] | list[int] = (1, 8, 8),
+        rep_dim: int = 64,
+        width: int = 32,
+        head: str = "flow",
+        flow_layers: int = 8,
+        flow_hidden: int = 64,
+        flow_epochs: int = 10,
+        flow_lr: float = 1e-3,
+        flow_views: int = 2,
+        flow_batch: int = 256,
+        lam: float = 0.01,
+        epochs: int = 10,
+        lr: float = 1e-3,
+        batch_size: int = 64,
+        flip: bool = True,
+        noise: float = 0.1,
+        nu: float = 0.1,
+        contamination: float = DEFAULT_CONTAMINATION,
+        seed: int = 0,
+        device: str = "cpu",
+    ) -> None:
+        super().__init__(contamination=contamination)
+        self.kind = kind
+        self.input_shape = [int(s) for s in input_shape]
+        self.rep_dim = rep_dim
+        self.width = width
+        self.head = head
+        self.flow_layers = flow_layers
+        self.flow_hidden = flow_hidden
+        self.flow_epochs = flow_epochs
+        self.flow_lr = flow_lr
+        self.flow_views = flow_views
+        self.flow_batch = flow_batch
+        self.lam = lam
+        self.epochs = epochs
+        self.lr = lr
+        self.batch_size = batch_size
+        self.flip = flip
+        self.noise = noise
+        self.nu = nu
+        self.seed = seed
+        self.device = device
+        """Where the networks run: a property of the machine, not of the model."""
+
+    def get_params(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "input_shape": list(self.input_shape),
+            "rep_dim": self.rep_dim,
+            "width": self.width,
+            "head": self.head,
+            "flow_layers": self.flow_layers,
+            "flow_hidden": self.flow_hidden,
+            "flow_epochs": self.flow_epochs,
+            "flow_lr": self.flow_lr,
+            "flow_views": self.flow_views,
+            "flow_batch": self.flow_batch,
+            "lam": self.lam,
+            "epochs": self.epochs,
+            "lr": self.lr,
+            "batch_size": self.batch_size,
+            "flip": self.flip,
+            "noise": self.noise,
+            "nu": self.nu,
+            "contamination": self.contamination,
+            "seed": self.seed,
+        }
+
+    # -- networks ---------------------------------------------------------------------------
+    def make_trunk(self) -> Trunk:
+        with seeded(self.seed):
+            trunk = Trunk(tuple(self.input_shape), self.rep_dim, self.width)
+        return trunk.to(self.device).eval()
+
+    def make_flow(self) -> torch.nn.Module:
+        with seeded(self.seed + 1):
+            flow = make_flow(self.rep_dim, self.flow_layers, self.flow_hidden)
+        out: torch.nn.Module = flow.to(self.device).eval()
+        return out
+
+    def build(self) -> Self:
+        """A seeded, untrained trunk (and flow, for the flow head)."""
+        self.trunk_ = self.make_trunk()
+        if self.head == "flow":
+            self.flow_ = self.make_flow()
+        return self
+
+    def set_trunk(self, arrays: dict[str, np.ndarray]) -> Self:
+        """Load the trunk's state dict (the global model's ``trunk.*`` arrays, unprefixed)."""
+        if not hasattr(self, "trunk_"):
+            self.trunk_ = self.make_trunk()
+        state = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in arrays.items()}
+        self.trunk_.load_state_dict(state, strict=True)
+        return self
+
+    def represent(self, x: np.ndarray) -> np.ndarray:
+        """:math:`h = f_\\theta(x)` as float64 numpy."""
+        xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+        return represent(self.trunk_, xt).double().numpy()
+
+    # -- training ---------------------------------------------------------------------------
+    def fit(self, x: np.ndarray) -> Self:
+        self.build()
+        if self.epochs > 0:
+            with seeded(self.seed):
+                enc = Encoder(tuple(self.input_shape), self.rep_dim, self.rep_dim, self.width)
+            enc.trunk.load_state_dict(self.trunk_.state_dict())
+            enc.to(self.device)
+            rng = np.random.default_rng(self.seed)
+            train_encoder(enc, x, None, self.epochs, self.batch_size, self.lr, rng,
+                          flip=self.flip, noise=self.noise)  # fmt: skip
+            self.trunk_ = enc.trunk.eval()
+        self.fit_head(x, np.random.default_rng([self.seed, 2]))
+        return self.set_threshold(x)
+
+    def fit_head(self, x: np.ndarray, rng: np.random.Generator) -> float:
+        """[ProtoFL Alg. 2]: the head on the frozen trunk's representations of ``x``.
+
+        Returns the final head loss (the flow's [ProtoFL eq. 11]; 0 for the other heads)."""
+        if self.head == "flow":
+            a, b = view_representations(self.trunk_, x, self.flow_views, rng, self.flip, self.noise)
+            self._standardise(torch.cat([a, b]).double().numpy())
+            shift = torch.as_tensor(self.shift_, dtype=torch.float32)
+            scale = torch.as_tensor(self.scale_, dtype=torch.float32)
+            self.flow_ = self.make_flow()
+            p = self
+            return train_flow(self.flow_, (a - shift) / scale, (b - shift) / scale,
+                              p.flow_epochs, p.flow_batch, p.flow_lr, p.lam, rng)  # fmt: skip
+        h = self.represent(x)
+        z = self._standardise(h)
+        if self.head == "kde":
+            self.train_ = z
+            self.bandwidth_ = float(_scott(len(z), z.shape[1]))
+        elif self.head == "gaussian":
+            from sklearn.covariance import LedoitWolf
+
+            lw = LedoitWolf().fit(z)
+            self.mean_ = np.asarray(lw.location_, dtype=np.float64)
+            self.precision_ = np.asarray(lw.precision_, dtype=np.float64)
+        else:
+            from sklearn.svm import OneClassSVM
+
+            gamma = 1.0 / (z.shape[1] * max(float(z.var()), 1e-12))
+            svm = OneClassSVM(kernel="rbf", gamma=gamma, nu=self.nu).fit(z)
+            self.sv_ = np.asarray(svm.support_vectors_, dtype=np.float64)
+            self.coef_ = np.asarray(svm.dual_coef_, dtype=np.float64).reshape(-1)
+            self.intercept_ = float(np.asarray(svm.intercept_).reshape(-1)[0])
+            self.gamma_ = gamma
+        return 0.0
+
+    def _standardise(self, h: np.ndarray) -> np.ndarray:
+        """Set ``shift_``/``scale_`` from ``h`` (a floor keeps constant features finite)."""
+        self.shift_ = h.mean(0) if len(h) else np.zeros(self.rep_dim)
+        sd = h.std(0) if len(h) > 1 else np.ones(self.rep_dim)
+        floor = 1e-3 * float(np.mean(sd)) + 1e-6
+        self.scale_ = np.maximum(sd, floor)
+        return np.asarray((h - self.shift_) / self.scale_, dtype=np.float64)
+
+    # -- scoring ----------------------------------------------------------------------------
+    def score(self, x: np.ndarray) -> np.ndarray:
+        z = (self.represent(x) - self.shift_) / self.scale_
+        if self.head == "flow":
+            zt = torch.as_tensor(z, dtype=torch.float32)
+            with torch.no_grad():
+                nll = torch.cat(
+                    [flow_nll(self.flow_, zt[i : i + 1024].to(self.device)).cpu()
+                     for i in range(0, len(zt), 1024)]
+                ) if len(zt) else torch.zeros(0)  # fmt: skip
+            # the standardisation is part of the bijection: log|det| = -sum log scale
+            return nll.double().numpy() + float(np.sum(np.log(self.scale_)))
+        if self.head == "kde":
+            from sklearn.neighbors import KernelDensity
+
+            kde = KernelDensity(bandwidth=self.bandwidth_).fit(self.train_)
+            return np.asarray(-kde.score_samples(z), dtype=np.float64)
+        if self.head == "gaussian":
+            d = z - self.mean_
+            return np.asarray(np.einsum("ij,jk,ik->i", d, self.precision_, d), dtype=np.float64)
+        sq = (z**2).sum(1)[:, None] + (self.sv_**2).sum(1)[None, :] - 2 * z @ self.sv_.T
+        k = np.exp(-self.gamma_ * np.maximum(sq, 0.0))
+        return np.asarray(-(k @ self.coef_ + self.intercept_), dtype=np.float64)
+
+    # -- persistence ------------------------------------------------------------------------
+    def get_arrays(self) -> dict[str, np.ndarray]:
+        out = {f"trunk.{k}": v.detach().cpu().numpy().copy()
+               for k, v in self.trunk_.state_dict().items()}  # fmt: skip
+        out["shift"] = np.asarray(self.shift_, dtype=np.float64)
+        out["scale"] = np.asarray(self.scale_, dtype=np.float64)
+        if self.head == "flow":
+            out.update({f"flow.{k}": v.detach().cpu().numpy().copy()
+                        for k, v in self.flow_.state_dict().items()})  # fmt: skip
+        elif self.head == "kde":
+            out["train"] = self.train_
+            out["bandwidth"] = np.asarray(self.bandwidth_)
+        elif self.head == "gaussian":
+            out["mean"], out["precision"] = self.mean_, self.precision_
+        else:
+            out["sv"], out["coef"] = self.sv_, self.coef_
+            out["intercept"], out["gamma"] = np.asarray(self.intercept_), np.asarray(self.gamma_)
+        if hasattr(self, "threshold_"):
+            out["threshold_"] = np.asarray(self.threshold_, dtype=np.float64)
+        return out
+
+    def set_arrays(self, arrays: dict[str, np.ndarray]) -> Self:
+        self.set_trunk({k[6:]: v for k, v in arrays.items() if k.startswith("trunk.")})
+        self.shift_ = np.asarray(arrays["shift"], dtype=np.float64).reshape(-1)
+        self.scale_ = np.asarray(arrays["scale"], dtype=np.float64).reshape(-1)
+        if self.shift_.shape != (self.rep_dim,) or self.scale_.shape != (self.rep_dim,):
+            raise ValueError(f"shift and scale must have {self.rep_dim} entries")
+        if not np.all(self.scale_ > 0):
+            raise ValueError("scale must be positive")
+        if self.head == "flow":
+            self.flow_ = self.make_flow()
+            state = {k[5:]: torch.from_numpy(np.array(v)) for k, v in arrays.items()
+                     if k.startswith("flow.")}  # fmt: skip
+            self.flow_.load_state_dict(state, strict=True)
+        elif self.head == "kde":
+            self.train_ = np.asarray(arrays["train"], dtype=np.float64)
+            self.bandwidth_ = float(arrays["bandwidth"])
+        elif self.head == "gaussian":
+            self.mean_ = np.asarray(arrays["mean"], dtype=np.float64)
+            self.precision_ = np.asarray(arrays["precision"], dtype=np.float64)
+        else:
+            self.sv_ = np.asarray(arrays["sv"], dtype=np.float64)
+            self.coef_ = np.asarray(arrays["coef"], dtype=np.float64).reshape(-1)
+            self.intercept_ = float(arrays["intercept"])
+            self.gamma_ = float(arrays["gamma"])
+        if "threshold_" in arrays:
+            self.threshold_ = float(arrays["threshold_"])
+        return self
+
+    def head_arrays(self) -> dict[str, np.ndarray]:
+        """Everything but the trunk (what a client keeps of its own after phase 2)."""
+        return {k: v for k, v in self.get_arrays().items()
+                if not k.startswith("trunk.") and k != "threshold_"}  # fmt: skip
+
+
+def _scott(n: int, d: int) -> float:
+    """Scott's rule bandwidth for standardised data: :math:`n^{-1/(d+4)}`."""
+    return float(max(n, 1) ** (-1.0 / (d + 4)))

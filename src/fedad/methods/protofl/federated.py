@@ -1,0 +1,338 @@
+"""ProtoFL ([ProtoFL]: Kim et al., ICCV 2023): the FL protocol, method ``protofl``.
+
+The paper's equations and the functions implementing each: :mod:`fedad.methods.protofl`.
+
+Server, once (round 0) [ProtoFL eq. 6, Alg. 1, Sec. 4.2 steps 1-2]: embeds the public set
+(``public_set``, unrelated to the clients) with the frozen off-the-shelf model
+(``backbone``, EfficientNet-Lite0 by default, at ``proto_size`` pixels), picks one distinct
+example per joined client (greedy farthest-point selection in cosine distance: the paper
+picks one image per category of its off-the-shelf set; an unlabelled public set has no
+categories, so we take mutually most dissimilar images, which its Fig. 7 finds best) and
+sends each joined client **its own** prototype :math:`v_k` in its own message (phase
+``prototype``; the reply is an acknowledgement, not a model update). A client that did not
+acknowledge gets its prototype again with its next training message.
+
+Phase 1, rounds ``1 .. rounds`` [ProtoFL Alg. 1]: the engine's client fraction
+(:meth:`~fedad.fl.context.ServerContext.sample`) among the joined clients; each trains the
+global encoder for ``local_epochs`` on [ProtoFL eq. 8] and the server takes the
+example-weighted mean (FedAvg, [ProtoFL eq. 1]).
+
+Phase 2 [ProtoFL Alg. 2]: in the evaluation phase, each client — joined or new — takes the
+final global encoder, freezes it and trains its own head (the flow by default) on its
+training data; the head never leaves the client except inside its saved personalised
+detector. It is computed once per global model and kept in the client's state.
+
+New clients [ProtoFL Fig. 5]: with ``new_clients = N`` the last N client ids take no part in
+phase 1 (no prototype, no training message); they get the global model at evaluation and
+train only their head. ``metrics.json`` has ``roles`` (each client's role) and the mean
+AUROC of each group (``auroc_joined``, ``auroc_new``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import Field
+
+from fedad.data.types import ClientData, dense
+from fedad.devices import resolve_device
+from fedad.errors import ConfigError, RunError
+from fedad.evaluation import MetricFamily
+from fedad.fl.aggregate import weighted_mean
+from fedad.fl.algorithm import (
+    Algorithm,
+    ClientState,
+    Handler,
+    Params,
+    PublicRequest,
+    Requirements,
+    ServerResult,
+    Setup,
+    register,
+)
+from fedad.fl.context import ServerContext
+from fedad.fl.messages import Message
+from fedad.fl.validate import spec_of
+from fedad.methods.protofl.detector import Head, ProtoFLDetector, seeded
+from fedad.methods.protofl.model import Encoder
+from fedad.methods.protofl.train import train_encoder
+from fedad.seeding import rng as seeded_rng
+
+PROTOTYPE = "prototype"
+TRAIN = "train"
+
+
+class ProtoFLParams(Params):
+    """``[methods.params]`` of ``protofl``; every default works on any data set size."""
+
+    local_epochs: int = Field(default=1, ge=1, le=10_000, description="epochs per round")
+    batch_size: int = Field(default=64, ge=2, le=1 << 16)
+    lr: float = Field(default=1e-3, gt=0.0, le=1.0, description="RAdam learning rate")
+    weight_decay: float = Field(default=1e-3, ge=0.0, le=1.0)
+    alpha: float = Field(default=0.1, ge=0.0, le=1.0, description="[ProtoFL eq. 8]")
+    temperature: float = Field(default=1.0, gt=0.0, le=1e3, description="softmax of eq. 7")
+    lam: float = Field(default=0.01, ge=0.0, le=1e3, description="[ProtoFL eq. 11]")
+    rep_dim: int = Field(default=64, ge=2, le=2048, description="dimension of h")
+    width: int = Field(default=32, ge=1, le=512, description="channels of the first conv")
+    head: Head = "flow"
+    flow_layers: int = Field(default=8, ge=1, le=64, description="affine coupling layers")
+    flow_hidden: int = Field(default=64, ge=1, le=4096)
+    flow_epochs: int = Field(default=10, ge=0, le=100_000)
+    flow_lr: float = Field(default=1e-3, gt=0.0, le=1.0)
+    flow_views: int = Field(default=2, ge=1, le=64, description="view pairs per sample")
+    flow_batch: int = Field(default=256, ge=2, le=1 << 16, description="flow minibatch")
+    nu: float = Field(default=0.1, gt=0.0, le=1.0, description="OC-SVM nu (head = ocsvm)")
+    flip: bool = Field(default=True, description="horizontal flips among the augmentations")
+    noise: float = Field(default=0.1, ge=0.0, le=10.0, description="vector augmentation")
+    new_clients: int = Field(default=0, ge=0, description="last N clients skip phase 1")
+    public_set: str = Field(default="procedural", description="off-the-shelf set")
+    public_n: int = Field(default=64, ge=1, le=100_000, description="candidate images")
+    backbone: str = Field(default="efficientnet-lite0", description="off-the-shelf model")
+    proto_size: int = Field(default=64, ge=32, le=1024, description="side of its input")
+
+
+def client_rng(seed: int, round_no: int, client_id: int, stream: int) -> np.random.Generator:
+    """A client's generator for a round and purpose: a pure function of its keys."""
+    return seeded_rng(seed, round_no, client_id, stream)
+
+
+def farthest_point(feats: np.ndarray, k: int, rng: np.random.Generator) -> list[int]:
+    """``k`` distinct rows chosen greedily to be mutually most dissimilar (cosine).
+
+    The first is drawn from ``rng``; each next one maximises its smallest cosine distance
+    to those already chosen (ties: lowest index)."""
+    if k > len(feats):
+        raise ValueError(f"need {k} distinct examples, have {len(feats)}")
+    f = feats / np.maximum(np.linalg.norm(feats, axis=1, keepdims=True), 1e-12)
+    chosen = [int(rng.integers(len(f)))]
+    dist = 1.0 - f @ f[chosen[0]]
+    for _ in range(k - 1):
+        d = dist.copy()
+        d[chosen] = -np.inf
+        nxt = int(np.argmax(d))
+        chosen.append(nxt)
+        dist = np.minimum(dist, 1.0 - f @ f[nxt])
+    return chosen
+
+
+def _digest(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    h = hashlib.sha256()
+    for k in sorted(arrays):
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(arrays[k]).tobytes())
+    return np.frombuffer(h.digest(), dtype=np.uint8).copy()
+
+
+@register
+class ProtoFL(Algorithm):
+    """ProtoFL: prototype distillation (phase 1, FedAvg) and local flows (phase 2)."""
+
+    name = "protofl"
+    summary = "ProtoFL: prototypical distillation from a pretrained model + local flows"
+    kinds = ("vector", "image")
+    personalized = True
+    ParamsModel = ProtoFLParams
+    params: ProtoFLParams
+    metric_families: ClassVar[tuple[MetricFamily, ...]] = ()
+
+    def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
+        super().__init__(params, setup, detector)
+        if self.params.new_clients >= setup.num_clients:
+            raise ConfigError(
+                f"protofl: new_clients = {self.params.new_clients} leaves no client for "
+                f"phase 1 ({setup.num_clients} clients)",
+                "set new_clients below the number of clients",
+            )
+
+    @classmethod
+    def requirements(cls, params: dict[str, Any]) -> Requirements:
+        """The public set and the off-the-shelf model [ProtoFL eq. 6]; updates in ``train``."""
+        p = ProtoFLParams.model_validate(params)
+        return Requirements(
+            public=PublicRequest(p.public_set, n=p.public_n, shape=(3, p.proto_size, p.proto_size)),
+            resources=(p.backbone,),
+            update_phases=(TRAIN,),
+        )
+
+    # -- roles ------------------------------------------------------------------------------
+    def new_ids(self, ids: list[int]) -> list[int]:
+        """The new clients among ``ids`` (all client ids): the last ``new_clients``."""
+        n = self.params.new_clients
+        return sorted(ids)[len(ids) - n :] if n else []
+
+    def role(self, client_id: int) -> Literal["joined", "new"]:
+        first_new = self.setup.num_clients - self.params.new_clients
+        return "new" if client_id >= first_new else "joined"
+
+    # -- models -----------------------------------------------------------------------------
+    @property
+    def proto_dim(self) -> int:
+        from fedad.resources import resource_info
+
+        return resource_info(self.params.backbone).feature_dim
+
+    def make_encoder(self) -> Encoder:
+        """The initial global encoder :math:`\\phi(\\cdot; \\theta_g^0)` (seeded, on the CPU)."""
+        p = self.params
+        with seeded(self.setup.seed):
+            enc = Encoder(tuple(self.setup.feature_shape), p.rep_dim, self.proto_dim, p.width)
+        return enc
+
+    def make_detector(self) -> ProtoFLDetector:
+        p = self.params
+        return ProtoFLDetector(
+            kind=self.setup.kind,
+            input_shape=list(self.setup.feature_shape),
+            rep_dim=p.rep_dim,
+            width=p.width,
+            head=p.head,
+            flow_layers=p.flow_layers,
+            flow_hidden=p.flow_hidden,
+            flow_epochs=p.flow_epochs,
+            flow_lr=p.flow_lr,
+            flow_views=p.flow_views,
+            flow_batch=p.flow_batch,
+            lam=p.lam,
+            epochs=p.local_epochs,
+            lr=p.lr,
+            batch_size=p.batch_size,
+            flip=p.flip,
+            noise=p.noise,
+            nu=p.nu,
+            contamination=self.contamination,
+            seed=self.setup.seed,
+            device=resolve_device(self.setup.device),
+        )
+
+    def _encoder_from(self, arrays: dict[str, np.ndarray]) -> Encoder:
+        import torch
+
+        enc = self.make_encoder()
+        state = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in arrays.items()}
+        enc.load_state_dict(state, strict=True)
+        return enc.to(resolve_device(self.setup.device))
+
+    @staticmethod
+    def _arrays(enc: Encoder) -> dict[str, np.ndarray]:
+        return {k: v.detach().cpu().numpy().copy() for k, v in enc.state_dict().items()}
+
+    def prototypes(self, public: np.ndarray, k: int) -> np.ndarray:
+        """[ProtoFL eq. 6]: :math:`v_j = \\mathcal{F}(s_j)` for ``k`` distinct public images."""
+        from fedad.resources import get_resource
+
+        if len(public) < k:
+            raise RunError(
+                f"protofl: the public set has {len(public)} images for {k} joined clients",
+                "raise public_n to at least the number of clients",
+            )
+        net = get_resource(self.params.backbone, resolve_device(self.setup.device))
+        feats = net.embed(public, size=self.params.proto_size)
+        idx = farthest_point(feats.astype(np.float64), k, seeded_rng(self.setup.seed, 0x9207))
+        return np.asarray(feats[idx], dtype=np.float32)
+
+    # -- client -----------------------------------------------------------------------------
+    def handlers(self) -> dict[str, Handler]:
+        return {**super().handlers(), PROTOTYPE: self.client_prototype, TRAIN: self.client_train}
+
+    def client_prototype(self, state: ClientState, data: ClientData, msg: Message) -> Message:
+        """Keep :math:`v_k` privately (Sec. 4.2 step 2); reply with an acknowledgement."""
+        state["prototype"] = np.array(msg.arrays["prototype"], dtype=np.float32)
+        return Message(PROTOTYPE, {}, {"num_examples": data.n_train})
+
+    def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
+        """CLIENT_TRAINING of [ProtoFL Alg. 1]: ``local_epochs`` of eq. 8 from the global model."""
+        if "prototype" in msg.arrays:
+            state["prototype"] = np.array(msg.arrays["prototype"], dtype=np.float32)
+        weights = {k: v for k, v in msg.arrays.items() if k != "prototype"}
+        enc = self._encoder_from(weights)
+        p = self.params
+        rng = client_rng(self.setup.seed, int(msg.get("round", 0)), data.client_id, 0xF1)
+        losses = train_encoder(
+            enc, dense(data.x_train, self.name), state.get("prototype"), p.local_epochs,
+            p.batch_size, p.lr, rng, p.alpha, p.temperature, p.weight_decay, p.flip, p.noise,
+        )  # fmt: skip
+        return Message(TRAIN, self._arrays(enc), {"num_examples": data.n_train, **losses})
+
+    def client_detector(
+        self, state: ClientState, data: ClientData, msg: Message
+    ) -> ProtoFLDetector:
+        """[ProtoFL Alg. 2]: frozen global trunk + the client's own head (kept per model)."""
+        trunk = {k[6:]: v for k, v in msg.arrays.items() if k.startswith("trunk.")}
+        det = self.make_detector().set_trunk(trunk)
+        key = _digest(trunk)
+        cached = state.get("head_key")
+        if cached is not None and np.array_equal(cached, key):
+            head = {k[5:]: v for k, v in state.items() if k.startswith("head/")}
+            return det.set_arrays({**{f"trunk.{k}": v for k, v in trunk.items()}, **head})
+        x = dense(data.x_train, self.name)
+        loss = det.fit_head(x, client_rng(self.setup.seed, 0, data.client_id, 0xF2))
+        for k in [k for k in state if k.startswith("head/")]:
+            del state[k]
+        state.update({f"head/{k}": v for k, v in det.head_arrays().items()})
+        state["head_key"] = key
+        state["head_loss"] = np.asarray(loss, dtype=np.float64)
+        return det
+
+    # -- server -----------------------------------------------------------------------------
+    def server(self, ctx: ServerContext) -> ServerResult:
+        ids = ctx.grid.get_node_ids()
+        new = set(self.new_ids(ids))
+        joined = [i for i in ids if i not in new]
+        if ctx.public is None:
+            raise RunError("protofl: no public set reached the server", "see `requirements`")
+        protos = self.prototypes(ctx.public, len(joined))
+        mine = {i: protos[j] for j, i in enumerate(joined)}
+        acks = ctx.send({i: Message(PROTOTYPE, {"prototype": mine[i]}) for i in joined},
+                        scalars=["num_examples"])  # fmt: skip
+        have = set(acks)
+        ctx.log(clients_new=len(new))
+        ctx.end_round(0)
+        weights = self._arrays(self.make_encoder())
+        spec = spec_of(weights)
+        for r in range(1, ctx.rounds + 1):
+            msgs = {}
+            for i in ctx.sample(joined):
+                extra = {} if i in have else {"prototype": mine[i]}
+                msgs[i] = Message(TRAIN, {**weights, **extra}, {"round": r})
+            avg = ctx.mean(msgs, arrays=spec, scalars=["loss", "l_pd", "l_p"])
+            have.update(avg.replies)
+            if avg.arrays is not None:
+                weights = avg.arrays
+                n = [float(m.scalars["num_examples"]) for m in avg.replies.values()]
+                for key in ("loss", "l_pd", "l_p"):
+                    vals = [np.asarray(m.scalars[key]) for m in avg.replies.values()]
+                    ctx.log(**{key: float(weighted_mean(vals, n))})
+            else:
+                ctx.event("no valid replies; the global model is unchanged")
+            ctx.checkpoint(r, self._result(weights))
+            ctx.end_round(r)
+        return self._result(weights)
+
+    @staticmethod
+    def _result(weights: dict[str, np.ndarray]) -> ServerResult:
+        """The global model as evaluation needs it: the trunk only (``trunk.*``)."""
+        return ServerResult(
+            arrays={k: v for k, v in weights.items() if k.startswith("trunk.")}, scalars={}
+        )
+
+    # -- metrics ----------------------------------------------------------------------------
+    def extra_metrics(self, evaluations: dict[int, Message]) -> dict[str, Any]:
+        """Each client's role and the mean AUROC of the joined and the new clients."""
+        from sklearn.metrics import roc_auc_score
+
+        roles = []
+        groups: dict[str, list[float]] = {"joined": [], "new": []}
+        for cid in sorted(evaluations):
+            a = evaluations[cid].arrays
+            role = self.role(cid)
+            auroc = None
+            if len(np.unique(a["label"])) == 2:
+                auroc = float(roc_auc_score(a["label"], a["score"]))
+                groups[role].append(auroc)
+            roles.append({"client": cid, "role": role, "auroc": auroc})
+        out: dict[str, Any] = {"roles": roles}
+        for g, vals in groups.items():
+            out[f"auroc_{g}"] = float(np.mean(vals)) if vals else None
+        return out

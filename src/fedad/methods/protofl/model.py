@@ -1,0 +1,179 @@
+"""ProtoFL's math in torch: the encoder, the phase-1 losses, the phase-2 flow.
+
+Every function cites [ProtoFL eq. N] (Kim et al., ICCV 2023).
+
+Normalisation: group normalisation, never batch normalisation. FedAvg averages parameters;
+batch-norm running statistics are per-client estimates of *local* activation moments, and in
+a one-vs-rest federation (each client holds one class) their average describes no client's
+data, while each client trains with its own batch statistics: the averaged model is then
+evaluated under statistics it was never trained with. Group norm normalises each sample on
+its own and has no running statistics, so the averaged model behaves the same on every
+client ([ProtoFL Sec. 5.2], after Hosseini et al. 2021).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+import zuko
+from torch import nn
+
+
+def _groups(channels: int) -> int:
+    """Largest of 8, 4, 2, 1 that divides ``channels``."""
+    return next(g for g in (8, 4, 2, 1) if channels % g == 0)
+
+
+class Trunk(nn.Module):
+    """The representation :math:`h = f_\\theta(x)` (the part of :math:`\\phi` kept by the
+    detector): a small CNN with group norm for images of any size ``(C, H, W)`` (three
+    3x3 convolutions, the last two of stride 2, then global average pooling and a linear
+    layer), or, for vectors, three linear layers with ReLU and group norm (the paper's
+    tabular model, [ProtoFL Sec. 5.2])."""
+
+    def __init__(self, input_shape: tuple[int, ...], rep_dim: int, width: int = 32) -> None:
+        super().__init__()
+        self.rep_dim = rep_dim
+        layers: list[nn.Module]
+        if len(input_shape) == 3:
+            c = input_shape[0]
+            w = [width, 2 * width, 4 * width]
+            layers = [
+                nn.Conv2d(c, w[0], 3, padding=1),
+                nn.GroupNorm(_groups(w[0]), w[0]),
+                nn.ReLU(),
+                nn.Conv2d(w[0], w[1], 3, stride=2, padding=1),
+                nn.GroupNorm(_groups(w[1]), w[1]),
+                nn.ReLU(),
+                nn.Conv2d(w[1], w[2], 3, stride=2, padding=1),
+                nn.GroupNorm(_groups(w[2]), w[2]),
+                nn.ReLU(),
+                nn.AdaptiveAvgPool2d(1),
+                nn.Flatten(),
+                nn.Linear(w[2], rep_dim),
+            ]
+        else:
+            n = math.prod(input_shape)
+            hdim = 4 * width
+            layers = [
+                nn.Flatten(),
+                nn.Linear(n, hdim),
+                nn.GroupNorm(_groups(hdim), hdim),
+                nn.ReLU(),
+                nn.Linear(hdim, hdim),
+                nn.GroupNorm(_groups(hdim), hdim),
+                nn.ReLU(),
+                nn.Linear(hdim, rep_dim),
+            ]
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.net(x)
+        return out
+
+
+class Encoder(nn.Module):
+    """:math:`\\phi(\\cdot;\\theta) = g(f(\\cdot))`: the trunk ``f`` and a projection ``g`` to
+    the prototype dimension :math:`D` ([ProtoFL Sec. 4.3]: :math:`\\phi` and the off-the-shelf
+    :math:`\\mathcal{F}` both map to :math:`\\mathbb{R}^D`). ``g`` is ReLU then a linear layer;
+    the phase-1 losses act on :math:`r = \\phi(x) \\in \\mathbb{R}^D`, the phase-2 head on
+    :math:`h = f(x)` (see ``docs/methods/protofl.md``). FedAvg averages both."""
+
+    def __init__(
+        self, input_shape: tuple[int, ...], rep_dim: int, proto_dim: int, width: int = 32
+    ) -> None:
+        super().__init__()
+        self.trunk = Trunk(input_shape, rep_dim, width)
+        self.proj = nn.Sequential(nn.ReLU(), nn.Linear(rep_dim, proto_dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """:math:`r = \\phi(x)` [ProtoFL eq. 4]."""
+        out: torch.Tensor = self.proj(self.trunk(x))
+        return out
+
+
+def positive_cosine_loss(r: torch.Tensor, r_hat: torch.Tensor) -> torch.Tensor:
+    """[ProtoFL eq. 2, 5]: :math:`\\frac1N\\sum_i [1 - d(r_i, \\hat r_i)]`, cosine :math:`d`."""
+    return (1.0 - F.cosine_similarity(r, r_hat, dim=1, eps=1e-8)).mean()
+
+
+def distillation_kl(v: torch.Tensor, r: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """:math:`\\frac1N\\sum_i \\mathcal{KL}(v \\,\\|\\, r_i)` with both vectors turned into
+    distributions by a softmax at ``temperature`` (one term of [ProtoFL eq. 7]; the paper does
+    not say how representations become distributions: the softmax is our documented choice).
+
+    ``v`` is ``(D,)`` (one prototype for the whole batch) or ``(N, D)``.
+    """
+    log_p = F.log_softmax(v / temperature, dim=-1)
+    log_q = F.log_softmax(r / temperature, dim=-1)
+    if log_p.dim() == 1:
+        log_p = log_p.expand_as(log_q)
+    return (log_p.exp() * (log_p - log_q)).sum(dim=1).mean()
+
+
+def prototype_distillation_loss(
+    v: torch.Tensor, r: torch.Tensor, r_hat: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """[ProtoFL eq. 7]:
+    :math:`\\frac1N\\sum_i [\\mathcal{KL}(v\\|r_i) + \\mathcal{KL}(v\\|\\hat r_i)]`."""
+    return distillation_kl(v, r, temperature) + distillation_kl(v, r_hat, temperature)
+
+
+def phase1_loss(
+    v: torch.Tensor | None,
+    r: torch.Tensor,
+    r_hat: torch.Tensor,
+    alpha: float = 0.1,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[ProtoFL eq. 8]: :math:`(1-\\alpha) L_{pd} + \\alpha L_p`; returns (total, L_pd, L_p).
+
+    Without a prototype (``v = None``: a stand-alone fit) only :math:`L_p` is left."""
+    lp = positive_cosine_loss(r, r_hat)
+    if v is None:
+        return lp, torch.zeros((), device=r.device), lp
+    lpd = prototype_distillation_loss(v, r, r_hat, temperature)
+    return (1.0 - alpha) * lpd + alpha * lp, lpd, lp
+
+
+def make_flow(features: int, layers: int = 8, hidden: int = 64) -> zuko.flows.Flow:
+    """The local flow :math:`\\mathfrak{t}(\\cdot;\\psi_k)`: RealNVP with ``layers`` affine
+    coupling layers (alternating masks), each an MLP with two hidden layers of ``hidden``
+    units, standard normal base ([ProtoFL Sec. 5.2], Dinh et al. 2017)."""
+    return zuko.flows.RealNVP(
+        features=features, transforms=layers, hidden_features=(hidden, hidden)
+    )
+
+
+def flow_latent(flow: zuko.flows.Flow, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:math:`z = \\mathfrak{t}^{-1}(r)` and :math:`\\log|\\det \\mathbf{j}|` per sample."""
+    z, ladj = flow().transform.call_and_ladj(r)
+    return z, ladj
+
+
+def flow_nll(flow: zuko.flows.Flow, r: torch.Tensor) -> torch.Tensor:
+    """The per-sample negative log-likelihood :math:`-\\log p_R(r)` = :math:`\\lVert z\\rVert^2/2
+    - \\log|\\det\\mathbf{j}| + \\frac{D}{2}\\log 2\\pi` ([ProtoFL eq. 3, 9] with the constant
+    kept, so it is an honest NLL; negative values are legitimate)."""
+    z, ladj = flow_latent(flow, r)
+    d = z.shape[-1]
+    return 0.5 * (z**2).sum(-1) - ladj + 0.5 * d * math.log(2 * math.pi)
+
+
+def phase2_loss(
+    flow: zuko.flows.Flow, r: torch.Tensor, r_hat: torch.Tensor, lam: float = 0.01
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[ProtoFL eq. 11]: :math:`L_{mle} + \\lambda L_{reg}`; returns (total, L_mle, L_reg).
+
+    :math:`L_{mle}` [ProtoFL eq. 9] over both views (each view is a sample of the local
+    distribution), :math:`L_{reg} = \\frac1N\\sum_i [1 - d(z_i, \\hat z_i)]` [ProtoFL eq. 10].
+    """
+    z, ladj = flow_latent(flow, r)
+    z_hat, ladj_hat = flow_latent(flow, r_hat)
+    mle = 0.5 * (
+        (0.5 * (z**2).sum(-1) - ladj).mean() + (0.5 * (z_hat**2).sum(-1) - ladj_hat).mean()
+    )
+    reg = positive_cosine_loss(z, z_hat)
+    return mle + lam * reg, mle, reg

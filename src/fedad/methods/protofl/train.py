@@ -1,0 +1,139 @@
+"""ProtoFL's training loops: a client's phase-1 epochs [ProtoFL Alg. 1, CLIENT_TRAINING] and
+the phase-2 flow fit [ProtoFL Alg. 2]. No federation here."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedad.methods.protofl.augment import image_augmenter, two_views
+from fedad.methods.protofl.model import phase1_loss, phase2_loss
+
+RADAM_BETAS = (0.94, 0.98)
+"""[ProtoFL Sec. 5.2]: RAdam with betas 0.94, 0.98 and weight decay 1e-3 in phase 1."""
+
+
+def _device(module: nn.Module) -> torch.device:
+    return next(module.parameters()).device
+
+
+def _augmenter(x: torch.Tensor, flip: bool) -> nn.Module | None:
+    return image_augmenter(x.shape[2], x.shape[3], flip) if x.dim() == 4 else None
+
+
+def train_encoder(
+    encoder: nn.Module,
+    x: np.ndarray,
+    prototype: np.ndarray | None,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    rng: np.random.Generator,
+    alpha: float = 0.1,
+    temperature: float = 1.0,
+    weight_decay: float = 1e-3,
+    flip: bool = True,
+    noise: float = 0.1,
+) -> dict[str, float]:
+    """``epochs`` of [ProtoFL eq. 8] over ``x`` (two views per sample, eq. 4); in place.
+
+    Returns the last epoch's mean total, :math:`L_{pd}` and :math:`L_p` (keys ``loss``,
+    ``l_pd``, ``l_p``). ``prototype = None`` trains :math:`L_p` alone.
+    """
+    device = _device(encoder)
+    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    v = None if prototype is None else torch.as_tensor(prototype, dtype=torch.float32).to(device)
+    aug = _augmenter(xt, flip)
+    opt = torch.optim.RAdam(
+        encoder.parameters(), lr=lr, betas=RADAM_BETAS, weight_decay=weight_decay
+    )
+    encoder.train()
+    sums = {"loss": 0.0, "l_pd": 0.0, "l_p": 0.0}
+    for _ in range(max(1, epochs)):
+        sums = {"loss": 0.0, "l_pd": 0.0, "l_p": 0.0}
+        count = 0
+        order = rng.permutation(len(xt))
+        for i in range(0, len(xt), batch_size):
+            idx = order[i : i + batch_size]
+            if len(idx) < 2 and len(xt) >= 2:  # a batch of one: merge with the previous draw
+                idx = order[max(0, i - 1) : i + 1]
+            a, b = two_views(xt[torch.from_numpy(idx)], rng, flip, noise, aug)
+            r, r_hat = encoder(a.to(device)), encoder(b.to(device))
+            total, lpd, lp = phase1_loss(v, r, r_hat, alpha, temperature)
+            opt.zero_grad(set_to_none=True)
+            total.backward()  # type: ignore[no-untyped-call]
+            opt.step()
+            for k, t in (("loss", total), ("l_pd", lpd), ("l_p", lp)):
+                sums[k] += float(t.detach()) * len(idx)
+            count += len(idx)
+        sums = {k: s / max(count, 1) for k, s in sums.items()}
+    encoder.eval()
+    return sums
+
+
+@torch.no_grad()
+def represent(trunk: nn.Module, x: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
+    """:math:`h = f(x)` in batches, without gradients, on the trunk's device (CPU out)."""
+    device = _device(trunk)
+    trunk.eval()
+    outs = [trunk(x[i : i + batch_size].to(device)).cpu() for i in range(0, len(x), batch_size)]
+    if not outs:
+        return torch.zeros((0, int(getattr(trunk, "rep_dim", 1))))
+    return torch.cat(outs)
+
+
+def view_representations(
+    trunk: nn.Module,
+    x: np.ndarray,
+    pairs: int,
+    rng: np.random.Generator,
+    flip: bool = True,
+    noise: float = 0.1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``pairs`` pairs of augmented views of every sample through the frozen trunk:
+    :math:`(h_i, \\hat h_i)`, each ``(pairs * N, d)`` ([ProtoFL Alg. 2])."""
+    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    aug = _augmenter(xt, flip)
+    hs, hs_hat = [], []
+    for _ in range(pairs):
+        for i in range(0, len(xt), 512):
+            a, b = two_views(xt[i : i + 512], rng, flip, noise, aug)
+            hs.append(represent(trunk, a))
+            hs_hat.append(represent(trunk, b))
+    return torch.cat(hs), torch.cat(hs_hat)
+
+
+def train_flow(
+    flow: nn.Module,
+    h: torch.Tensor,
+    h_hat: torch.Tensor,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    lam: float,
+    rng: np.random.Generator,
+) -> float:
+    """``epochs`` passes of Adam over the view pairs, [ProtoFL eq. 11]; in place.
+
+    Returns the mean loss of the last epoch (NaN for zero epochs)."""
+    device = _device(flow)
+    opt = torch.optim.Adam(flow.parameters(), lr=lr)
+    flow.train()
+    last = float("nan")
+    n = len(h)
+    for _ in range(epochs):
+        order = torch.from_numpy(rng.permutation(n))
+        total_sum, count = 0.0, 0
+        for i in range(0, n, batch_size):
+            idx = order[i : i + batch_size]
+            total, _, _ = phase2_loss(flow, h[idx].to(device), h_hat[idx].to(device), lam)
+            opt.zero_grad(set_to_none=True)
+            total.backward()  # type: ignore[no-untyped-call]
+            torch.nn.utils.clip_grad_norm_(flow.parameters(), 10.0)
+            opt.step()
+            total_sum += float(total.detach()) * len(idx)
+            count += len(idx)
+        last = total_sum / max(count, 1)
+    flow.eval()
+    return last
