@@ -71,6 +71,9 @@ class ProtoFLParams(Params):
     batch_size: int = Field(default=64, ge=2, le=1 << 16)
     lr: float = Field(default=1e-3, gt=0.0, le=1.0, description="RAdam learning rate")
     weight_decay: float = Field(default=1e-3, ge=0.0, le=1.0)
+    optimizer: Literal["adam", "radam"] = Field(
+        default="adam", description="phase 1: AdamW, or the paper's RAdam (0.94, 0.98)"
+    )
     alpha: float = Field(default=0.1, ge=0.0, le=1.0, description="[ProtoFL eq. 8]")
     temperature: float = Field(default=1.0, gt=0.0, le=1e3, description="softmax of eq. 7")
     lam: float = Field(default=0.01, ge=0.0, le=1e3, description="[ProtoFL eq. 11]")
@@ -252,6 +255,7 @@ class ProtoFL(Algorithm):
         losses = train_encoder(
             enc, dense(data.x_train, self.name), state.get("prototype"), p.local_epochs,
             p.batch_size, p.lr, rng, p.alpha, p.temperature, p.weight_decay, p.flip, p.noise,
+            p.optimizer,
         )  # fmt: skip
         return Message(TRAIN, self._arrays(enc), {"num_examples": data.n_train, **losses})
 

@@ -35,9 +35,11 @@ def train_encoder(
     weight_decay: float = 1e-3,
     flip: bool = True,
     noise: float = 0.1,
+    optimizer: str = "adam",
 ) -> dict[str, float]:
     """``epochs`` of [ProtoFL eq. 8] over ``x`` (two views per sample, eq. 4); in place.
 
+    ``optimizer``: ``"radam"`` (the paper's, betas 0.94, 0.98) or ``"adam"`` (AdamW).
     Returns the last epoch's mean total, :math:`L_{pd}` and :math:`L_p` (keys ``loss``,
     ``l_pd``, ``l_p``). ``prototype = None`` trains :math:`L_p` alone.
     """
@@ -45,9 +47,13 @@ def train_encoder(
     xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
     v = None if prototype is None else torch.as_tensor(prototype, dtype=torch.float32).to(device)
     aug = _augmenter(xt, flip)
-    opt = torch.optim.RAdam(
-        encoder.parameters(), lr=lr, betas=RADAM_BETAS, weight_decay=weight_decay
-    )
+    opt: torch.optim.Optimizer
+    if optimizer == "radam":
+        opt = torch.optim.RAdam(
+            encoder.parameters(), lr=lr, betas=RADAM_BETAS, weight_decay=weight_decay
+        )
+    else:  # Adam with decoupled weight decay; see docs/methods/protofl.md
+        opt = torch.optim.AdamW(encoder.parameters(), lr=lr, weight_decay=weight_decay)
     encoder.train()
     sums = {"loss": 0.0, "l_pd": 0.0, "l_p": 0.0}
     for _ in range(max(1, epochs)):
