@@ -1,10 +1,13 @@
 """ONLAD with selective aggregation (Qin et al.): Table I analog, Fig. 4/5/7, throughput, scale.
 
-    .venv/bin/python benchmarks/onlad.py [--seeds 5] [--only table|fig4|throughput|scale]
+    .venv/bin/python benchmarks/onlad.py [--seeds 5] [--jobs 1] [--only table|fig4|throughput|scale]
 
 * Table I analog: each scenario config (``configs/onlad_scenario{1,2,3}.toml``) plus
   scenario 1 under the model-poisoning attacks (``scaled-update``, ``sign-flip``; one client of
-  five), ``--seeds`` seeds, the three aggregations side by side in every run. Metrics of the
+  five), ``--seeds`` seeds, the three aggregations side by side in every run. Each setting is
+  one fedad run with ``seeds = [0, ..., seeds - 1]`` (:func:`fedad.seeds.run_seeds`, into a
+  temporary directory; ``--jobs`` worker processes): mean and std over seeds from its
+  ``metrics.json``, per-round curves from its ``history.csv``. Metrics of the
   last round's global model at the server's threshold; precision/recall/F with normal as the
   positive class (the paper's convention) and AUROC/F1 with anomaly as positive.
 * Fig. 5: F-score (normal-positive) against rounds, mean over seeds (``engine.eval_every``).
@@ -21,8 +24,10 @@ Writes ``benchmarks/results/onlad_*.json`` and ``.png``; prints markdown for BEN
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import resource
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -38,7 +43,8 @@ from fedad.data.federation import build_federation
 from fedad.data.registry import load_dataset
 from fedad.methods.onlad.detector import OSELMAutoEncoder
 from fedad.methods.onlad.federated import observed_loss
-from fedad.runner import build_algorithms, run_method, summarize, with_server_data
+from fedad.runner import build_algorithms, run_method, with_server_data
+from fedad.seeds import run_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results"
@@ -56,36 +62,50 @@ SCENARIOS: dict[str, tuple[str, list[str]]] = {
 KEYS = ("normal_precision", "normal_recall", "accuracy", "normal_f1", "f1", "auroc")
 
 
-def run(cfg: ExperimentConfig) -> dict[str, dict[str, Any]]:
-    """All methods of ``cfg`` on one federation: metrics and per-round history per label."""
-    cfg = with_server_data(cfg)
-    fed = build_federation(cfg)
-    out: dict[str, dict[str, Any]] = {}
-    for label, algo in build_algorithms(cfg, fed).items():
-        outcome = run_method(cfg, algo, fed)
-        metrics, _ = summarize(label, algo, outcome)
-        metrics["curve"] = [r.get("eval_normal_f1") for r in outcome.history if r["round"] >= 1]
-        metrics["weights"] = [r.get("client_weights") for r in outcome.history]
-        out[label] = metrics
-    return out
+def run(cfg: ExperimentConfig, jobs: int = 1) -> dict[str, dict[str, Any]]:
+    """Every seed of ``cfg`` (all its methods on one federation per seed) as one fedad run.
+
+    Per label: the aggregate entry of ``metrics.json`` (means over seeds, ``std``,
+    ``per_seed``) and ``curves``, each seed's ``eval_normal_f1`` of rounds 1.. from
+    ``history.csv`` (NaN where a round was not evaluated).
+    """
+    with tempfile.TemporaryDirectory(prefix="fedad-onlad-") as tmp:
+        out = Path(tmp) / "run"
+        data = run_seeds(cfg, out, jobs=jobs)
+        with (out / "history.csv").open(newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    methods: dict[str, dict[str, Any]] = data["methods"]
+    for label, entry in methods.items():
+        entry["curves"] = [
+            [
+                float(r["eval_normal_f1"]) if r.get("eval_normal_f1") else np.nan
+                for r in rows
+                if r["method"] == label and r["seed"] == str(s) and int(r["round"]) >= 1
+            ]
+            for s in cfg.seed_list()
+        ]
+    return methods
 
 
-def config(name: str, overrides: list[str], seed: int) -> ExperimentConfig:
-    raw = apply_overrides(read_toml(ROOT / "configs" / name), [*overrides, f"seed={seed}"])
+def config(name: str, overrides: list[str], seeds: int) -> ExperimentConfig:
+    """The scenario's config with ``seeds = [0, ..., seeds - 1]`` (replacing its ``seed``)."""
+    raw = apply_overrides(
+        read_toml(ROOT / "configs" / name), [*overrides, f"seeds={list(range(seeds))}"]
+    )
     return parse_config(raw)
 
 
-def table(seeds: int) -> dict[str, Any]:
+def table(seeds: int, jobs: int = 1) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for scen, (name, overrides) in SCENARIOS.items():
-        runs = [run(config(name, overrides, s)) for s in range(seeds)]
+        agg = run(config(name, overrides, seeds), jobs)
+        # mean and std are fedad's several-seed aggregate: np.mean and np.std (ddof = 0) of
+        # the seeds' values, the numbers this script computed itself before.
         results[scen] = {
             m: {
-                "mean": {k: float(np.mean([r[m][k] for r in runs])) for k in KEYS},
-                "std": {k: float(np.std([r[m][k] for r in runs])) for k in KEYS},
-                "curve": np.nanmean(
-                    [[np.nan if v is None else v for v in r[m]["curve"]] for r in runs], axis=0
-                ).tolist(),
+                "mean": {k: agg[m][k] for k in KEYS},
+                "std": {k: agg[m]["std"][k] for k in KEYS},
+                "curve": np.nanmean(agg[m]["curves"], axis=0).tolist(),
             }
             for m in METHODS
         }
@@ -109,19 +129,17 @@ def table(seeds: int) -> dict[str, Any]:
     return results
 
 
-def fig7(seeds: int) -> dict[str, Any]:
+def fig7(seeds: int, jobs: int = 1) -> dict[str, Any]:
     curves: dict[str, list[float]] = {}
     for adaptive in (False, True):
-        runs = []
-        for s in range(seeds):
-            cfg = config(
-                "onlad_scenario2.toml", [f"methods.2.params.adaptive={str(adaptive).lower()}"], s
-            )
-            cfg = cfg.model_copy(update={"methods": [cfg.methods[2]]})
-            runs.append(run(cfg)["onlad-selective"])
+        cfg = config(
+            "onlad_scenario2.toml", [f"methods.2.params.adaptive={str(adaptive).lower()}"], seeds
+        )
+        cfg = cfg.model_copy(update={"methods": [cfg.methods[2]]})
+        r = run(cfg, jobs)["onlad-selective"]
         key = "adaptive lambda" if adaptive else "fixed lambda"
-        curves[key] = np.mean([r["curve"] for r in runs], axis=0).tolist()
-        curves[key + " (final F-score)"] = [float(np.mean([r["normal_f1"] for r in runs]))]
+        curves[key] = np.mean(r["curves"], axis=0).tolist()
+        curves[key + " (final F-score)"] = [float(r["normal_f1"])]
     fig, ax = plt.subplots(figsize=(4.5, 3.2))
     for key in ("fixed lambda", "adaptive lambda"):
         ax.plot(range(1, len(curves[key]) + 1), curves[key], marker="o", ms=3, label=key)
@@ -254,12 +272,13 @@ def scale() -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes for the seeds")
     ap.add_argument("--only", choices=["table", "fig4", "fig7", "throughput", "scale"])
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     parts = {
-        "table": lambda: table(args.seeds),
-        "fig7": lambda: fig7(args.seeds),
+        "table": lambda: table(args.seeds, args.jobs),
+        "fig7": lambda: fig7(args.seeds, args.jobs),
         "fig4": fig4,
         "throughput": throughput,
         "scale": scale,
