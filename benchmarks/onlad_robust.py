@@ -1,6 +1,7 @@
 """ONLAD under poisoning: FedAvg, selective aggregation (paper) and onlad-robust (ours).
 
-    .venv/bin/python benchmarks/onlad_robust.py [--seeds 5] [--only fashion|satellite] [--detect]
+    .venv/bin/python benchmarks/onlad_robust.py [--seeds 5] [--jobs 1] [--only fashion|satellite]
+                                                [--detect]
 
 Settings (one config each, every method of the config on the same federation per run):
 
@@ -11,7 +12,10 @@ Settings (one config each, every method of the config on the same federation per
 Scenarios: clean (``attack.kind = "none"``) and four attacks on two clients of six:
 ``contamination`` (half of their data replaced by anomalies), ``gaussian-data`` (all of their
 data replaced by N(0, 1) samples), ``scaled-update`` (update times 10), ``sign-flip``.
-Seeds ``0 .. seeds-1``; AUROC of the last round's global model, mean ± std over the seeds.
+Seeds ``0 .. seeds-1``, each scenario one fedad run with ``seeds = [0, ..., seeds - 1]``
+(:func:`fedad.seeds.run_seeds` into a temporary directory, ``--jobs`` worker processes); AUROC
+of the last round's global model, mean ± std over the seeds from its ``metrics.json``, rejected
+updates per round from its ``history.csv``.
 
 The configs have clients learn every sample (``detect = false``, the paper's assumption);
 ``--detect`` runs ONLAD's own detect-then-learn instead (``detect = true`` for every method).
@@ -24,16 +28,15 @@ the JSON (``excluded_per_round``).
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fedad.config import ExperimentConfig, apply_overrides, parse_config, read_toml
-from fedad.data.federation import build_federation
-from fedad.runner import build_algorithms, run_method, summarize, with_server_data
+from fedad.seeds import run_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results"
@@ -50,45 +53,52 @@ SCENARIOS: dict[str, list[str]] = {
 }
 
 
-def config(name: str, overrides: list[str], seed: int, detect: bool = False) -> ExperimentConfig:
-    raw = apply_overrides(read_toml(ROOT / "configs" / name), [*overrides, f"seed={seed}"])
+def config(name: str, overrides: list[str], seeds: int, detect: bool = False) -> ExperimentConfig:
+    """The setting's config with ``seeds = [0, ..., seeds - 1]`` (replacing its ``seed``)."""
+    raw = apply_overrides(
+        read_toml(ROOT / "configs" / name), [*overrides, f"seeds={list(range(seeds))}"]
+    )
     if detect:
         for m in raw["methods"]:
             m.setdefault("params", {})["detect"] = True
     return parse_config(raw)
 
 
-def run(cfg: ExperimentConfig) -> dict[str, dict[str, Any]]:
-    """Every method of ``cfg`` on one federation: AUROC, and rounds that excluded clients."""
-    cfg = with_server_data(cfg)
-    fed = build_federation(cfg)
-    out: dict[str, dict[str, Any]] = {}
-    for label, algo in build_algorithms(cfg, fed).items():
-        outcome = run_method(cfg, algo, fed)
-        metrics, _ = summarize(label, algo, outcome)
-        rows = [r for r in outcome.history if r["round"] >= 1]
-        out[label] = {
-            "auroc": float(metrics["auroc"]),
-            "excluded": [int(r.get("excluded", 0)) for r in rows],
-            "events": len(outcome.events),
+def run(cfg: ExperimentConfig, jobs: int = 1) -> dict[str, dict[str, Any]]:
+    """Every seed of ``cfg`` (all its methods on one federation per seed) as one fedad run.
+
+    Per label: AUROC's mean and std over seeds (fedad's aggregate: ``np.mean`` and ``np.std``
+    with ``ddof = 0``, as this script computed them before), each seed's AUROC, and each
+    seed's rejected updates in rounds 1.. (``excluded`` of ``history.csv``).
+    """
+    with tempfile.TemporaryDirectory(prefix="fedad-onlad-robust-") as tmp:
+        out = Path(tmp) / "run"
+        data = run_seeds(cfg, out, jobs=jobs)
+        with (out / "history.csv").open(newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    result: dict[str, dict[str, Any]] = {}
+    for label, entry in data["methods"].items():
+        result[label] = {
+            "mean": entry["auroc"],
+            "std": entry["std"]["auroc"],
+            "per_seed": [p["auroc"] for p in entry["per_seed"]],
+            "excluded_per_round": [
+                [
+                    int(r["excluded"]) if r.get("excluded") else 0
+                    for r in rows
+                    if r["method"] == label and r["seed"] == str(s) and int(r["round"]) >= 1
+                ]
+                for s in cfg.seed_list()
+            ],
         }
-    return out
+    return result
 
 
-def setting(name: str, seeds: int, detect: bool = False) -> dict[str, Any]:
+def setting(name: str, seeds: int, detect: bool = False, jobs: int = 1) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for scen, overrides in SCENARIOS.items():
         t0 = time.perf_counter()
-        runs = [run(config(SETTINGS[name], overrides, s, detect)) for s in range(seeds)]
-        result[scen] = {
-            label: {
-                "mean": float(np.mean([r[label]["auroc"] for r in runs])),
-                "std": float(np.std([r[label]["auroc"] for r in runs])),
-                "per_seed": [r[label]["auroc"] for r in runs],
-                "excluded_per_round": [r[label]["excluded"] for r in runs],
-            }
-            for label in runs[0]
-        }
+        result[scen] = run(config(SETTINGS[name], overrides, seeds, detect), jobs)
         print(f"  {name} / {scen}: {time.perf_counter() - t0:.1f} s", flush=True)
     return result
 
@@ -108,6 +118,7 @@ def table(results: dict[str, Any]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes for the seeds")
     ap.add_argument("--only", choices=list(SETTINGS))
     ap.add_argument("--detect", action="store_true", help="detect-then-learn on the clients")
     args = ap.parse_args()
@@ -116,7 +127,7 @@ def main() -> None:
     results: dict[str, Any] = json.loads(path.read_text()) if args.only and path.exists() else {}
     for name in SETTINGS:
         if args.only in (None, name):
-            results[name] = setting(name, args.seeds, args.detect)
+            results[name] = setting(name, args.seeds, args.detect, args.jobs)
     path.write_text(json.dumps({k: results[k] for k in SETTINGS if k in results}, indent=2))
     table({k: results[k] for k in SETTINGS if k in results})
 
