@@ -39,7 +39,7 @@ from pydantic import Field
 from fedad.data.types import ClientData, dense
 from fedad.devices import resolve_device
 from fedad.errors import ConfigError, RunError
-from fedad.evaluation import MetricFamily
+from fedad.evaluation import MetricFamily, ranking_scores
 from fedad.fl.aggregate import weighted_mean
 from fedad.fl.algorithm import (
     Algorithm,
@@ -333,7 +333,8 @@ class ProtoFL(Algorithm):
             role = self.role(cid)
             auroc = None
             if len(np.unique(a["label"])) == 2:
-                auroc = float(roc_auc_score(a["label"], a["score"]))
+                # a score the detector could not compute (NaN) flags its sample (fail-closed)
+                auroc = float(roc_auc_score(a["label"], ranking_scores(a["score"])))
                 groups[role].append(auroc)
             roles.append({"client": cid, "role": role, "auroc": auroc})
         out: dict[str, Any] = {"roles": roles}
