@@ -413,3 +413,19 @@ def test_node_cache_keeps_graphs_and_masks(kind: str, tmp_path: Path) -> None:
         np.testing.assert_array_equal(got.mask_test, c.mask_test)
         assert got.mask_test.dtype == np.uint8
     np.testing.assert_array_equal(got.y_test, c.y_test)
+
+
+def test_a_damaged_node_cache_file_is_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fedad.fl import flower_app
+
+    cfg = parse_config(CFG)
+    key = flower_app.data_key(cfg)
+    (tmp_path / f"{key}-1.npz").write_bytes(b"PK\x03\x04 not a zip at all")
+    monkeypatch.setenv(flower_app.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(flower_app, "_FEDERATIONS", {})
+    got = flower_app.client_data(cfg, 1)
+    np.testing.assert_array_equal(got.y_test, build_federation(cfg).clients[1].y_test)
+    with np.load(tmp_path / f"{key}-1.npz", allow_pickle=False) as z:
+        assert "train/x" in z.files  # rewritten

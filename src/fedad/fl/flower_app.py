@@ -45,6 +45,7 @@ import json
 import os
 import re
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,7 +154,7 @@ def client_data(cfg: ExperimentConfig, partition_id: int) -> ClientData:
     if path is not None and path.is_file():
         try:
             return _load_client(path)
-        except (OSError, ValueError, KeyError, FedadError):
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, FedadError):
             pass  # a damaged or outdated cache file: rebuild it below
     from fedad.data.federation import build_federation
 
