@@ -35,7 +35,6 @@ from fedad.data.types import ClientData, DataKind, dense
 from fedad.detector import quantile_threshold
 from fedad.devices import resolve_device
 from fedad.errors import RunError
-from fedad.fl.aggregate import weighted_mean
 from fedad.fl.algorithm import (
     Algorithm,
     ClientState,
@@ -46,8 +45,9 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
+from fedad.fl.fedavg import fedavg_rounds, log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
-from fedad.fl.validate import ArraySpec, spec_of
+from fedad.fl.validate import ArraySpec
 from fedad.methods.baselines.detectors import DETECTORS, DeepSVDDDetector, TorchDetector
 from fedad.methods.baselines.pretrained import (
     PRETRAINED,
@@ -175,21 +175,7 @@ class _GlobalModel(TorchBaseline):
         det = self.make_detector().build()
         if isinstance(det, DeepSVDDDetector):
             self._center_round(ctx, det)
-        weights = det.model_arrays()
-        spec = spec_of(weights)
-        for r in range(1, ctx.rounds + 1):
-            ids = ctx.sample()
-            msgs = {i: Message(TRAIN, weights, {"round": r}) for i in ids}
-            avg = ctx.mean(msgs, arrays=spec, scalars=["loss"])
-            if avg.arrays is not None:
-                weights = avg.arrays
-                n = [float(m.scalars["num_examples"]) for m in avg.replies.values()]
-                losses = [np.asarray(m.scalars["loss"]) for m in avg.replies.values()]
-                ctx.log(loss=float(weighted_mean(losses, n)))
-            else:
-                ctx.event("no valid replies; the global model is unchanged")
-            ctx.checkpoint(r, ServerResult(arrays=weights, scalars={}))
-            ctx.end_round(r)
+        weights = fedavg_rounds(ctx, det.model_arrays(), TRAIN)
         return ServerResult(arrays=weights, scalars={})
 
 
@@ -256,9 +242,7 @@ class Local(TorchBaseline):
                 scalars=["num_examples", "loss"],
             )
             if replies:
-                n = [float(m.scalars["num_examples"]) for m in replies.values()]
-                losses = [np.asarray(m.scalars["loss"]) for m in replies.values()]
-                ctx.log(loss=float(weighted_mean(losses, n)))
+                log_weighted_scalars(ctx, replies, ["loss"])
             ctx.checkpoint(r, ServerResult(arrays={}, scalars={}))
             ctx.end_round(r)
         return ServerResult(arrays={}, scalars={})

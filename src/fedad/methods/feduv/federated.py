@@ -32,7 +32,6 @@ from pydantic import Field
 
 from fedad.data.types import ClientData, dense
 from fedad.devices import resolve_device
-from fedad.fl.aggregate import weighted_mean
 from fedad.fl.algorithm import (
     Algorithm,
     ClientState,
@@ -42,8 +41,8 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
+from fedad.fl.fedavg import fedavg_rounds
 from fedad.fl.messages import Message
-from fedad.fl.validate import spec_of
 from fedad.methods.feduv.detector import FedUVDetector
 from fedad.methods.feduv.model import secret_code
 from fedad.seeding import rng as seeded_rng
@@ -133,19 +132,5 @@ class FedUV(Algorithm):
 
     # -- server side ------------------------------------------------------------------------
     def server(self, ctx: ServerContext) -> ServerResult:
-        weights = self.make_detector().build().model_arrays()
-        spec = spec_of(weights)
-        for r in range(1, ctx.rounds + 1):
-            ids = ctx.sample()
-            msgs = {i: Message(TRAIN, weights, {"round": r}) for i in ids}
-            avg = ctx.mean(msgs, arrays=spec, scalars=["loss"])
-            if avg.arrays is not None:
-                weights = avg.arrays
-                n = [float(m.scalars["num_examples"]) for m in avg.replies.values()]
-                losses = [np.asarray(m.scalars["loss"]) for m in avg.replies.values()]
-                ctx.log(loss=float(weighted_mean(losses, n)))
-            else:
-                ctx.event("no valid replies; the global model is unchanged")
-            ctx.checkpoint(r, ServerResult(arrays=weights, scalars={}))
-            ctx.end_round(r)
+        weights = fedavg_rounds(ctx, self.make_detector().build().model_arrays(), TRAIN)
         return ServerResult(arrays=weights, scalars={})

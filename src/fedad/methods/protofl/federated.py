@@ -40,7 +40,6 @@ from fedad.data.types import ClientData, dense
 from fedad.devices import resolve_device
 from fedad.errors import ConfigError, RunError
 from fedad.evaluation import MetricFamily, ranking_scores
-from fedad.fl.aggregate import weighted_mean
 from fedad.fl.algorithm import (
     Algorithm,
     ClientState,
@@ -53,6 +52,7 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
+from fedad.fl.fedavg import log_weighted_scalars
 from fedad.fl.messages import Message
 from fedad.fl.validate import spec_of
 from fedad.methods.protofl.detector import Head, ProtoFLDetector, seeded
@@ -304,10 +304,7 @@ class ProtoFL(Algorithm):
             have.update(avg.replies)
             if avg.arrays is not None:
                 weights = avg.arrays
-                n = [float(m.scalars["num_examples"]) for m in avg.replies.values()]
-                for key in ("loss", "l_pd", "l_p"):
-                    vals = [np.asarray(m.scalars[key]) for m in avg.replies.values()]
-                    ctx.log(**{key: float(weighted_mean(vals, n))})
+                log_weighted_scalars(ctx, avg.replies, ["loss", "l_pd", "l_p"])
             else:
                 ctx.event("no valid replies; the global model is unchanged")
             ctx.checkpoint(r, self._result(weights))
