@@ -136,3 +136,38 @@ def test_farthest_point_picks_distinct_dissimilar_rows() -> None:
     assert {2, 3} <= set(idx) or {0, 3} <= set(idx)
     with pytest.raises(ValueError):
         farthest_point(feats, 5, np.random.default_rng(0))
+
+
+def test_local_phase1_sends_no_model_and_keeps_each_encoder_home(
+    delivered: list[tuple[int, Message]],
+) -> None:
+    fed = make_federation("image", clients=3)
+    _, out = _run(fed, rounds=2, phase1="local")
+    assert out.events == []
+    for _, msg in delivered:
+        if msg.kind == "train":
+            assert set(msg.arrays) <= {"prototype"}  # no global weights go out
+        if msg.kind == "evaluate":
+            assert msg.arrays == {}
+    assert out.result.arrays == {}
+    owns = [
+        {k: v for k, v in out.client_states[c].items() if k.startswith("own/")} for c in range(3)
+    ]
+    assert all(owns)
+    key = next(k for k in owns[0] if k.startswith("own/trunk.") and owns[0][k].ndim > 1)
+    assert not np.array_equal(owns[0][key], owns[1][key])  # each trained its own
+    # each client's saved detector carries its own trunk
+    for cid, m in out.evaluations.items():
+        saved = m.arrays["detector/" + key[len("own/") :]]
+        np.testing.assert_array_equal(saved, owns[cid][key])
+    # only scalars come back: far fewer bytes up than the federated run
+    _, fed_out = _run(fed, rounds=2)
+    assert out.bytes_up * 10 < fed_out.bytes_up
+
+
+def test_local_phase1_with_new_clients_is_a_config_error() -> None:
+    from fedad.errors import ConfigError
+
+    setup = Setup("image", (1, 8, 8), rounds=1, seed=0, contamination=0.1, num_clients=3)
+    with pytest.raises(ConfigError, match="phase1"):
+        build_algorithm("protofl", {"new_clients": 1, "phase1": "local"}, setup)

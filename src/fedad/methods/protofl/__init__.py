@@ -44,5 +44,7 @@ Not in the paper (ours; each documented where it is defined and in
 ``docs/methods/protofl.md``): the softmax (temperature 1) that turns representations into
 distributions for the KL; the projection g from the representation h to the prototype
 dimension, with phase 2 on h; farthest-point choice of prototype images; standardisation
-of h before the head; the small CNN; the augmentation strengths.
+of h before the head; the small CNN; the augmentation strengths; the flow's epoch count
+picked on held-out training samples (``train.choose_flow_epochs``); the ``phase1 = "local"``
+baseline (``federated.ProtoFL``).
 """

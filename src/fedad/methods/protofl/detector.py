@@ -27,7 +27,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
 from fedad.methods.protofl.model import Encoder, Trunk, flow_nll, make_flow
-from fedad.methods.protofl.train import represent, train_encoder, train_flow, view_representations
+from fedad.methods.protofl.train import (
+    choose_flow_epochs,
+    represent,
+    train_encoder,
+    train_flow,
+    view_representations,
+)
 
 HEADS = ("flow", "kde", "gaussian", "ocsvm")
 Head = Literal["flow", "kde", "gaussian", "ocsvm"]
@@ -56,7 +62,9 @@ class ProtoFLDetectorParams(BaseModel):
     head: Head = "flow"
     flow_layers: int = Field(default=8, ge=1, le=64)
     flow_hidden: int = Field(default=64, ge=1, le=4096)
-    flow_epochs: int = Field(default=10, ge=0, le=100_000)
+    flow_epochs: int = Field(default=100, ge=0, le=100_000)
+    flow_val: float = Field(default=0.2, ge=0.0, lt=1.0)
+    flow_patience: int = Field(default=10, ge=1, le=100_000)
     flow_lr: float = Field(default=1e-3, gt=0.0, le=1.0)
     flow_views: int = Field(default=2, ge=1, le=64)
     flow_batch: int = Field(default=256, ge=2, le=1 << 16)
@@ -97,7 +105,9 @@ class ProtoFLDetector(BaseDetector):
         head: str = "flow",
         flow_layers: int = 8,
         flow_hidden: int = 64,
-        flow_epochs: int = 10,
+        flow_epochs: int = 100,
+        flow_val: float = 0.2,
+        flow_patience: int = 10,
         flow_lr: float = 1e-3,
         flow_views: int = 2,
         flow_batch: int = 256,
@@ -121,6 +131,8 @@ class ProtoFLDetector(BaseDetector):
         self.flow_layers = flow_layers
         self.flow_hidden = flow_hidden
         self.flow_epochs = flow_epochs
+        self.flow_val = flow_val
+        self.flow_patience = flow_patience
         self.flow_lr = flow_lr
         self.flow_views = flow_views
         self.flow_batch = flow_batch
@@ -145,6 +157,8 @@ class ProtoFLDetector(BaseDetector):
             "flow_layers": self.flow_layers,
             "flow_hidden": self.flow_hidden,
             "flow_epochs": self.flow_epochs,
+            "flow_val": self.flow_val,
+            "flow_patience": self.flow_patience,
             "flow_lr": self.flow_lr,
             "flow_views": self.flow_views,
             "flow_batch": self.flow_batch,
@@ -215,10 +229,16 @@ class ProtoFLDetector(BaseDetector):
             self._standardise(torch.cat([a, b]).double().numpy())
             shift = torch.as_tensor(self.shift_, dtype=torch.float32)
             scale = torch.as_tensor(self.scale_, dtype=torch.float32)
-            self.flow_ = self.make_flow()
+            a, b = (a - shift) / scale, (b - shift) / scale
             p = self
-            return train_flow(self.flow_, (a - shift) / scale, (b - shift) / scale,
-                              p.flow_epochs, p.flow_batch, p.flow_lr, p.lam, rng)  # fmt: skip
+            epochs = p.flow_epochs
+            if p.flow_val > 0:
+                epochs = choose_flow_epochs(self.make_flow, a, b, len(x), p.flow_val, epochs,
+                                            p.flow_patience, p.flow_batch, p.flow_lr, p.lam,
+                                            rng)  # fmt: skip
+            self.flow_epochs_used_ = epochs
+            self.flow_ = self.make_flow()
+            return train_flow(self.flow_, a, b, epochs, p.flow_batch, p.flow_lr, p.lam, rng)
         h = self.represent(x)
         z = self._standardise(h)
         if self.head == "kde":

@@ -22,6 +22,11 @@ final global encoder, freezes it and trains its own head (the flow by default) o
 training data; the head never leaves the client except inside its saved personalised
 detector. It is computed once per global model and kept in the client's state.
 
+``phase1 = "local"`` (a baseline, not the paper's method): the same prototypes, loss and
+rounds, but no FedAvg: each client trains its own encoder from the same seeded initial
+weights, keeps it in its state and replies with its loss scalars only; phase 2 runs on its
+own encoder.
+
 New clients [ProtoFL Fig. 5]: with ``new_clients = N`` the last N client ids take no part in
 phase 1 (no prototype, no training message); they get the global model at evaluation and
 train only their head. ``metrics.json`` has ``roles`` (each client's role) and the mean
@@ -53,7 +58,7 @@ from fedad.fl.algorithm import (
 )
 from fedad.fl.context import ServerContext
 from fedad.fl.fedavg import log_weighted_scalars
-from fedad.fl.messages import Message
+from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.validate import spec_of
 from fedad.methods.protofl.detector import Head, ProtoFLDetector, seeded
 from fedad.methods.protofl.model import Encoder
@@ -82,7 +87,16 @@ class ProtoFLParams(Params):
     head: Head = "flow"
     flow_layers: int = Field(default=8, ge=1, le=64, description="affine coupling layers")
     flow_hidden: int = Field(default=64, ge=1, le=4096)
-    flow_epochs: int = Field(default=10, ge=0, le=100_000)
+    flow_epochs: int = Field(
+        default=100, ge=0, le=100_000, description="most flow epochs (see flow_val)"
+    )
+    flow_val: float = Field(
+        default=0.2,
+        ge=0.0,
+        lt=1.0,
+        description="share of training samples held out to pick the flow's epochs (0: off)",
+    )
+    flow_patience: int = Field(default=10, ge=1, le=100_000, description="early stopping")
     flow_lr: float = Field(default=1e-3, gt=0.0, le=1.0)
     flow_views: int = Field(default=2, ge=1, le=64, description="view pairs per sample")
     flow_batch: int = Field(default=256, ge=2, le=1 << 16, description="flow minibatch")
@@ -90,6 +104,10 @@ class ProtoFLParams(Params):
     flip: bool = Field(default=True, description="horizontal flips among the augmentations")
     noise: float = Field(default=0.1, ge=0.0, le=10.0, description="vector augmentation")
     new_clients: int = Field(default=0, ge=0, description="last N clients skip phase 1")
+    phase1: Literal["federated", "local"] = Field(
+        default="federated",
+        description="'local': each client trains its own encoder, no FedAvg (the baseline)",
+    )
     public_set: str = Field(default="procedural", description="off-the-shelf set")
     public_n: int = Field(default=64, ge=1, le=100_000, description="candidate images")
     backbone: str = Field(default="efficientnet-lite0", description="off-the-shelf model")
@@ -142,6 +160,12 @@ class ProtoFL(Algorithm):
 
     def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
         super().__init__(params, setup, detector)
+        if self.params.phase1 == "local" and self.params.new_clients:
+            raise ConfigError(
+                'protofl: new_clients needs phase1 = "federated" (with phase1 = "local" '
+                "no client receives a model it did not train)",
+                "drop new_clients or phase1",
+            )
         if self.params.new_clients >= setup.num_clients:
             raise ConfigError(
                 f"protofl: new_clients = {self.params.new_clients} leaves no client for "
@@ -156,7 +180,7 @@ class ProtoFL(Algorithm):
         return Requirements(
             public=PublicRequest(p.public_set, n=p.public_n, shape=(3, p.proto_size, p.proto_size)),
             resources=(p.backbone,),
-            update_phases=(TRAIN,),
+            update_phases=(TRAIN,) if p.phase1 == "federated" else (),
         )
 
     # -- roles ------------------------------------------------------------------------------
@@ -194,6 +218,8 @@ class ProtoFL(Algorithm):
             flow_layers=p.flow_layers,
             flow_hidden=p.flow_hidden,
             flow_epochs=p.flow_epochs,
+            flow_val=p.flow_val,
+            flow_patience=p.flow_patience,
             flow_lr=p.flow_lr,
             flow_views=p.flow_views,
             flow_batch=p.flow_batch,
@@ -248,7 +274,10 @@ class ProtoFL(Algorithm):
         """CLIENT_TRAINING of [ProtoFL Alg. 1]: ``local_epochs`` of eq. 8 from the global model."""
         if "prototype" in msg.arrays:
             state["prototype"] = np.array(msg.arrays["prototype"], dtype=np.float32)
+        local = self.params.phase1 == "local"
         weights = {k: v for k, v in msg.arrays.items() if k != "prototype"}
+        if local:  # the client's own encoder, from the seeded initial one
+            weights = unprefixed(state, "own") or self._arrays(self.make_encoder())
         enc = self._encoder_from(weights)
         p = self.params
         rng = client_rng(self.setup.seed, int(msg.get("round", 0)), data.client_id, 0xF1)
@@ -257,13 +286,24 @@ class ProtoFL(Algorithm):
             p.batch_size, p.lr, rng, p.alpha, p.temperature, p.weight_decay, p.flip, p.noise,
             p.optimizer,
         )  # fmt: skip
+        if local:  # kept at home; only the losses are reported
+            state.update(prefixed(self._arrays(enc), "own"))
+            return Message(TRAIN, {}, {"num_examples": data.n_train, **losses})
         return Message(TRAIN, self._arrays(enc), {"num_examples": data.n_train, **losses})
 
     def client_detector(
         self, state: ClientState, data: ClientData, msg: Message
     ) -> ProtoFLDetector:
-        """[ProtoFL Alg. 2]: frozen global trunk + the client's own head (kept per model)."""
-        trunk = {k[6:]: v for k, v in msg.arrays.items() if k.startswith("trunk.")}
+        """[ProtoFL Alg. 2]: frozen global trunk + the client's own head (kept per model).
+
+        With ``phase1 = "local"`` the trunk is the client's own (the seeded initial one if it
+        never trained)."""
+        if self.params.phase1 == "local":
+            own = unprefixed(state, "own") or self._arrays(self.make_encoder())
+            arrays = dict(self._result(own).arrays)
+        else:
+            arrays = dict(msg.arrays)
+        trunk = {k[6:]: v for k, v in arrays.items() if k.startswith("trunk.")}
         det = self.make_detector().set_trunk(trunk)
         key = _digest(trunk)
         cached = state.get("head_key")
@@ -297,9 +337,18 @@ class ProtoFL(Algorithm):
         spec = spec_of(weights)
         for r in range(1, ctx.rounds + 1):
             msgs = {}
+            sent = {} if self.params.phase1 == "local" else weights
             for i in ctx.sample(joined):
                 extra = {} if i in have else {"prototype": mine[i]}
-                msgs[i] = Message(TRAIN, {**weights, **extra}, {"round": r})
+                msgs[i] = Message(TRAIN, {**sent, **extra}, {"round": r})
+            if self.params.phase1 == "local":
+                replies = ctx.send(msgs, scalars=["num_examples", "loss", "l_pd", "l_p"])
+                have.update(replies)
+                if replies:
+                    log_weighted_scalars(ctx, replies, ["loss", "l_pd", "l_p"])
+                ctx.checkpoint(r, ServerResult(arrays={}, scalars={}))
+                ctx.end_round(r)
+                continue
             avg = ctx.mean(msgs, arrays=spec, scalars=["loss", "l_pd", "l_p"])
             have.update(avg.replies)
             if avg.arrays is not None:
@@ -309,6 +358,8 @@ class ProtoFL(Algorithm):
                 ctx.event("no valid replies; the global model is unchanged")
             ctx.checkpoint(r, self._result(weights))
             ctx.end_round(r)
+        if self.params.phase1 == "local":
+            return ServerResult(arrays={}, scalars={})
         return self._result(weights)
 
     @staticmethod

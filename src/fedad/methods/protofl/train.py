@@ -3,12 +3,14 @@ the phase-2 flow fit [ProtoFL Alg. 2]. No federation here."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import nn
 
 from fedad.methods.protofl.augment import image_augmenter, two_views
-from fedad.methods.protofl.model import phase1_loss, phase2_loss
+from fedad.methods.protofl.model import flow_nll, phase1_loss, phase2_loss
 
 RADAM_BETAS = (0.94, 0.98)
 """[ProtoFL Sec. 5.2]: RAdam with betas 0.94, 0.98 and weight decay 1e-3 in phase 1."""
@@ -119,16 +121,20 @@ def train_flow(
     lr: float,
     lam: float,
     rng: np.random.Generator,
+    after_epoch: Callable[[int], bool] | None = None,
 ) -> float:
     """``epochs`` passes of Adam over the view pairs, [ProtoFL eq. 11]; in place.
 
-    Returns the mean loss of the last epoch (NaN for zero epochs)."""
+    ``after_epoch(e)`` runs after epoch ``e`` (1-based, flow in eval mode) and stops the
+    training when it returns true. Returns the mean loss of the last epoch (NaN for zero
+    epochs)."""
     device = _device(flow)
     opt = torch.optim.Adam(flow.parameters(), lr=lr)
     flow.train()
     last = float("nan")
     n = len(h)
-    for _ in range(epochs):
+    for epoch in range(1, epochs + 1):
+        flow.train()
         order = torch.from_numpy(rng.permutation(n))
         total_sum, count = 0.0, 0
         for i in range(0, n, batch_size):
@@ -141,5 +147,65 @@ def train_flow(
             total_sum += float(total.detach()) * len(idx)
             count += len(idx)
         last = total_sum / max(count, 1)
+        flow.eval()
+        if after_epoch is not None and after_epoch(epoch):
+            break
     flow.eval()
     return last
+
+
+@torch.no_grad()
+def _mean_nll(flow: nn.Module, h: torch.Tensor, batch_size: int = 1024) -> float:
+    """Mean negative log-likelihood [ProtoFL eq. 9] of the rows of ``h`` under ``flow``."""
+    device = _device(flow)
+    flow.eval()
+    total = sum(float(flow_nll(flow, h[i : i + batch_size].to(device)).sum())
+                for i in range(0, len(h), batch_size))  # fmt: skip
+    return total / max(len(h), 1)
+
+
+def choose_flow_epochs(
+    make: Callable[[], nn.Module],
+    h: torch.Tensor,
+    h_hat: torch.Tensor,
+    n_samples: int,
+    val_share: float,
+    max_epochs: int,
+    patience: int,
+    batch_size: int,
+    lr: float,
+    lam: float,
+    rng: np.random.Generator,
+) -> int:
+    """The flow's training budget picked on held-out training data, never on test labels.
+
+    ``h``/``h_hat`` hold ``pairs`` view pairs of ``n_samples`` samples, sample ``i``'s pairs
+    at rows ``i, i + n, i + 2n, ...``. A ``val_share`` of the *samples* (all their views) is
+    held out; a fresh flow (``make()``) trains on the rest, one epoch at a time, and after
+    each epoch the mean NLL [ProtoFL eq. 9] of the held-out views is measured. Returns the
+    epoch count with the lowest held-out NLL (stopping ``patience`` epochs after the last
+    improvement), between 1 and ``max_epochs``. Fewer than 4 held-out samples (or
+    ``val_share = 0``): ``max_epochs`` unchanged.
+    """
+    n_val = round(val_share * n_samples)
+    if n_val < 4 or n_samples - n_val < 4 or max_epochs <= 1:
+        return max_epochs
+    pairs = len(h) // max(n_samples, 1)
+    val = rng.permutation(n_samples)[:n_val]
+    is_val = np.zeros(n_samples, dtype=bool)
+    is_val[val] = True
+    rows = np.tile(is_val, pairs)
+    fit_rows, val_rows = torch.from_numpy(~rows), torch.from_numpy(rows)
+    flow = make()
+    h_fit, h_hat_fit = h[fit_rows], h_hat[fit_rows]
+    h_val = torch.cat([h[val_rows], h_hat[val_rows]])
+    best = [float("inf"), 1.0]
+
+    def check(epoch: int) -> bool:
+        nll = _mean_nll(flow, h_val)
+        if np.isfinite(nll) and nll < best[0]:
+            best[:] = [nll, float(epoch)]
+        return epoch - int(best[1]) >= patience
+
+    train_flow(flow, h_fit, h_hat_fit, max_epochs, batch_size, lr, lam, rng, check)
+    return int(best[1])
