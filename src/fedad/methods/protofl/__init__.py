@@ -46,5 +46,6 @@ distributions for the KL; the projection g from the representation h to the prot
 dimension, with phase 2 on h; farthest-point choice of prototype images; standardisation
 of h before the head; the small CNN; the augmentation strengths; the flow's epoch count
 picked on held-out training samples (``train.choose_flow_epochs``); the ``phase1 = "local"``
-baseline (``federated.ProtoFL``).
+baseline (``federated.ProtoFL``); the ``trunk = "pretrained"`` variant (an MLP trunk on frozen
+backbone features, :mod:`.features`).
 """

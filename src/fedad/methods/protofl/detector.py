@@ -26,6 +26,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
+from fedad.methods.protofl.features import embed, view_features
 from fedad.methods.protofl.model import Encoder, Trunk, flow_nll, make_flow
 from fedad.methods.protofl.train import (
     choose_flow_epochs,
@@ -77,9 +78,20 @@ class ProtoFLDetectorParams(BaseModel):
     nu: float = Field(default=0.1, gt=0.0, le=1.0)
     contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
     seed: int = Field(default=0, ge=-(1 << 63), lt=1 << 63)
+    trunk_input: Literal["raw", "pretrained"] = "raw"
+    backbone: str = Field(default="efficientnet-lite0", max_length=64)
+    feature_size: int = Field(default=64, ge=32, le=1024)
+    feature_views: int = Field(default=4, ge=2, le=64)
 
     @model_validator(mode="after")
     def _shape(self) -> ProtoFLDetectorParams:
+        if self.trunk_input == "pretrained":
+            from fedad.resources import resource_names
+
+            if self.backbone not in resource_names():
+                raise ValueError(f"unknown pretrained resource {self.backbone!r}")
+            if self.kind != "image":
+                raise ValueError("a pretrained trunk takes images")
         if math.prod(self.input_shape) > MAX_FEATURES:
             raise ValueError(f"input_shape {self.input_shape} exceeds {MAX_FEATURES} features")
         if self.kind == "image" and len(self.input_shape) != 3:
@@ -120,6 +132,10 @@ class ProtoFLDetector(BaseDetector):
         nu: float = 0.1,
         contamination: float = DEFAULT_CONTAMINATION,
         seed: int = 0,
+        trunk_input: str = "raw",
+        backbone: str = "efficientnet-lite0",
+        feature_size: int = 64,
+        feature_views: int = 4,
         device: str = "cpu",
     ) -> None:
         super().__init__(contamination=contamination)
@@ -144,6 +160,10 @@ class ProtoFLDetector(BaseDetector):
         self.noise = noise
         self.nu = nu
         self.seed = seed
+        self.trunk_input = trunk_input
+        self.backbone = backbone
+        self.feature_size = feature_size
+        self.feature_views = feature_views
         self.device = device
         """Where the networks run: a property of the machine, not of the model."""
 
@@ -171,12 +191,38 @@ class ProtoFLDetector(BaseDetector):
             "nu": self.nu,
             "contamination": self.contamination,
             "seed": self.seed,
+            "trunk_input": self.trunk_input,
+            "backbone": self.backbone,
+            "feature_size": self.feature_size,
+            "feature_views": self.feature_views,
         }
 
     # -- networks ---------------------------------------------------------------------------
+    @property
+    def trunk_shape(self) -> tuple[int, ...]:
+        """The trunk's input: the data's shape, or the backbone's feature width."""
+        if self.trunk_input == "pretrained":
+            from fedad.resources import resource_info
+
+            return (resource_info(self.backbone).feature_dim,)
+        return tuple(self.input_shape)
+
+    def features(self, x: np.ndarray) -> np.ndarray:
+        """What the trunk takes: ``x`` itself, or its frozen backbone features."""
+        if self.trunk_input == "pretrained":
+            return embed(self.backbone, x, self.feature_size, self.device)
+        return x
+
+    def view_features(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
+        """``(feature_views, N, D)`` features of augmented views (pretrained trunk), else None."""
+        if self.trunk_input != "pretrained":
+            return None
+        return view_features(self.backbone, x, self.feature_views, self.feature_size, rng,
+                             self.flip, self.device)  # fmt: skip
+
     def make_trunk(self) -> Trunk:
         with seeded(self.seed):
-            trunk = Trunk(tuple(self.input_shape), self.rep_dim, self.width)
+            trunk = Trunk(self.trunk_shape, self.rep_dim, self.width)
         return trunk.to(self.device).eval()
 
     def make_flow(self) -> torch.nn.Module:
@@ -202,7 +248,7 @@ class ProtoFLDetector(BaseDetector):
 
     def represent(self, x: np.ndarray) -> np.ndarray:
         """:math:`h = f_\\theta(x)` as float64 numpy."""
-        xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+        xt = torch.from_numpy(np.ascontiguousarray(self.features(x), dtype=np.float32))
         return represent(self.trunk_, xt).double().numpy()
 
     # -- training ---------------------------------------------------------------------------
@@ -210,22 +256,29 @@ class ProtoFLDetector(BaseDetector):
         self.build()
         if self.epochs > 0:
             with seeded(self.seed):
-                enc = Encoder(tuple(self.input_shape), self.rep_dim, self.rep_dim, self.width)
+                enc = Encoder(self.trunk_shape, self.rep_dim, self.rep_dim, self.width)
             enc.trunk.load_state_dict(self.trunk_.state_dict())
             enc.to(self.device)
             rng = np.random.default_rng(self.seed)
+            views = self.view_features(x, rng)
             train_encoder(enc, x, None, self.epochs, self.batch_size, self.lr, rng,
-                          flip=self.flip, noise=self.noise)  # fmt: skip
+                          flip=self.flip, noise=self.noise, views=views)  # fmt: skip
             self.trunk_ = enc.trunk.eval()
         self.fit_head(x, np.random.default_rng([self.seed, 2]))
         return self.set_threshold(x)
 
-    def fit_head(self, x: np.ndarray, rng: np.random.Generator) -> float:
+    def fit_head(
+        self, x: np.ndarray, rng: np.random.Generator, views: np.ndarray | None = None
+    ) -> float:
         """[ProtoFL Alg. 2]: the head on the frozen trunk's representations of ``x``.
 
+        ``views``: the pretrained trunk's cached view features (computed here when absent).
         Returns the final head loss (the flow's [ProtoFL eq. 11]; 0 for the other heads)."""
         if self.head == "flow":
-            a, b = view_representations(self.trunk_, x, self.flow_views, rng, self.flip, self.noise)
+            if views is None:
+                views = self.view_features(x, rng)
+            a, b = view_representations(self.trunk_, x, self.flow_views, rng, self.flip,
+                                        self.noise, views)  # fmt: skip
             self._standardise(torch.cat([a, b]).double().numpy())
             shift = torch.as_tensor(self.shift_, dtype=torch.float32)
             scale = torch.as_tensor(self.scale_, dtype=torch.float32)

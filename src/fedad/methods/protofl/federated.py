@@ -108,6 +108,12 @@ class ProtoFLParams(Params):
         default="federated",
         description="'local': each client trains its own encoder, no FedAvg (the baseline)",
     )
+    trunk: Literal["cnn", "pretrained"] = Field(
+        default="cnn",
+        description="'pretrained': the trunk is an MLP on frozen backbone features (a variant)",
+    )
+    trunk_size: int = Field(default=64, ge=32, le=1024, description="backbone input side")
+    trunk_views: int = Field(default=4, ge=2, le=64, description="cached augmented views")
     public_set: str = Field(default="procedural", description="off-the-shelf set")
     public_n: int = Field(default=64, ge=1, le=100_000, description="candidate images")
     backbone: str = Field(default="efficientnet-lite0", description="off-the-shelf model")
@@ -166,6 +172,11 @@ class ProtoFL(Algorithm):
                 "no client receives a model it did not train)",
                 "drop new_clients or phase1",
             )
+        if self.params.trunk == "pretrained" and setup.kind != "image":
+            raise ConfigError(
+                f'protofl: trunk = "pretrained" needs image data, this run\'s is {setup.kind}',
+                'drop trunk or use trunk = "cnn"',
+            )
         if self.params.new_clients >= setup.num_clients:
             raise ConfigError(
                 f"protofl: new_clients = {self.params.new_clients} leaves no client for "
@@ -203,8 +214,9 @@ class ProtoFL(Algorithm):
     def make_encoder(self) -> Encoder:
         """The initial global encoder :math:`\\phi(\\cdot; \\theta_g^0)` (seeded, on the CPU)."""
         p = self.params
+        shape = self.make_detector().trunk_shape
         with seeded(self.setup.seed):
-            enc = Encoder(tuple(self.setup.feature_shape), p.rep_dim, self.proto_dim, p.width)
+            enc = Encoder(shape, p.rep_dim, self.proto_dim, p.width)
         return enc
 
     def make_detector(self) -> ProtoFLDetector:
@@ -232,6 +244,10 @@ class ProtoFL(Algorithm):
             nu=p.nu,
             contamination=self.contamination,
             seed=self.setup.seed,
+            trunk_input="pretrained" if p.trunk == "pretrained" else "raw",
+            backbone=p.backbone,
+            feature_size=p.trunk_size,
+            feature_views=p.trunk_views,
             device=resolve_device(self.setup.device),
         )
 
@@ -270,6 +286,17 @@ class ProtoFL(Algorithm):
         state["prototype"] = np.array(msg.arrays["prototype"], dtype=np.float32)
         return Message(PROTOTYPE, {}, {"num_examples": data.n_train})
 
+    def _views(self, state: ClientState, data: ClientData) -> np.ndarray | None:
+        """The pretrained trunk's augmented-view features, computed once and kept at home."""
+        if self.params.trunk != "pretrained":
+            return None
+        if "feature_views" not in state:
+            rng = client_rng(self.setup.seed, 0, data.client_id, 0xF3)
+            views = self.make_detector().view_features(dense(data.x_train, self.name), rng)
+            assert views is not None
+            state["feature_views"] = views
+        return state["feature_views"]
+
     def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         """CLIENT_TRAINING of [ProtoFL Alg. 1]: ``local_epochs`` of eq. 8 from the global model."""
         if "prototype" in msg.arrays:
@@ -284,7 +311,7 @@ class ProtoFL(Algorithm):
         losses = train_encoder(
             enc, dense(data.x_train, self.name), state.get("prototype"), p.local_epochs,
             p.batch_size, p.lr, rng, p.alpha, p.temperature, p.weight_decay, p.flip, p.noise,
-            p.optimizer,
+            p.optimizer, self._views(state, data),
         )  # fmt: skip
         if local:  # kept at home; only the losses are reported
             state.update(prefixed(self._arrays(enc), "own"))
@@ -311,7 +338,8 @@ class ProtoFL(Algorithm):
             head = {k[5:]: v for k, v in state.items() if k.startswith("head/")}
             return det.set_arrays({**{f"trunk.{k}": v for k, v in trunk.items()}, **head})
         x = dense(data.x_train, self.name)
-        loss = det.fit_head(x, client_rng(self.setup.seed, 0, data.client_id, 0xF2))
+        rng = client_rng(self.setup.seed, 0, data.client_id, 0xF2)
+        loss = det.fit_head(x, rng, self._views(state, data))
         for k in [k for k in state if k.startswith("head/")]:
             del state[k]
         state.update({f"head/{k}": v for k, v in det.head_arrays().items()})

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from fedad.methods.protofl.augment import image_augmenter, two_views
+from fedad.methods.protofl.features import pick_two
 from fedad.methods.protofl.model import flow_nll, phase1_loss, phase2_loss
 
 RADAM_BETAS = (0.94, 0.98)
@@ -38,17 +39,21 @@ def train_encoder(
     flip: bool = True,
     noise: float = 0.1,
     optimizer: str = "adam",
+    views: np.ndarray | None = None,
 ) -> dict[str, float]:
     """``epochs`` of [ProtoFL eq. 8] over ``x`` (two views per sample, eq. 4); in place.
 
     ``optimizer``: ``"radam"`` (the paper's, betas 0.94, 0.98) or ``"adam"`` (AdamW).
+    ``views`` ``(V, N, D)``: precomputed views (the ``pretrained`` trunk's cached features,
+    :mod:`.features`); each pair is two of them, and ``x`` is not used.
     Returns the last epoch's mean total, :math:`L_{pd}` and :math:`L_p` (keys ``loss``,
     ``l_pd``, ``l_p``). ``prototype = None`` trains :math:`L_p` alone.
     """
     device = _device(encoder)
-    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    vt = None if views is None else torch.from_numpy(np.ascontiguousarray(views, np.float32))
+    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) if vt is None else vt[0]
     v = None if prototype is None else torch.as_tensor(prototype, dtype=torch.float32).to(device)
-    aug = _augmenter(xt, flip)
+    aug = _augmenter(xt, flip) if vt is None else None
     opt: torch.optim.Optimizer
     if optimizer == "radam":
         opt = torch.optim.RAdam(
@@ -66,7 +71,10 @@ def train_encoder(
             idx = order[i : i + batch_size]
             if len(idx) < 2 and len(xt) >= 2:  # a batch of one: merge with the previous draw
                 idx = order[max(0, i - 1) : i + 1]
-            a, b = two_views(xt[torch.from_numpy(idx)], rng, flip, noise, aug)
+            if vt is None:
+                a, b = two_views(xt[torch.from_numpy(idx)], rng, flip, noise, aug)
+            else:
+                a, b = pick_two(vt, torch.from_numpy(idx), rng)
             r, r_hat = encoder(a.to(device)), encoder(b.to(device))
             total, lpd, lp = phase1_loss(v, r, r_hat, alpha, temperature)
             opt.zero_grad(set_to_none=True)
@@ -98,12 +106,22 @@ def view_representations(
     rng: np.random.Generator,
     flip: bool = True,
     noise: float = 0.1,
+    views: np.ndarray | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``pairs`` pairs of augmented views of every sample through the frozen trunk:
-    :math:`(h_i, \\hat h_i)`, each ``(pairs * N, d)`` ([ProtoFL Alg. 2])."""
+    :math:`(h_i, \\hat h_i)`, each ``(pairs * N, d)`` ([ProtoFL Alg. 2]). With ``views``
+    ``(V, N, D)`` (cached features) each pair is two of those."""
+    hs, hs_hat = [], []
+    if views is not None:
+        vt = torch.from_numpy(np.ascontiguousarray(views, dtype=np.float32))
+        every = torch.arange(vt.shape[1])
+        for _ in range(pairs):
+            a, b = pick_two(vt, every, rng)
+            hs.append(represent(trunk, a))
+            hs_hat.append(represent(trunk, b))
+        return torch.cat(hs), torch.cat(hs_hat)
     xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
     aug = _augmenter(xt, flip)
-    hs, hs_hat = [], []
     for _ in range(pairs):
         for i in range(0, len(xt), 512):
             a, b = two_views(xt[i : i + 512], rng, flip, noise, aug)

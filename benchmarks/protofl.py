@@ -1,0 +1,192 @@
+"""ProtoFL on one-vs-rest federations: the issue's benchmark, side by side with its baselines.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/protofl.py --suite fashion|digits|ablation|variant
+        [--seeds 5] [--jobs 2] [--rounds 10] [--max-test 2000] [--work DIR]
+
+Every suite is one fedad run with ``seeds = [0, ..., seeds - 1]`` (:func:`fedad.seeds.run_seeds`;
+``--jobs`` worker processes, one torch thread each), every method of the suite on the same
+federation per seed: 10 clients, client k holds only class k (``scheme = "one-vs-rest"``),
+its local test set its own held-out class as normals and every other class as anomalies;
+the pooled metric is the mean over clients (the papers' convention).
+
+* ``fashion``: Fashion-MNIST, ``max_train_per_client = 600`` (the issue's 600 images per
+  class), the pooled test set capped at ``--max-test`` (keeping every class's share, so
+  each client scores ``max-test / 10`` normals and the rest anomalies): ``protofl``
+  (defaults: the paper's flow head), ``protofl`` with the Gaussian head, the ``phase1 =
+  "local"`` baseline (same loss and flow, no FedAvg), ``local`` + ``pretrained`` (frozen
+  EfficientNet-Lite0, k-NN, no training, no communication), ``fedavg`` + ``deepsvdd``,
+  ``feduv``.
+* ``digits``: the same methods on scikit-learn's digits (~125 training images per class,
+  so every trained method gets ``local_epochs = 5``).
+* ``ablation``: Fashion-MNIST, ProtoFL's Table 4 (KDE and OC-SVM heads; flow and Gaussian
+  are in ``fashion``), Table 5 (without L_pd and L_reg: ``alpha = 1, lam = 0``; without
+  L_p and L_reg: ``alpha = 0, lam = 0``; without L_reg: ``lam = 0``) and Fig. 5 (3 new
+  clients: joined and new clients' AUROC apart).
+* ``variant``: Fashion-MNIST, ProtoFL on frozen pretrained features (``trunk =
+  "pretrained"``), beside ``local`` + ``pretrained``.
+
+Writes ``benchmarks/results/protofl_<suite>.json`` (per method: mean and std over seeds of
+the mean per-client AUROC, per-class AUROC means, rounds, bytes, seconds, joined/new
+AUROC) and prints a markdown table. ``--work`` keeps the run directory (and resumes it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedad.config import parse_config, read_toml
+from fedad.seeds import run_seeds
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results"
+
+Method = tuple[str, str, dict[str, Any], str | None]
+"""(label, method name, params, detector)."""
+
+MAIN: list[Method] = [
+    ("protofl", "protofl", {}, None),
+    ("protofl-gaussian", "protofl", {"head": "gaussian"}, None),
+    ("local-flow", "protofl", {"phase1": "local"}, None),
+    ("local-pretrained", "local", {}, "pretrained"),
+    ("fedavg-deepsvdd", "fedavg", {}, "deepsvdd"),
+    ("feduv", "feduv", {}, None),
+]
+ABLATION: list[Method] = [
+    ("head-kde", "protofl", {"head": "kde"}, None),
+    ("head-ocsvm", "protofl", {"head": "ocsvm"}, None),
+    ("no-lpd-no-lreg", "protofl", {"alpha": 1.0, "lam": 0.0}, None),
+    ("no-lp-no-lreg", "protofl", {"alpha": 0.0, "lam": 0.0}, None),
+    ("no-lreg", "protofl", {"lam": 0.0}, None),
+    ("new-clients-3", "protofl", {"new_clients": 3}, None),
+]
+VARIANT: list[Method] = [
+    ("protofl-pretrained", "protofl", {"trunk": "pretrained"}, None),
+    ("protofl-pretrained-gaussian", "protofl", {"trunk": "pretrained", "head": "gaussian"}, None),
+    ("local-pretrained", "local", {}, "pretrained"),
+]
+TRAINED = {"protofl", "fedavg", "feduv"}
+
+
+def config_text(suite: str, seeds: int, rounds: int, max_test: int) -> str:
+    """The suite's experiment as TOML."""
+    digits = suite == "digits"
+    methods = {"fashion": MAIN, "digits": MAIN, "ablation": ABLATION, "variant": VARIANT}[suite]
+    lines = [
+        f"seeds = {list(range(seeds))}",
+        f"rounds = {rounds}",
+        "[data]",
+        f'name = "{"digits" if digits else "fashion_mnist"}"',
+        f"normal = {list(range(10))}",
+    ]
+    if not digits:
+        lines += ["max_train_per_client = 600", f"max_test = {max_test}"]
+    lines += ["[partition]", 'scheme = "one-vs-rest"', "clients = 10"]
+    for label, name, params, detector in methods:
+        p = dict(params)
+        if digits and name in TRAINED:
+            p["local_epochs"] = 5
+        lines += ["[[methods]]", f'name = "{name}"', f'label = "{label}"']
+        if detector:
+            lines.append(f'detector = "{detector}"')
+        if p:
+            lines.append("params = {" + ", ".join(f"{k} = {_toml(v)}" for k, v in p.items()) + "}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    return repr(v)
+
+
+def summarise(run: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """Per method: the aggregate over seeds plus per-class (= per-client) AUROC means."""
+    out: dict[str, Any] = {}
+    seeds = sorted(run.glob("seed-*/metrics.json"))
+    for label, agg in data["methods"].items():
+        per_class: dict[int, list[float]] = {}
+        joined, new = [], []
+        for f in seeds:
+            m = json.loads(f.read_text(encoding="utf-8"))["methods"].get(label, {})
+            for row in m.get("per_client", []):
+                if row.get("auroc") is not None:
+                    per_class.setdefault(int(row["client"]), []).append(float(row["auroc"]))
+            if m.get("auroc_joined") is not None:
+                joined.append(float(m["auroc_joined"]))
+            if m.get("auroc_new") is not None:
+                new.append(float(m["auroc_new"]))
+        std = agg.get("std", {})
+        out[label] = {
+            "auroc": agg.get("auroc"),
+            "auroc_std": std.get("auroc"),
+            "eer": agg.get("eer"),
+            "per_class_auroc": {c: float(np.mean(v)) for c, v in sorted(per_class.items())},
+            "rounds": agg.get("rounds"),
+            "mb_up": (agg.get("bytes_up") or 0) / 1e6,
+            "mb_down": (agg.get("bytes_down") or 0) / 1e6,
+            "seconds": agg.get("seconds"),
+            "auroc_joined": float(np.mean(joined)) if joined else None,
+            "auroc_new": float(np.mean(new)) if new else None,
+            "seeds": len(seeds),
+        }
+    return out
+
+
+def table(rows: dict[str, Any]) -> str:
+    """Markdown: one row per method."""
+    classes = sorted({c for r in rows.values() for c in r["per_class_auroc"]})
+    head = (
+        "| method | mean AUROC (std over seeds) | EER | "
+        + " | ".join(str(c) for c in classes)
+        + " | MB up | MB down | s |"
+    )
+    sep = "|" + "---|" * (7 + len(classes) - 1)
+    lines = [head, sep]
+    for label, r in rows.items():
+        pcs = " | ".join(f"{r['per_class_auroc'].get(c, float('nan')):.3f}" for c in classes)
+        extra = ""
+        if r["auroc_new"] is not None:
+            extra = f" (joined {r['auroc_joined']:.3f}, new {r['auroc_new']:.3f})"
+        lines.append(
+            f"| {label} | {r['auroc']:.3f} ± {r['auroc_std'] or 0:.3f}{extra} | {r['eer']:.3f} | "
+            f"{pcs} | {r['mb_up']:.1f} | {r['mb_down']:.1f} | {r['seconds']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", choices=["fashion", "digits", "ablation", "variant"], required=True)
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--max-test", type=int, default=2000)
+    ap.add_argument("--work", type=Path, default=None, help="keep (and resume) the run here")
+    args = ap.parse_args()
+
+    text = config_text(args.suite, args.seeds, args.rounds, args.max_test)
+    with tempfile.TemporaryDirectory(prefix="fedad-protofl-") as tmp:
+        work = args.work or Path(tmp) / "run"
+        cfg_path = Path(tmp) / "config.toml"
+        cfg_path.write_text(text, encoding="utf-8")
+        cfg = parse_config(read_toml(cfg_path))
+        resume = work.exists()
+        data = run_seeds(cfg, work, jobs=args.jobs, resume=resume)
+        rows = summarise(work, data)
+    OUT.mkdir(parents=True, exist_ok=True)
+    result = {"suite": args.suite, "config": text, "methods": rows}
+    (OUT / f"protofl_{args.suite}.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(f"```toml\n{text}```\n")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
