@@ -2,7 +2,8 @@
 
 Each combines with a detector from :mod:`.detectors` (``autoencoder`` or ``deepsvdd``);
 ``local`` and ``centralized`` also take ``pretrained`` (:mod:`.pretrained`, images only):
-frozen pretrained features scored by k-NN or a shrinkage Gaussian, nothing trained.
+frozen pretrained features scored by k-NN or a shrinkage Gaussian, nothing trained; and
+``ocsvm`` (:mod:`.ocsvm`): scikit-learn's RBF one-class SVM on flattened inputs.
 
 * ``local``: every client trains alone for ``rounds x local_epochs`` epochs; nothing is sent
   but round numbers. The lower reference: what a party gets without federation.
@@ -49,6 +50,7 @@ from fedad.fl.fedavg import fedavg_rounds, log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.validate import ArraySpec
 from fedad.methods.baselines.detectors import DETECTORS, DeepSVDDDetector, TorchDetector
+from fedad.methods.baselines.ocsvm import OCSVM, OCSVMDetector
 from fedad.methods.baselines.pretrained import (
     PRETRAINED,
     PretrainedDetector,
@@ -77,7 +79,7 @@ class BaselineParams(PretrainedOptions, TrainParams):
     """``local`` and ``centralized``: the training parameters plus the ``pretrained`` options."""
 
 
-BaselineDetector = TorchDetector | PretrainedDetector
+BaselineDetector = TorchDetector | PretrainedDetector | OCSVMDetector
 
 
 class ProxParams(TrainParams):
@@ -96,7 +98,10 @@ class TorchBaseline(Algorithm):
 
     detectors = tuple(DETECTORS)
     default_detector = "autoencoder"
-    detector_kinds: ClassVar[dict[str, tuple[DataKind, ...]]] = {PRETRAINED: ("image",)}
+    detector_kinds: ClassVar[dict[str, tuple[DataKind, ...]]] = {
+        PRETRAINED: ("image",),
+        OCSVM: ("vector", "image"),
+    }
     """Detectors that take fewer data kinds than the method (checked when it is built)."""
     params: TrainParams
 
@@ -108,6 +113,8 @@ class TorchBaseline(Algorithm):
         device = resolve_device(self.setup.device)  # this machine's, for "auto"
         if self.detector == PRETRAINED:
             return make_pretrained(self.params, self.contamination, device)
+        if self.detector == OCSVM:
+            return OCSVMDetector(contamination=self.contamination)
         cls = DETECTORS[self.detector or "autoencoder"]
         return cls(
             kind=self.setup.kind,
@@ -209,7 +216,7 @@ class Local(TorchBaseline):
     name = "local"
     summary = "Local: each client trains alone (no federation), lower reference"
     personalized = True
-    detectors = (*DETECTORS, PRETRAINED)
+    detectors = (*DETECTORS, PRETRAINED, OCSVM)
     ParamsModel = BaselineParams
 
     def handlers(self) -> dict[str, Handler]:
@@ -254,7 +261,7 @@ class Centralized(TorchBaseline):
 
     name = "centralized"
     summary = "Centralized: clients upload their data, one model on the pool (upper reference)"
-    detectors = (*DETECTORS, PRETRAINED)
+    detectors = (*DETECTORS, PRETRAINED, OCSVM)
     ParamsModel = BaselineParams
 
     def handlers(self) -> dict[str, Handler]:

@@ -1,0 +1,170 @@
+"""The ``ocsvm`` detector: scikit-learn's one-class SVM on flattened inputs (Schölkopf et al.
+2001), the classical baseline of the one-class papers (FADngs Table I, ProtoFL Table 4).
+
+RBF kernel :math:`k(x, y) = \\exp(-\\gamma\\lVert x - y\\rVert^2)` with scikit-learn's
+``gamma = "scale"`` rule, :math:`\\gamma = 1 / (D \\operatorname{Var}(X))` over the training
+inputs; :math:`\\nu` = the contamination (the share of training samples the SVM may leave
+outside, which is what the threshold flags too), at least 0.001. Score: minus the decision
+function, :math:`s(x) = -(\\sum_i \\alpha_i k(x, s_i) - \\rho)` (scikit-learn keeps
+:math:`-\\rho` as ``intercept_``), higher = more anomalous.
+
+Nothing trains in epochs: the first :meth:`OCSVMDetector.train_epochs` call fits, later calls
+do nothing (like the ``pretrained`` detector). Saved state: named arrays only (support
+vectors, dual coefficients, :math:`\\rho`, :math:`\\gamma`, ``threshold_``); no pickle.
+
+With the generic methods it is ``detector = "ocsvm"`` of ``local`` (each client fits its own)
+and ``centralized`` (the server fits the pooled uploads).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from fedad.detector import (
+    DEFAULT_CONTAMINATION,
+    BaseDetector,
+    quantile_threshold,
+    register_detector,
+)
+
+OCSVM = "ocsvm"
+MIN_NU = 1e-3
+MAX_SUPPORT = 1 << 26
+"""Most support-vector entries (rows x features) a saved detector may hold (512 MB)."""
+
+
+class OCSVMDetectorParams(BaseModel):
+    """The ``__init__`` arguments of :class:`OCSVMDetector`, as a checkpoint may give them."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
+
+
+@register_detector(OCSVM)
+class OCSVMDetector(BaseDetector):
+    """One-class SVM with an RBF kernel on flattened inputs; ``nu`` from the contamination."""
+
+    ParamsModel = OCSVMDetectorParams
+    sv_: np.ndarray
+
+    def __init__(self, contamination: float = DEFAULT_CONTAMINATION) -> None:
+        super().__init__(contamination=contamination)
+
+    def get_params(self) -> dict[str, Any]:
+        return {"contamination": self.contamination}
+
+    @property
+    def nu(self) -> float:
+        """:math:`\\nu`: the contamination, at least 0.001 (scikit-learn needs it positive)."""
+        return float(min(max(self.contamination, MIN_NU), 1.0))
+
+    # -- fitting ----------------------------------------------------------------------------
+    def fit(self, x: np.ndarray) -> Self:
+        self._fit(x)
+        self.threshold_ = quantile_threshold(self.score(x), self.contamination)
+        return self
+
+    def _fit(self, x: np.ndarray) -> None:
+        from sklearn.svm import OneClassSVM
+
+        z = _flat(x)
+        if len(z) < 2:
+            raise ValueError("the one-class SVM needs at least 2 training samples")
+        var = float(z.var())
+        gamma = 1.0 / (z.shape[1] * var) if var > 0 else 1.0
+        svm = OneClassSVM(kernel="rbf", gamma=gamma, nu=self.nu).fit(z)
+        self._set(
+            np.asarray(svm.support_vectors_, dtype=np.float64),
+            np.asarray(svm.dual_coef_, dtype=np.float64).reshape(-1),
+            float(np.asarray(svm.intercept_).reshape(-1)[0]),
+            gamma,
+        )
+
+    def _set(self, sv: np.ndarray, coef: np.ndarray, intercept: float, gamma: float) -> None:
+        if sv.ndim != 2 or len(sv) < 1 or coef.shape != (len(sv),):
+            raise ValueError(f"support vectors {sv.shape} and coefficients {coef.shape} disagree")
+        if sv.size > MAX_SUPPORT:
+            raise ValueError(f"{sv.size} support-vector entries is more than a detector holds")
+        if not (np.all(np.isfinite(sv)) and np.all(np.isfinite(coef))):
+            raise ValueError("support vectors or coefficients hold NaN or infinite values")
+        if not (np.isfinite(intercept) and np.isfinite(gamma) and gamma > 0):
+            raise ValueError("intercept must be finite and gamma positive")
+        self.sv_, self.coef_, self.intercept_, self.gamma_ = sv, coef, intercept, gamma
+
+    # -- the federated interface of the baselines (see federated.py) -----------------------
+    def build(self) -> Self:
+        """Nothing to build."""
+        return self
+
+    def prepare(self, x: np.ndarray) -> Self:
+        """Nothing to prepare before fitting."""
+        return self
+
+    @property
+    def fitted(self) -> bool:
+        return hasattr(self, "sv_")
+
+    def train_epochs(
+        self, x: np.ndarray, epochs: int, rng: np.random.Generator, prox_mu: float = 0.0
+    ) -> float:
+        """Fit on ``x`` the first time; later calls do nothing. Returns 0.0 (no loss)."""
+        if not self.fitted:
+            self._fit(x)
+        return 0.0
+
+    def model_arrays(self) -> dict[str, np.ndarray]:
+        """The fitted SVM as named arrays (what the baselines keep or send as the model)."""
+        if not self.fitted:
+            return {}
+        return {
+            "sv": self.sv_.copy(),
+            "coef": self.coef_.copy(),
+            "intercept": np.asarray(self.intercept_, dtype=np.float64),
+            "gamma": np.asarray(self.gamma_, dtype=np.float64),
+        }
+
+    # -- scoring ----------------------------------------------------------------------------
+    def score(self, x: np.ndarray) -> np.ndarray:
+        if not self.fitted:
+            raise RuntimeError("OCSVMDetector is not fitted: call fit first")
+        z = _flat(x)
+        if z.shape[1] != self.sv_.shape[1]:
+            raise ValueError(f"inputs have {z.shape[1]} features, the SVM {self.sv_.shape[1]}")
+        out = np.empty(len(z), dtype=np.float64)
+        sv_sq = (self.sv_**2).sum(1)
+        for i in range(0, len(z), 1024):  # bounded memory: 1024 x n_sv kernel blocks
+            q = z[i : i + 1024]
+            sq = (q**2).sum(1)[:, None] + sv_sq[None, :] - 2.0 * q @ self.sv_.T
+            k = np.exp(-self.gamma_ * np.maximum(sq, 0.0))
+            out[i : i + 1024] = -(k @ self.coef_ + self.intercept_)
+        return out
+
+    # -- persistence ------------------------------------------------------------------------
+    def get_arrays(self) -> dict[str, np.ndarray]:
+        out = self.model_arrays()
+        if hasattr(self, "threshold_"):
+            out["threshold_"] = np.asarray(self.threshold_, dtype=np.float64)
+        return out
+
+    def set_arrays(self, arrays: dict[str, np.ndarray]) -> Self:
+        unknown = sorted(set(arrays) - {"sv", "coef", "intercept", "gamma", "threshold_"})
+        if unknown:
+            raise KeyError(f"unexpected arrays {', '.join(unknown)[:120]}")
+        self._set(
+            np.asarray(arrays["sv"], dtype=np.float64),
+            np.asarray(arrays["coef"], dtype=np.float64).reshape(-1),
+            float(np.asarray(arrays["intercept"]).reshape(-1)[0]),
+            float(np.asarray(arrays["gamma"]).reshape(-1)[0]),
+        )
+        if "threshold_" in arrays:
+            self.threshold_ = float(np.asarray(arrays["threshold_"]))
+        return self
+
+
+def _flat(x: np.ndarray) -> np.ndarray:
+    a = np.asarray(x, dtype=np.float64)
+    return a.reshape(len(a), -1)
