@@ -1,6 +1,6 @@
 """ProtoFL on one-vs-rest federations: the issue's benchmark, side by side with its baselines.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/protofl.py --suite fashion|digits|ablation|variant
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/protofl.py --suite fashion|digits|ablation
         [--seeds 5] [--jobs 2] [--rounds 10] [--max-test 2000] [--work DIR]
 
 Every suite is one fedad run with ``seeds = [0, ..., seeds - 1]`` (:func:`fedad.seeds.run_seeds`;
@@ -20,10 +20,10 @@ the pooled metric is the mean over clients (the papers' convention).
   so every trained method gets ``local_epochs = 5``).
 * ``ablation``: Fashion-MNIST, ProtoFL's Table 4 (KDE and OC-SVM heads; flow and Gaussian
   are in ``fashion``), Table 5 (without L_pd and L_reg: ``alpha = 1, lam = 0``; without
-  L_p and L_reg: ``alpha = 0, lam = 0``; without L_reg: ``lam = 0``) and Fig. 5 (3 new
-  clients: joined and new clients' AUROC apart).
-* ``variant``: Fashion-MNIST, ProtoFL on frozen pretrained features (``trunk =
-  "pretrained"``), beside ``local`` + ``pretrained``.
+  L_p and L_reg: ``alpha = 0, lam = 0``; without L_reg: ``lam = 0``), Fig. 5 (3 new
+  clients: joined and new clients' AUROC apart) and a control that is not in the paper:
+  phase 1 switched off (``lr = 1e-9``: the heads on the seeded, untrained encoder), which
+  says how much of the result the federated training contributes.
 
 Writes ``benchmarks/results/protofl_<suite>.json`` (per method: mean and std over seeds of
 the mean per-client AUROC, per-class AUROC means, rounds, bytes, seconds, joined/new
@@ -64,11 +64,8 @@ ABLATION: list[Method] = [
     ("no-lp-no-lreg", "protofl", {"alpha": 0.0, "lam": 0.0}, None),
     ("no-lreg", "protofl", {"lam": 0.0}, None),
     ("new-clients-3", "protofl", {"new_clients": 3}, None),
-]
-VARIANT: list[Method] = [
-    ("protofl-pretrained", "protofl", {"trunk": "pretrained"}, None),
-    ("protofl-pretrained-gaussian", "protofl", {"trunk": "pretrained", "head": "gaussian"}, None),
-    ("local-pretrained", "local", {}, "pretrained"),
+    ("untrained-flow", "protofl", {"lr": 1e-9}, None),
+    ("untrained-gaussian", "protofl", {"lr": 1e-9, "head": "gaussian"}, None),
 ]
 TRAINED = {"protofl", "fedavg", "feduv"}
 
@@ -76,7 +73,7 @@ TRAINED = {"protofl", "fedavg", "feduv"}
 def config_text(suite: str, seeds: int, rounds: int, max_test: int) -> str:
     """The suite's experiment as TOML."""
     digits = suite == "digits"
-    methods = {"fashion": MAIN, "digits": MAIN, "ablation": ABLATION, "variant": VARIANT}[suite]
+    methods = {"fashion": MAIN, "digits": MAIN, "ablation": ABLATION}[suite]
     lines = [
         f"seeds = {list(range(seeds))}",
         f"rounds = {rounds}",
@@ -107,35 +104,40 @@ def _toml(v: Any) -> str:
     return repr(v)
 
 
-def summarise(run: Path, data: dict[str, Any]) -> dict[str, Any]:
-    """Per method: the aggregate over seeds plus per-class (= per-client) AUROC means."""
-    out: dict[str, Any] = {}
+def summarise(run: Path) -> dict[str, Any]:
+    """Per method, over the seeds finished in ``run`` (``seed-N/metrics.json``): mean and
+    population std of the mean per-client AUROC, per-class (= per-client) AUROC means, EER,
+    rounds, bytes, seconds, and the joined/new clients' AUROC where there were new clients."""
     seeds = sorted(run.glob("seed-*/metrics.json"))
-    for label, agg in data["methods"].items():
+    per_seed = [json.loads(f.read_text(encoding="utf-8"))["methods"] for f in seeds]
+    labels = list(per_seed[0]) if per_seed else []
+    out: dict[str, Any] = {}
+    for label in labels:
+        ms = [m[label] for m in per_seed if isinstance(m.get(label), dict)]
         per_class: dict[int, list[float]] = {}
-        joined, new = [], []
-        for f in seeds:
-            m = json.loads(f.read_text(encoding="utf-8"))["methods"].get(label, {})
+        for m in ms:
             for row in m.get("per_client", []):
                 if row.get("auroc") is not None:
                     per_class.setdefault(int(row["client"]), []).append(float(row["auroc"]))
-            if m.get("auroc_joined") is not None:
-                joined.append(float(m["auroc_joined"]))
-            if m.get("auroc_new") is not None:
-                new.append(float(m["auroc_new"]))
-        std = agg.get("std", {})
+
+        def mean(key: str, ms: list[dict[str, Any]] = ms) -> float | None:
+            vals = [float(m[key]) for m in ms if m.get(key) is not None]
+            return float(np.mean(vals)) if vals else None
+
+        aurocs = [float(m["auroc"]) for m in ms if m.get("auroc") is not None]
         out[label] = {
-            "auroc": agg.get("auroc"),
-            "auroc_std": std.get("auroc"),
-            "eer": agg.get("eer"),
+            "auroc": mean("auroc"),
+            "auroc_std": float(np.std(aurocs)) if aurocs else None,
+            "auroc_per_seed": aurocs,
+            "eer": mean("eer"),
             "per_class_auroc": {c: float(np.mean(v)) for c, v in sorted(per_class.items())},
-            "rounds": agg.get("rounds"),
-            "mb_up": (agg.get("bytes_up") or 0) / 1e6,
-            "mb_down": (agg.get("bytes_down") or 0) / 1e6,
-            "seconds": agg.get("seconds"),
-            "auroc_joined": float(np.mean(joined)) if joined else None,
-            "auroc_new": float(np.mean(new)) if new else None,
-            "seeds": len(seeds),
+            "rounds": mean("rounds"),
+            "mb_up": (mean("bytes_up") or 0.0) / 1e6,
+            "mb_down": (mean("bytes_down") or 0.0) / 1e6,
+            "seconds": mean("seconds"),
+            "auroc_joined": mean("auroc_joined") if mean("auroc_new") is not None else None,
+            "auroc_new": mean("auroc_new"),
+            "seeds": len(ms),
         }
     return out
 
@@ -164,12 +166,17 @@ def table(rows: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--suite", choices=["fashion", "digits", "ablation", "variant"], required=True)
+    ap.add_argument("--suite", choices=["fashion", "digits", "ablation"], required=True)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--max-test", type=int, default=2000)
     ap.add_argument("--work", type=Path, default=None, help="keep (and resume) the run here")
+    ap.add_argument(
+        "--summarise-only",
+        action="store_true",
+        help="do not run: summarise the seeds already finished in --work",
+    )
     args = ap.parse_args()
 
     text = config_text(args.suite, args.seeds, args.rounds, args.max_test)
@@ -178,9 +185,9 @@ def main() -> None:
         cfg_path = Path(tmp) / "config.toml"
         cfg_path.write_text(text, encoding="utf-8")
         cfg = parse_config(read_toml(cfg_path))
-        resume = work.exists()
-        data = run_seeds(cfg, work, jobs=args.jobs, resume=resume)
-        rows = summarise(work, data)
+        if not args.summarise_only:
+            run_seeds(cfg, work, jobs=args.jobs, resume=work.exists())
+        rows = summarise(work)
     OUT.mkdir(parents=True, exist_ok=True)
     result = {"suite": args.suite, "config": text, "methods": rows}
     (OUT / f"protofl_{args.suite}.json").write_text(json.dumps(result, indent=1) + "\n")
