@@ -22,9 +22,11 @@ eq. 11, 12 (similarity distributions)      ``losses.similarity_distribution``
 eq. 13 (weighted ensemble distillation)    ``losses.sed_loss``, ``losses.ensemble_sed_loss``
 :math:`w_c` (Sec. III-D, Pearson)          ``losses.pearson_weights``
 instance queue :math:`D_c` (Sec. III-D)    ``losses.FifoQueue``
+:math:`T_+`, :math:`T_-` (Sec. III-C)      ``augment.normal_transform``, ``augment.rotations``,
+                                           ``augment.crad_views``
 =========================================  ===================================================
 
 Not yet: the federated protocol (Algorithm 1: GetDensityFunctions, LocalUpdate, Aggregate;
-the threshold :math:`\\delta` of eq. 8; the SimCLR warm-up; the augmentations
-:math:`T_+`, :math:`T_-`; the detector; registration as a method).
+the threshold :math:`\\delta` of eq. 8; the SimCLR warm-up; the detector; registration as a
+method).
 """

@@ -1,0 +1,79 @@
+"""CRAD's two families of transforms [FADngs Sec. III-C, eq. 9], batched and seeded.
+
+* Normal transforms :math:`\\mathcal{T}_+` (the paper: crop, grayscale, colour jitter; the
+  issue: crop, flip, blur or noise, a jitter that suits grey images): kornia's random
+  resized crop back to the input size (scale 0.5-1), horizontal flip, brightness/contrast
+  jitter (plus saturation/hue on RGB images only: grey images have neither), and a light
+  Gaussian blur on images of at least 16 px, Gaussian noise on smaller ones.
+* Shifting transforms :math:`\\mathcal{T}_-`: rotations by 90, 180 and 270 degrees. Applied
+  to a normal-transformed view, as CSI does (Tack et al. 2020): a rotated sample then
+  differs from a positive by the rotation alone, not also by the absence of augmentation.
+
+Seeding: kornia draws from torch's global CPU generator; every function here runs under
+``torch.random.fork_rng`` seeded from the caller's numpy generator, so equal generators give
+equal views and nothing outside is disturbed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+ROTATIONS = (1, 2, 3)
+"""Quarter turns of the shifting transforms: 90, 180 and 270 degrees."""
+
+
+def normal_transform(channels: int, height: int, width: int) -> nn.Module:
+    """The kornia pipeline :math:`\\mathcal{T}_+` for ``(N, channels, height, width)`` images
+    in [0, 1]."""
+    import kornia.augmentation as K
+
+    ops: list[nn.Module] = [
+        K.RandomResizedCrop((height, width), scale=(0.5, 1.0)),
+        K.RandomHorizontalFlip(),
+    ]
+    if channels == 3:
+        ops.append(K.ColorJiggle(0.4, 0.4, 0.4, 0.1, p=0.8))
+    else:
+        ops.append(K.ColorJiggle(brightness=0.4, contrast=0.4, p=0.8))
+    if min(height, width) >= 16:
+        ops.append(K.RandomGaussianBlur((3, 3), (0.1, 2.0), p=0.5))
+    else:
+        ops.append(K.RandomGaussianNoise(std=0.03, p=0.5))
+    return nn.Sequential(*ops)
+
+
+def rotations(x: torch.Tensor) -> torch.Tensor:
+    """:math:`\\mathcal{T}_-(x)`: ``x`` turned by 90, 180 and 270 degrees.
+
+    Shapes:
+        - x: :math:`(B, C, H, W)`, square images (``H = W``)
+        - output: :math:`(B, 3, C, H, W)`
+    """
+    if x.dim() != 4 or x.shape[2] != x.shape[3]:
+        raise ValueError(f"rotations need square images (B, C, H, H), got {tuple(x.shape)}")
+    return torch.stack([torch.rot90(x, k, dims=(2, 3)) for k in ROTATIONS], dim=1)
+
+
+def crad_views(
+    x: torch.Tensor,
+    n_plus: int,
+    rng: np.random.Generator,
+    transform: nn.Module | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The views CRAD contrasts [FADngs eq. 9]: ``n_plus`` normal-transformed views of every
+    sample and the three rotations of its first view.
+
+    Shapes:
+        - x: :math:`(B, C, H, W)` in [0, 1]
+        - output: ``plus`` :math:`(B, P, C, H, W)`, ``minus`` :math:`(B, 3, C, H, W)`
+    """
+    if n_plus < 1:
+        raise ValueError(f"need at least one normal view, got {n_plus}")
+    aug = transform or normal_transform(x.shape[1], x.shape[2], x.shape[3])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(rng.integers(0, 2**62)))
+        views = [aug(x.cpu()).clamp(0.0, 1.0) for _ in range(n_plus)]
+    plus = torch.stack(views, dim=1).to(x.device)
+    return plus, rotations(plus[:, 0])

@@ -1,0 +1,45 @@
+"""CRAD's transforms: shapes, exact rotations, seeding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedad.methods.fadngs.augment import crad_views, rotations
+
+
+@pytest.mark.parametrize("shape", [(4, 1, 28, 28), (3, 3, 32, 32), (2, 1, 8, 8)])
+def test_views_have_the_documented_shapes_and_stay_in_range(shape: tuple[int, ...]) -> None:
+    x = torch.rand(shape, generator=torch.Generator().manual_seed(0))
+    plus, minus = crad_views(x, 2, np.random.default_rng(0))
+    assert plus.shape == (shape[0], 2, *shape[1:])
+    assert minus.shape == (shape[0], 3, *shape[1:])
+    assert float(plus.min()) >= 0.0 and float(plus.max()) <= 1.0
+    assert not torch.equal(plus[:, 0], plus[:, 1])  # two independent draws
+
+
+def test_minus_views_are_the_first_view_turned_by_quarter_turns() -> None:
+    x = torch.rand(2, 1, 16, 16, generator=torch.Generator().manual_seed(1))
+    plus, minus = crad_views(x, 1, np.random.default_rng(3))
+    for r, k in enumerate((1, 2, 3)):
+        assert torch.equal(minus[:, r], torch.rot90(plus[:, 0], k, dims=(2, 3)))
+    # turning the 90-degree view three more quarter turns gives the view back
+    assert torch.equal(torch.rot90(minus[:, 0], 3, dims=(2, 3)), plus[:, 0])
+
+
+def test_equal_generators_equal_views_and_global_state_untouched() -> None:
+    x = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    a = crad_views(x, 2, np.random.default_rng(7))
+    assert torch.equal(torch.random.get_rng_state(), before)
+    b = crad_views(x, 2, np.random.default_rng(7))
+    c = crad_views(x, 2, np.random.default_rng(8))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[0], c[0])
+
+
+def test_rotations_refuse_non_square_images() -> None:
+    with pytest.raises(ValueError, match="square"):
+        rotations(torch.zeros(1, 1, 8, 6))
