@@ -29,6 +29,7 @@ from fedad.detector import (
     quantile_threshold,
     register_detector,
 )
+from fedad.methods.baselines.fit_once import FitOnce
 
 OCSVM = "ocsvm"
 MIN_NU = 1e-3
@@ -45,10 +46,11 @@ class OCSVMDetectorParams(BaseModel):
 
 
 @register_detector(OCSVM)
-class OCSVMDetector(BaseDetector):
+class OCSVMDetector(FitOnce, BaseDetector):
     """One-class SVM with an RBF kernel on flattened inputs; ``nu`` from the contamination."""
 
     ParamsModel = OCSVMDetectorParams
+    fitted_attr = "sv_"
     sv_: np.ndarray
 
     def __init__(self, contamination: float = DEFAULT_CONTAMINATION) -> None:
@@ -64,11 +66,12 @@ class OCSVMDetector(BaseDetector):
 
     # -- fitting ----------------------------------------------------------------------------
     def fit(self, x: np.ndarray) -> Self:
-        self._fit(x)
+        self.fit_data(x)
         self.threshold_ = quantile_threshold(self.score(x), self.contamination)
         return self
 
-    def _fit(self, x: np.ndarray) -> None:
+    def fit_data(self, x: np.ndarray) -> None:
+        """Solve the SVM on ``x`` (no threshold)."""
         from sklearn.svm import OneClassSVM
 
         z = _flat(x)
@@ -95,27 +98,7 @@ class OCSVMDetector(BaseDetector):
             raise ValueError("intercept must be finite and gamma positive")
         self.sv_, self.coef_, self.intercept_, self.gamma_ = sv, coef, intercept, gamma
 
-    # -- the federated interface of the baselines (see federated.py) -----------------------
-    def build(self) -> Self:
-        """Nothing to build."""
-        return self
-
-    def prepare(self, x: np.ndarray) -> Self:
-        """Nothing to prepare before fitting."""
-        return self
-
-    @property
-    def fitted(self) -> bool:
-        return hasattr(self, "sv_")
-
-    def train_epochs(
-        self, x: np.ndarray, epochs: int, rng: np.random.Generator, prox_mu: float = 0.0
-    ) -> float:
-        """Fit on ``x`` the first time; later calls do nothing. Returns 0.0 (no loss)."""
-        if not self.fitted:
-            self._fit(x)
-        return 0.0
-
+    # -- the federated interface of the baselines (FitOnce, see federated.py) -------------
     def model_arrays(self) -> dict[str, np.ndarray]:
         """The fitted SVM as named arrays (what the baselines keep or send as the model)."""
         if not self.fitted:
@@ -144,16 +127,8 @@ class OCSVMDetector(BaseDetector):
         return out
 
     # -- persistence ------------------------------------------------------------------------
-    def get_arrays(self) -> dict[str, np.ndarray]:
-        out = self.model_arrays()
-        if hasattr(self, "threshold_"):
-            out["threshold_"] = np.asarray(self.threshold_, dtype=np.float64)
-        return out
-
     def set_arrays(self, arrays: dict[str, np.ndarray]) -> Self:
-        unknown = sorted(set(arrays) - {"sv", "coef", "intercept", "gamma", "threshold_"})
-        if unknown:
-            raise KeyError(f"unexpected arrays {', '.join(unknown)[:120]}")
+        self.check_names(arrays, {"sv", "coef", "intercept", "gamma"})
         self._set(
             np.asarray(arrays["sv"], dtype=np.float64),
             np.asarray(arrays["coef"], dtype=np.float64).reshape(-1),

@@ -36,6 +36,7 @@ from fedad.detector import (
     register_detector,
 )
 from fedad.errors import ConfigError
+from fedad.methods.baselines.fit_once import FitOnce
 from fedad.resources import Backbone, check_available, get_resource, resource_info, resource_names
 
 __all__ = [
@@ -130,7 +131,7 @@ class ShrinkageGaussian:
 
 
 @register_detector(PRETRAINED)
-class PretrainedDetector(BaseDetector):
+class PretrainedDetector(FitOnce, BaseDetector):
     """k-NN or shrinkage-Gaussian scores on frozen pretrained image features.
 
     ``device`` is where the resource runs (``"cpu"``, ``"cuda"``, ...); it is not saved:
@@ -138,6 +139,7 @@ class PretrainedDetector(BaseDetector):
     """
 
     ParamsModel = PretrainedDetectorParams
+    fitted_attr = "features_"
     features_: np.ndarray
 
     def __init__(
@@ -216,29 +218,10 @@ class PretrainedDetector(BaseDetector):
             rms = float(np.sqrt(np.mean(np.sum(f * f, axis=1))))
             self._tol = SELF_MATCH_TOL * max(rms, 1e-12)
 
-    # -- the federated interface of the baselines (see federated.py) -----------------------
-    def build(self) -> Self:
-        """Nothing to build: the resource is loaded on first use."""
-        return self
-
-    def prepare(self, x: np.ndarray) -> Self:
-        """Nothing to prepare before "training"."""
-        return self
-
-    @property
-    def fitted(self) -> bool:
-        return hasattr(self, "features_")
-
-    def train_epochs(
-        self, x: np.ndarray, epochs: int, rng: np.random.Generator, prox_mu: float = 0.0
-    ) -> float:
-        """Embed ``x`` as the training features the first time; later calls do nothing.
-
-        Returns 0.0, the "loss" of a detector that does not train.
-        """
-        if not self.fitted:
-            self.set_features(self.embed(x))
-        return 0.0
+    # -- the federated interface of the baselines (FitOnce, see federated.py) -------------
+    def fit_data(self, x: np.ndarray) -> None:
+        """Embed ``x`` as the training features (no threshold)."""
+        self.set_features(self.embed(x))
 
     def model_arrays(self) -> dict[str, np.ndarray]:
         """The training features (what the baselines keep or send as the model)."""
@@ -270,16 +253,8 @@ class PretrainedDetector(BaseDetector):
         return np.asarray(np.where(dist[:, 0] <= self._tol, loo, plain), dtype=np.float64)
 
     # -- persistence ------------------------------------------------------------------------
-    def get_arrays(self) -> dict[str, np.ndarray]:
-        out = self.model_arrays()
-        if hasattr(self, "threshold_"):
-            out["threshold_"] = np.asarray(self.threshold_, dtype=np.float64)
-        return out
-
     def set_arrays(self, arrays: dict[str, np.ndarray]) -> Self:
-        unknown = sorted(set(arrays) - {"features_", "threshold_"})
-        if unknown:
-            raise KeyError(f"unexpected arrays {', '.join(unknown)[:120]}")
+        self.check_names(arrays, {"features_"})
         self.set_features(np.asarray(arrays["features_"]))
         if "threshold_" in arrays:
             self.threshold_ = float(np.asarray(arrays["threshold_"]))
