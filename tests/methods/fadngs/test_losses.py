@@ -19,6 +19,7 @@ from fedad.methods.fadngs.losses import (
     ensemble_sed_loss,
     pearson_weights,
     sed_loss,
+    simclr_mask,
     similarity_distribution,
 )
 
@@ -171,3 +172,19 @@ def test_fifo_queue_random_init_and_detached() -> None:
     q.push(x)
     assert not q.values.requires_grad
     torch.testing.assert_close(q.values[-2:], x.detach())
+
+
+def test_simclr_mask_with_two_views_is_nt_xent() -> None:
+    z = F.normalize(torch.randn(6, 4, generator=torch.Generator().manual_seed(0)), dim=1)
+    pos, neg = simclr_mask(3, 2)
+    assert pos.sum(1).tolist() == [1] * 6 and neg.sum(1).tolist() == [4] * 6
+    assert bool(pos[0, 1]) and bool(pos[5, 4]) and not bool(pos[0, 0]) and not bool(neg[0, 1])
+    tau = 0.5
+    sim = z @ z.T / tau
+    want = []
+    for a in range(6):
+        b = a + 1 if a % 2 == 0 else a - 1
+        others = [j for j in range(6) if j != a]
+        want.append(-(sim[a, b] - torch.logsumexp(sim[a, others], dim=0)))
+    got = contrastive_loss(z, pos, neg, tau)
+    assert torch.allclose(got, torch.stack(want).mean(), atol=1e-6)

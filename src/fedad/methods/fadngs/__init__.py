@@ -18,6 +18,7 @@ eq. 6 (score: min Mahalanobis)             ``density.min_mahalanobis``,
 eq. 7 (contrastive loss)                   ``losses.contrastive_loss``
 eq. 8, 9 (predicted anomalies, pairs)      ``losses.crad_mask``, ``losses.crad_anchors``
 eq. 7-9 (CRAD)                             ``losses.crad_loss``
+SimCLR pairs (warm-up, Table IV)           ``losses.simclr_mask`` with ``contrastive_loss``
 eq. 11, 12 (similarity distributions)      ``losses.similarity_distribution``
 eq. 13 (weighted ensemble distillation)    ``losses.sed_loss``, ``losses.ensemble_sed_loss``
 :math:`w_c` (Sec. III-D, Pearson)          ``losses.pearson_weights``

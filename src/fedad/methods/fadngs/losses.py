@@ -147,6 +147,24 @@ def crad_loss(
     return contrastive_loss(z, pos, neg, temperature)
 
 
+def simclr_mask(batch: int, n_views: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """SimCLR's pairs (Chen et al. 2020) in :func:`contrastive_loss`'s form: every view is an
+    anchor, its positives the other views of the same sample, its negatives every view of
+    every other sample. Views are sample-major (row ``i * n_views + v``). With two views
+    :func:`contrastive_loss` on these masks is NT-Xent. Used by the warm-up rounds and the
+    ``loss = "simclr"`` ablation [FADngs Table IV].
+
+    Shapes:
+        - output: ``pos``, ``neg``: :math:`(B V, B V)` bool
+    """
+    if batch < 1 or n_views < 2:
+        raise ValueError(f"need batch >= 1 and n_views >= 2, got {batch}, {n_views}")
+    sample = torch.arange(batch).repeat_interleave(n_views)
+    same = sample[:, None] == sample[None, :]
+    not_self = ~torch.eye(batch * n_views, dtype=torch.bool)
+    return same & not_self, ~same
+
+
 def similarity_distribution(z: torch.Tensor, queue: torch.Tensor, tau: float = 0.5) -> torch.Tensor:
     """:math:`p^j = \\mathrm{softmax}_j(\\mathrm{sim}(z, d^j)/\\tau)` over the queue
     :math:`D = [d^1, \\dots, d^B]` [FADngs eq. 11, 12], ``sim`` the cosine similarity.
