@@ -74,7 +74,7 @@ class ProtoFLParams(Params):
 
     local_epochs: int = Field(default=1, ge=1, le=10_000, description="epochs per round")
     batch_size: int = Field(default=64, ge=2, le=1 << 16)
-    lr: float = Field(default=1e-3, gt=0.0, le=1.0, description="RAdam learning rate")
+    lr: float = Field(default=1e-3, gt=0.0, le=1.0, description="phase-1 learning rate")
     weight_decay: float = Field(default=1e-3, ge=0.0, le=1.0)
     optimizer: Literal["adam", "radam"] = Field(
         default="adam", description="phase 1: AdamW, or the paper's RAdam (0.94, 0.98)"
