@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from contextlib import contextmanager
 from typing import Annotated, Any, ClassVar, Literal, Self
 
 import numpy as np
@@ -21,14 +20,7 @@ from torch import nn
 from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
 from fedad.methods.baselines.model import AutoEncoder, DeepSVDDNet, fix_center, latent_size
 from fedad.methods.baselines.train import batched, train_epochs
-
-
-@contextmanager
-def _seeded(seed: int) -> Any:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
-
+from fedad.seeding import torch_seeded
 
 MAX_FEATURES = 1 << 24
 """Largest input (product of ``input_shape``) a saved torch baseline may declare."""
@@ -117,7 +109,7 @@ class TorchDetector(BaseDetector):
     def build(self) -> Self:
         """Create ``model_`` with seeded initial weights (identical for equal seeds)."""
         latent = latent_size(self.kind, tuple(self.input_shape), self.latent_dim)
-        with _seeded(self.seed):  # on the CPU: equal initial weights on every device
+        with torch_seeded(self.seed):  # on the CPU: equal initial weights on every device
             self.model_ = self._make_model(latent)
         self.model_.to(self.device).eval()
         return self

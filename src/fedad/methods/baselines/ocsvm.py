@@ -72,20 +72,12 @@ class OCSVMDetector(FitOnce, BaseDetector):
 
     def fit_data(self, x: np.ndarray) -> None:
         """Solve the SVM on ``x`` (no threshold)."""
-        from sklearn.svm import OneClassSVM
-
         z = _flat(x)
         if len(z) < 2:
             raise ValueError("the one-class SVM needs at least 2 training samples")
         var = float(z.var())
         gamma = 1.0 / (z.shape[1] * var) if var > 0 else 1.0
-        svm = OneClassSVM(kernel="rbf", gamma=gamma, nu=self.nu).fit(z)
-        self._set(
-            np.asarray(svm.support_vectors_, dtype=np.float64),
-            np.asarray(svm.dual_coef_, dtype=np.float64).reshape(-1),
-            float(np.asarray(svm.intercept_).reshape(-1)[0]),
-            gamma,
-        )
+        self._set(*fit_rbf_ocsvm(z, self.nu, gamma), gamma)
 
     def _set(self, sv: np.ndarray, coef: np.ndarray, intercept: float, gamma: float) -> None:
         if sv.ndim != 2 or len(sv) < 1 or coef.shape != (len(sv),):
@@ -117,14 +109,7 @@ class OCSVMDetector(FitOnce, BaseDetector):
         z = _flat(x)
         if z.shape[1] != self.sv_.shape[1]:
             raise ValueError(f"inputs have {z.shape[1]} features, the SVM {self.sv_.shape[1]}")
-        out = np.empty(len(z), dtype=np.float64)
-        sv_sq = (self.sv_**2).sum(1)
-        for i in range(0, len(z), 1024):  # bounded memory: 1024 x n_sv kernel blocks
-            q = z[i : i + 1024]
-            sq = (q**2).sum(1)[:, None] + sv_sq[None, :] - 2.0 * q @ self.sv_.T
-            k = np.exp(-self.gamma_ * np.maximum(sq, 0.0))
-            out[i : i + 1024] = -(k @ self.coef_ + self.intercept_)
-        return out
+        return rbf_ocsvm_score(z, self.sv_, self.coef_, self.intercept_, self.gamma_)
 
     # -- persistence ------------------------------------------------------------------------
     def set_arrays(self, arrays: dict[str, np.ndarray]) -> Self:
@@ -138,6 +123,36 @@ class OCSVMDetector(FitOnce, BaseDetector):
         if "threshold_" in arrays:
             self.threshold_ = float(np.asarray(arrays["threshold_"]))
         return self
+
+
+def fit_rbf_ocsvm(z: np.ndarray, nu: float, gamma: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """scikit-learn's RBF one-class SVM on the rows of ``z``, as named arrays: the support
+    vectors ``(S, D)``, their dual coefficients :math:`\\alpha` ``(S,)`` and the intercept
+    :math:`-\\rho`. Shared with ProtoFL's ``ocsvm`` head."""
+    from sklearn.svm import OneClassSVM
+
+    svm = OneClassSVM(kernel="rbf", gamma=gamma, nu=nu).fit(z)
+    return (
+        np.asarray(svm.support_vectors_, dtype=np.float64),
+        np.asarray(svm.dual_coef_, dtype=np.float64).reshape(-1),
+        float(np.asarray(svm.intercept_).reshape(-1)[0]),
+    )
+
+
+def rbf_ocsvm_score(
+    z: np.ndarray, sv: np.ndarray, coef: np.ndarray, intercept: float, gamma: float
+) -> np.ndarray:
+    """Minus the SVM's decision function, :math:`-(\\sum_i \\alpha_i
+    e^{-\\gamma\\lVert z - s_i\\rVert^2} - \\rho)`, per row of ``z`` ``(N, D)``; in blocks
+    of 1,024 rows so memory stays at 1,024 x ``S`` kernel values."""
+    out = np.empty(len(z), dtype=np.float64)
+    sv_sq = (sv**2).sum(1)
+    for i in range(0, len(z), 1024):
+        q = z[i : i + 1024]
+        sq = (q**2).sum(1)[:, None] + sv_sq[None, :] - 2.0 * q @ sv.T
+        k = np.exp(-gamma * np.maximum(sq, 0.0))
+        out[i : i + 1024] = -(k @ coef + intercept)
+    return out
 
 
 def _flat(x: np.ndarray) -> np.ndarray:

@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedad.seeding import torch_seeded
+
 ROTATIONS = (1, 2, 3)
 """Quarter turns of the shifting transforms: 90, 180 and 270 degrees."""
 
@@ -72,8 +74,7 @@ def crad_views(
     if n_plus < 1:
         raise ValueError(f"need at least one normal view, got {n_plus}")
     aug = transform or normal_transform(x.shape[1], x.shape[2], x.shape[3])
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(rng.integers(0, 2**62)))
+    with torch_seeded(int(rng.integers(0, 2**62))):
         views = [aug(x.cpu()).clamp(0.0, 1.0) for _ in range(n_plus)]
     plus = torch.stack(views, dim=1).to(x.device)
     return plus, rotations(plus[:, 0])

@@ -8,7 +8,6 @@ its own code.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from typing import Annotated, Any, Literal, Self
 
 import numpy as np
@@ -19,6 +18,7 @@ from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detecto
 from fedad.methods.baselines.train import batched, train_epochs
 from fedad.methods.feduv.model import FedUVNet, feduv_loss, feduv_score, secret_code
 from fedad.seeding import rng as seeded_rng
+from fedad.seeding import torch_seeded
 
 CODE = "code"
 THRESHOLD = "threshold_"
@@ -27,13 +27,6 @@ MAX_CODE = 4096
 MAX_HIDDEN = 4096
 STANDALONE_CODE_SALT = 0xC0DE
 """Stream of the code a stand-alone ``fit`` draws when none was set."""
-
-
-@contextmanager
-def _seeded(seed: int) -> Any:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
 
 
 class FedUVDetectorParams(BaseModel):
@@ -112,7 +105,7 @@ class FedUVDetector(BaseDetector):
     # -- network and code -------------------------------------------------------------------
     def build(self) -> Self:
         """Create ``model_`` with seeded initial weights (identical for equal seeds)."""
-        with _seeded(self.seed):  # on the CPU: equal initial weights on every device
+        with torch_seeded(self.seed):  # on the CPU: equal initial weights on every device
             self.model_ = FedUVNet(
                 self.kind, tuple(self.input_shape), self.hidden, self.code_length
             )

@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedad.seeding import torch_seeded
+
 
 def image_augmenter(height: int, width: int, flip: bool = True) -> nn.Module:
     """The kornia pipeline for one view of ``(N, C, height, width)`` images in [0, 1]."""
@@ -53,9 +55,7 @@ def two_views(
     ``x`` is ``(N, C, H, W)`` (images, kept in [0, 1]) or ``(N, F)`` (vectors). The random
     draws come from ``rng`` only.
     """
-    seed = int(rng.integers(0, 2**62))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with torch_seeded(int(rng.integers(0, 2**62))):
         if x.dim() == 4:
             aug = augmenter or image_augmenter(x.shape[2], x.shape[3], flip)
             a = aug(x.cpu()).to(x.device).clamp(0.0, 1.0)

@@ -17,8 +17,7 @@ Saved state: named arrays only (``trunk.*`` the trunk's state dict, ``flow.*`` t
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Annotated, Any, Literal, Self
 
 import numpy as np
@@ -26,6 +25,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
+from fedad.methods.baselines.ocsvm import fit_rbf_ocsvm, rbf_ocsvm_score
 from fedad.methods.protofl.features import embed, view_features
 from fedad.methods.protofl.model import Encoder, Trunk, flow_nll, make_flow
 from fedad.methods.protofl.train import (
@@ -35,18 +35,17 @@ from fedad.methods.protofl.train import (
     train_flow,
     view_representations,
 )
+from fedad.seeding import torch_seeded
 
 HEADS = ("flow", "kde", "gaussian", "ocsvm")
 Head = Literal["flow", "kde", "gaussian", "ocsvm"]
 MAX_FEATURES = 1 << 22
 
 
-@contextmanager
-def seeded(seed: int) -> Iterator[None]:
-    """Torch's CPU generator at ``seed`` inside, restored after (initial weights)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed % (1 << 63))
-        yield
+def seeded(seed: int) -> AbstractContextManager[None]:
+    """Torch's CPU generator at ``seed`` (any int, folded into torch's range) inside, restored
+    after (initial weights)."""
+    return torch_seeded(seed % (1 << 63))
 
 
 class ProtoFLDetectorParams(BaseModel):
@@ -304,13 +303,8 @@ class ProtoFLDetector(BaseDetector):
             self.mean_ = np.asarray(lw.location_, dtype=np.float64)
             self.precision_ = np.asarray(lw.precision_, dtype=np.float64)
         else:
-            from sklearn.svm import OneClassSVM
-
             gamma = 1.0 / (z.shape[1] * max(float(z.var()), 1e-12))
-            svm = OneClassSVM(kernel="rbf", gamma=gamma, nu=self.nu).fit(z)
-            self.sv_ = np.asarray(svm.support_vectors_, dtype=np.float64)
-            self.coef_ = np.asarray(svm.dual_coef_, dtype=np.float64).reshape(-1)
-            self.intercept_ = float(np.asarray(svm.intercept_).reshape(-1)[0])
+            self.sv_, self.coef_, self.intercept_ = fit_rbf_ocsvm(z, self.nu, gamma)
             self.gamma_ = gamma
         return 0.0
 
@@ -342,9 +336,7 @@ class ProtoFLDetector(BaseDetector):
         if self.head == "gaussian":
             d = z - self.mean_
             return np.asarray(np.einsum("ij,jk,ik->i", d, self.precision_, d), dtype=np.float64)
-        sq = (z**2).sum(1)[:, None] + (self.sv_**2).sum(1)[None, :] - 2 * z @ self.sv_.T
-        k = np.exp(-self.gamma_ * np.maximum(sq, 0.0))
-        return np.asarray(-(k @ self.coef_ + self.intercept_), dtype=np.float64)
+        return rbf_ocsvm_score(z, self.sv_, self.coef_, self.intercept_, self.gamma_)
 
     # -- persistence ------------------------------------------------------------------------
     def get_arrays(self) -> dict[str, np.ndarray]:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from fedad.methods.protofl.augment import image_augmenter
+from fedad.seeding import torch_seeded
 
 
 def embed(backbone: str, x: np.ndarray, size: int, device: str | torch.device) -> np.ndarray:
@@ -42,8 +43,7 @@ def view_features(
     aug = image_augmenter(int(xt.shape[2]), int(xt.shape[3]), flip)
     out = []
     for _ in range(views):
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(rng.integers(0, 2**62)))
+        with torch_seeded(int(rng.integers(0, 2**62))):
             view = aug(xt).clamp(0.0, 1.0).numpy()
         out.append(embed(backbone, view, size, device))
     return np.stack(out)
@@ -57,5 +57,5 @@ def pick_two(
     v = views.shape[0]
     first = rng.integers(0, v, size=len(idx))
     second = (first + rng.integers(1, v, size=len(idx))) % v  # never equal to first
-    i = idx.numpy() if isinstance(idx, torch.Tensor) else np.asarray(idx)
+    i = idx.numpy()
     return views[first, i], views[second, i]

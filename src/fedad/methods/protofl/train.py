@@ -148,7 +148,6 @@ def train_flow(
     epochs)."""
     device = _device(flow)
     opt = torch.optim.Adam(flow.parameters(), lr=lr)
-    flow.train()
     last = float("nan")
     n = len(h)
     for epoch in range(1, epochs + 1):
@@ -217,13 +216,14 @@ def choose_flow_epochs(
     flow = make()
     h_fit, h_hat_fit = h[fit_rows], h_hat[fit_rows]
     h_val = torch.cat([h[val_rows], h_hat[val_rows]])
-    best = [float("inf"), 1.0]
+    best_nll, best_epoch = float("inf"), 1
 
     def check(epoch: int) -> bool:
+        nonlocal best_nll, best_epoch
         nll = _mean_nll(flow, h_val)
-        if np.isfinite(nll) and nll < best[0]:
-            best[:] = [nll, float(epoch)]
-        return epoch - int(best[1]) >= patience
+        if np.isfinite(nll) and nll < best_nll:
+            best_nll, best_epoch = nll, epoch
+        return epoch - best_epoch >= patience
 
     train_flow(flow, h_fit, h_hat_fit, max_epochs, batch_size, lr, lam, rng, check)
-    return int(best[1])
+    return best_epoch
