@@ -16,6 +16,7 @@ from fedad.methods.fadngs.losses import (
     crad_loss,
     crad_mask,
     crad_views,
+    csi_mask,
     ensemble_sed_loss,
     pearson_weights,
     sed_loss,
@@ -188,3 +189,20 @@ def test_simclr_mask_with_two_views_is_nt_xent() -> None:
         want.append(-(sim[a, b] - torch.logsumexp(sim[a, others], dim=0)))
     got = contrastive_loss(z, pos, neg, tau)
     assert torch.allclose(got, torch.stack(want).mean(), atol=1e-6)
+
+
+def test_csi_mask_on_a_toy_batch() -> None:
+    # 2 samples, 2 T+ views each, 1 rotation each: rows 0,1 (s0 T+), 2,3 (s1 T+), 4 (s0 T-),
+    # 5 (s1 T-)
+    pos, neg = csi_mask(2, 2, 1)
+    expected_pos = torch.zeros(6, 6, dtype=torch.bool)
+    for a, b in [(0, 1), (1, 0), (2, 3), (3, 2)]:
+        expected_pos[a, b] = True
+    assert torch.equal(pos, expected_pos)
+    # anchor 0: negatives are the other sample's T+ views and both rotations
+    assert neg[0].nonzero().flatten().tolist() == [2, 3, 4, 5]
+    assert neg[3].nonzero().flatten().tolist() == [0, 1, 4, 5]
+    assert not neg[4].any() and not pos[4].any()  # rotations are not anchors
+    assert not (pos & neg).any()
+    with pytest.raises(ValueError):
+        csi_mask(2, 1, 1)

@@ -165,6 +165,40 @@ def simclr_mask(batch: int, n_views: int) -> tuple[torch.Tensor, torch.Tensor]:
     return same & not_self, ~same
 
 
+def csi_mask(batch: int, n_plus: int, n_minus: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """CSI's pairs (Tack et al. 2020) in :func:`crad_mask`'s view layout: contrastive learning
+    with shifted instances but *without* CRAD's global selection [FADngs Table IV, "CSI"].
+    Every :math:`T_+` view is an anchor; its positives are the other :math:`T_+` views of the
+    same sample; its negatives every view of every other sample and every :math:`T_-` view
+    (of its own sample too). :math:`T_-` views are not anchors.
+
+    Views as in :func:`crad_mask`: first the :math:`T_+` views sample-major (row
+    ``i * P + p``), then the :math:`T_-` views (row ``B * P + i * R + r``).
+
+    Shapes:
+        - output: ``pos``, ``neg``: :math:`(N, N)` bool, :math:`N = B(P + R)`
+    """
+    if batch < 1 or n_plus < 2 or n_minus < 0:
+        raise ValueError(
+            f"need batch >= 1, n_plus >= 2, n_minus >= 0, got {batch}, {n_plus}, {n_minus}"
+        )
+    plus = torch.arange(batch).repeat_interleave(n_plus)
+    minus = torch.arange(batch).repeat_interleave(n_minus)
+    sample = torch.cat([plus, minus])
+    is_plus = torch.cat(
+        [
+            torch.ones(batch * n_plus, dtype=torch.bool),
+            torch.zeros(batch * n_minus, dtype=torch.bool),
+        ]
+    )
+    n = sample.shape[0]
+    not_self = ~torch.eye(n, dtype=torch.bool)
+    anchors = is_plus[:, None]
+    pos = anchors & is_plus[None, :] & (sample[:, None] == sample[None, :]) & not_self
+    neg = anchors & not_self & ~pos
+    return pos, neg
+
+
 def similarity_distribution(z: torch.Tensor, queue: torch.Tensor, tau: float = 0.5) -> torch.Tensor:
     """:math:`p^j = \\mathrm{softmax}_j(\\mathrm{sim}(z, d^j)/\\tau)` over the queue
     :math:`D = [d^1, \\dots, d^B]` [FADngs eq. 11, 12], ``sim`` the cosine similarity.
