@@ -1,6 +1,7 @@
 """Built-in methods; importing this package registers them."""
 
 from fedad.methods.baselines import federated as _baselines  # noqa: F401
+from fedad.methods.fadngs import federated as _fadngs  # noqa: F401
 from fedad.methods.feduv import federated as _feduv  # noqa: F401
 from fedad.methods.onlad import federated as _onlad  # noqa: F401
 from fedad.methods.protofl import federated as _protofl  # noqa: F401

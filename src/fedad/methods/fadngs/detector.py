@@ -1,0 +1,244 @@
+"""FADngs's detector: the encoder and a set of Gaussians, score [FADngs eq. 6].
+
+:math:`s(x) = \\min_k (z(x) - \\hat\\mu_k)^\\top \\hat\\Sigma_k^{-1} (z(x) - \\hat\\mu_k)` with
+:math:`z = h(f(x))` (unit-normalised when the densities were released under the Gaussian
+mechanism, ``unit = True``, see :mod:`.privacy`). In the federation the Gaussians are the
+global density set, the union of every client's shared ones; stand-alone (:meth:`fit`) they
+are the detector's own.
+
+Arrays: the encoder's state under its own names (``backbone.*``, ``head.*``), ``means``
+:math:`(M, D)`, ``covs`` :math:`(M, D, D)` and ``threshold_``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Self
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
+from fedad.methods.fadngs.density import fit_gaussians, min_mahalanobis, weak_kmeans
+from fedad.methods.fadngs.model import Encoder
+from fedad.methods.fadngs.privacy import unit_rows
+from fedad.methods.fadngs.train import LossName, embed, local_update
+from fedad.seeding import rng as seeded_rng
+from fedad.seeding import torch_seeded
+
+MEANS = "means"
+COVS = "covs"
+THRESHOLD = "threshold_"
+MAX_SIDE = 1024
+MAX_GAUSSIANS = 4096
+
+
+class FADngsDetectorParams(BaseModel):
+    """The ``__init__`` arguments of :class:`FADngsDetector`, as a checkpoint may give them."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    input_shape: list[Annotated[int, Field(ge=1, le=MAX_SIDE)]] = Field(
+        default=[1, 28, 28], min_length=3, max_length=3
+    )
+    width: int = Field(default=16, ge=1, le=256)
+    depth: int = Field(default=1, ge=1, le=8)
+    proj_dim: int = Field(default=128, ge=2, le=2048)
+    unit: bool = False
+    k_c: int = Field(default=1, ge=1, le=MAX_GAUSSIANS)
+    kmeans_iters: int = Field(default=2, ge=1, le=10_000)
+    rho: float = Field(default=0.1, ge=0.0, le=1.0)
+    quantile: float = Field(default=0.95, gt=0.0, lt=1.0)
+    epochs: int = Field(default=10, ge=0, le=100_000)
+    warmup_epochs: int = Field(default=2, ge=0, le=100_000)
+    lr: float = Field(default=0.01, gt=0.0, le=10.0)
+    batch_size: int = Field(default=32, ge=2, le=1 << 16)
+    n_plus: int = Field(default=2, ge=1, le=64)
+    temperature: float = Field(default=0.5, gt=0.0, le=100.0)
+    loss: Literal["crad", "simclr", "csi"] = "crad"
+    contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
+    seed: int = Field(default=0, ge=-(1 << 63), lt=1 << 63)
+
+    @model_validator(mode="after")
+    def _square(self) -> FADngsDetectorParams:
+        _, h, w = self.input_shape
+        if h != w or h < 8:
+            raise ValueError(f"FADngs needs square images of side >= 8, got {self.input_shape}")
+        return self
+
+
+@register_detector("fadngs")
+class FADngsDetector(BaseDetector):
+    """Minimum Mahalanobis distance of :math:`z(x)` to a set of Gaussians [FADngs eq. 6]."""
+
+    ParamsModel = FADngsDetectorParams
+
+    def __init__(
+        self,
+        input_shape: tuple[int, ...] | list[int] = (1, 28, 28),
+        width: int = 16,
+        depth: int = 1,
+        proj_dim: int = 128,
+        unit: bool = False,
+        k_c: int = 1,
+        kmeans_iters: int = 2,
+        rho: float = 0.1,
+        quantile: float = 0.95,
+        epochs: int = 10,
+        warmup_epochs: int = 2,
+        lr: float = 0.01,
+        batch_size: int = 32,
+        n_plus: int = 2,
+        temperature: float = 0.5,
+        loss: LossName = "crad",
+        contamination: float = DEFAULT_CONTAMINATION,
+        seed: int = 0,
+        device: str = "cpu",
+    ) -> None:
+        super().__init__(contamination=contamination)
+        self.input_shape = input_shape
+        self.width = width
+        self.depth = depth
+        self.proj_dim = proj_dim
+        self.unit = unit
+        self.k_c = k_c
+        self.kmeans_iters = kmeans_iters
+        self.rho = rho
+        self.quantile = quantile
+        self.epochs = epochs
+        self.warmup_epochs = warmup_epochs
+        self.lr = lr
+        self.batch_size = batch_size
+        self.n_plus = n_plus
+        self.temperature = temperature
+        self.loss = loss
+        self.seed = seed
+        self.device = device
+
+    def get_params(self) -> dict[str, Any]:
+        return {
+            "input_shape": [int(s) for s in self.input_shape],
+            "width": self.width,
+            "depth": self.depth,
+            "proj_dim": self.proj_dim,
+            "unit": self.unit,
+            "k_c": self.k_c,
+            "kmeans_iters": self.kmeans_iters,
+            "rho": self.rho,
+            "quantile": self.quantile,
+            "epochs": self.epochs,
+            "warmup_epochs": self.warmup_epochs,
+            "lr": self.lr,
+            "batch_size": self.batch_size,
+            "n_plus": self.n_plus,
+            "temperature": self.temperature,
+            "loss": self.loss,
+            "contamination": self.contamination,
+            "seed": self.seed,
+        }
+
+    # -- encoder ----------------------------------------------------------------------------
+    def build(self) -> Self:
+        """``encoder_`` with seeded initial weights (on the CPU: equal on every device)."""
+        with torch_seeded(self.seed):
+            enc = Encoder(int(self.input_shape[0]), self.width, self.proj_dim, (self.depth,) * 3)
+        self.encoder_ = enc.to(self.device).eval()
+        return self
+
+    def _ensure_built(self) -> None:
+        if not hasattr(self, "encoder_"):
+            self.build()
+
+    def model_arrays(self) -> dict[str, np.ndarray]:
+        """The encoder's state: what the federation exchanges."""
+        self._ensure_built()
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.encoder_.state_dict().items()}
+
+    def set_model(self, arrays: dict[str, np.ndarray]) -> Self:
+        """Load the encoder's state (strict: every key, no other)."""
+        self._ensure_built()
+        state = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in arrays.items()}
+        self.encoder_.load_state_dict(state, strict=True)
+        return self
+
+    # -- densities --------------------------------------------------------------------------
+    def represent(self, x: np.ndarray) -> np.ndarray:
+        """:math:`z(x)`, unit-normalised when ``unit``.
+
+        Shapes:
+            - x: :math:`(N, C, H, W)`
+            - output: :math:`(N, D)` float64
+        """
+        self._ensure_built()
+        z = embed(self.encoder_, np.asarray(x, dtype=np.float32))
+        return unit_rows(z) if self.unit else z
+
+    def set_density(self, means: np.ndarray, covs: np.ndarray) -> Self:
+        """The Gaussians of the score; checked for shape and finiteness."""
+        mu = np.asarray(means, dtype=np.float64)
+        sig = np.asarray(covs, dtype=np.float64)
+        d = self.proj_dim
+        if mu.ndim != 2 or mu.shape[1] != d or not 1 <= mu.shape[0] <= MAX_GAUSSIANS:
+            raise ValueError(
+                f"means must be (M, {d}) with 1 <= M <= {MAX_GAUSSIANS}, got {mu.shape}"
+            )
+        if sig.shape != (mu.shape[0], d, d):
+            raise ValueError(f"covs must be ({mu.shape[0]}, {d}, {d}), got {sig.shape}")
+        if not (np.all(np.isfinite(mu)) and np.all(np.isfinite(sig))):
+            raise ValueError("means and covs must be finite")
+        self.means_, self.covs_ = mu, sig
+        return self
+
+    def own_density(self, x: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """GetDensityFunctions [FADngs Algorithm 1] on ``x`` with the current encoder: weak
+        k-means into ``min(k_c, N)`` clusters, one shrunk Gaussian each [FADngs eq. 1-5]."""
+        z = self.represent(x)
+        labels, _ = weak_kmeans(z, min(self.k_c, len(z)), self.kmeans_iters, rng)
+        return fit_gaussians(z, labels, self.rho)
+
+    # -- contract ---------------------------------------------------------------------------
+    def score(self, x: np.ndarray) -> np.ndarray:
+        if not hasattr(self, "means_"):
+            raise RuntimeError("FADngsDetector has no densities: call fit or set_density first")
+        return min_mahalanobis(self.represent(x), self.means_, self.covs_)
+
+    def fit(self, x: np.ndarray) -> Self:
+        """Stand-alone (one party): ``warmup_epochs`` of SimCLR, then ``epochs`` of ``loss``
+        against its own densities (re-estimated every epoch), the final densities and the
+        threshold from the training scores."""
+        self.build()
+        xs = np.asarray(x, dtype=np.float32)
+        rng = seeded_rng(self.seed, 0xFAD)
+        kw: dict[str, Any] = dict(
+            batch_size=self.batch_size, lr=self.lr, rng=rng, n_plus=self.n_plus,
+            temperature=self.temperature,
+        )  # fmt: skip
+        if self.warmup_epochs:
+            local_update(self.encoder_, xs, epochs=self.warmup_epochs, loss="simclr", **kw)
+        for _ in range(self.epochs):
+            means, covs = self.own_density(xs, rng)
+            local_update(self.encoder_, xs, epochs=1, loss=self.loss, means=means, covs=covs,
+                         quantile=self.quantile, **kw)  # fmt: skip
+        self.set_density(*self.own_density(xs, rng))
+        return self.set_threshold(xs)
+
+    # -- persistence ------------------------------------------------------------------------
+    def get_arrays(self) -> dict[str, np.ndarray]:
+        out = self.model_arrays()
+        if hasattr(self, "means_"):
+            out[MEANS] = self.means_.copy()
+            out[COVS] = self.covs_.copy()
+        if hasattr(self, "threshold_"):
+            out[THRESHOLD] = np.asarray(self.threshold_, dtype=np.float64)
+        return out
+
+    def set_arrays(self, arrays: dict[str, np.ndarray]) -> Self:
+        model = {k: v for k, v in arrays.items() if k not in (MEANS, COVS, THRESHOLD)}
+        self.set_model(model)
+        if MEANS in arrays or COVS in arrays:
+            if MEANS not in arrays or COVS not in arrays:
+                raise KeyError("FADngs detector arrays need both 'means' and 'covs'")
+            self.set_density(arrays[MEANS], arrays[COVS])
+        if THRESHOLD in arrays:
+            self.threshold_ = float(arrays[THRESHOLD])
+        return self

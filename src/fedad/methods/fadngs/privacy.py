@@ -1,0 +1,151 @@
+"""FADngs's privacy options and measures: the Gaussian mechanism on the shared statistics,
+its (epsilon, delta), and the distance-correlation measure of [FADngs Fig. 9, eq. 18].
+
+**Gaussian mechanism** (optional, ``density_noise`` :math:`\\sigma > 0`, one cluster per
+client). The representations are normalised to the unit sphere, :math:`\\lVert z_i \\rVert
+= 1` (so the clipping norm is :math:`C = 1` and nothing is lost to clipping but the norm);
+the client releases the mean :math:`\\mu = \\frac1n \\sum_i z_i` and the second moment
+:math:`S = \\frac1n \\sum_i z_i z_i^\\top`, each plus Gaussian noise calibrated to its L2
+sensitivity under the replacement of one sample (:math:`n` fixed):
+
+.. math::
+    \\Delta_\\mu = \\frac{2C}{n}, \\quad \\Delta_S = \\frac{2C^2}{n}, \\qquad
+    \\tilde\\mu = \\mu + \\mathcal N(0, \\sigma^2\\Delta_\\mu^2 I), \\quad
+    \\tilde S = S + \\mathrm{sym}(\\mathcal N(0, \\sigma^2 \\Delta_S^2))
+
+(the noise drawn on the upper triangle and mirrored). The covariance
+:math:`\\tilde S - \\tilde\\mu\\tilde\\mu^\\top` is shrunk [FADngs eq. 3] and projected onto the
+positive-definite matrices (eigenvalues floored); both are post-processing. Each density phase
+is two Gaussian mechanisms with noise multiplier :math:`\\sigma`; the (epsilon, delta) of
+all of a client's releases over the run comes from the RDP accountant of
+``dp-accounting`` (:func:`density_epsilon`), without amplification by sampling (a client
+may take part in every phase). It covers the density statistics only: the model updates a
+client also sends are not privatised by it (``[privacy]`` acts on those), and the report
+says so.
+
+With several clusters (:math:`K_c > 1`) the cluster memberships depend on every sample and
+the per-cluster sensitivity has no such bound: the mechanism is refused there.
+
+**Distance correlation** [FADngs eq. 18, Fig. 9] (``dcor``): between a client's raw
+training samples :math:`X` (flattened) and :math:`n` draws :math:`Y` from the Gaussians it
+shared, paired by index, beside the same measure for draws from a random Gaussian of the
+same shape. As in the paper, :math:`Y` is drawn independently of the rows of :math:`X`, so
+the (biased) sample dCor of eq. 18 measures chiefly its own small-sample bias; the
+bias-corrected :math:`\\mathrm{dCor}^2_U` (``u``) is also given (about 0 for independent
+samples). Similar values for shared and random parameters are the paper's evidence; they are
+no privacy guarantee.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+EIG_FLOOR = 1e-6
+"""Smallest eigenvalue kept, relative to the mean eigenvalue, after the noise."""
+
+
+def unit_rows(z: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm (zero rows stay zero)."""
+    norm = np.linalg.norm(z, axis=1, keepdims=True)
+    out: np.ndarray = np.divide(z, norm, out=np.zeros_like(z), where=norm > 0)
+    return out
+
+
+def noisy_gaussian(
+    z: np.ndarray, noise_multiplier: float, rho: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """One Gaussian of unit-norm representations released under the Gaussian mechanism (see
+    the module docstring), shrunk [FADngs eq. 3] and made positive definite.
+
+    Shapes:
+        - z: :math:`(n, D)`, rows of norm at most 1
+        - output: mean :math:`(D,)`, covariance :math:`(D, D)`
+    """
+    n, d = z.shape
+    if n < 1:
+        raise ValueError("need at least one sample")
+    mean = z.mean(axis=0)
+    second = z.T @ z / n
+    mean = mean + rng.normal(0.0, noise_multiplier * 2.0 / n, size=d)
+    noise = np.triu(rng.normal(0.0, noise_multiplier * 2.0 / n, size=(d, d)))
+    second = second + noise + np.triu(noise, 1).T
+    cov = second - np.outer(mean, mean)
+    trace = max(float(np.trace(cov)), 0.0)
+    cov = (1.0 - rho) * cov + rho * (trace / d) * np.eye(d)
+    vals, vecs = np.linalg.eigh((cov + cov.T) / 2.0)
+    floor = EIG_FLOOR * max(float(np.abs(vals).mean()), 1e-12)
+    cov = (vecs * np.maximum(vals, floor)) @ vecs.T
+    return mean, (cov + cov.T) / 2.0
+
+
+def density_epsilon(noise_multiplier: float, releases: int, delta: float) -> float:
+    """The epsilon of ``releases`` Gaussian mechanisms of noise multiplier
+    ``noise_multiplier`` (std / L2 sensitivity) at ``delta``: ``dp-accounting``'s RDP
+    accountant, composition without sampling."""
+    from dp_accounting import dp_event, rdp
+
+    if noise_multiplier <= 0:
+        return float("inf")
+    acc = rdp.RdpAccountant()
+    acc.compose(dp_event.GaussianDpEvent(noise_multiplier), max(int(releases), 0))
+    return float(acc.get_epsilon(delta))
+
+
+DCOR_MAX = 512
+"""Samples used by :func:`distance_correlations` (a seeded subset of larger sets)."""
+
+
+def _draw(means: np.ndarray, covs: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    comp = rng.integers(0, len(means), size=n)
+    out = np.empty((n, means.shape[1]))
+    for k in range(len(means)):
+        rows = comp == k
+        if rows.any():
+            out[rows] = rng.multivariate_normal(means[k], covs[k], size=int(rows.sum()))
+    return out
+
+
+def distance_correlations(
+    x: np.ndarray, means: np.ndarray, covs: np.ndarray, rng: np.random.Generator
+) -> dict[str, float]:
+    """[FADngs eq. 18, Fig. 9]: dCor between the raw samples ``x`` and draws from the shared
+    Gaussians (``dcor_shared``), and from a random Gaussian of the same shape
+    (``dcor_random``: mean :math:`\\mathcal N(0, I)`, covariance :math:`A A^\\top / D + I`
+    with :math:`A` standard normal); ``*_u``: the bias-corrected squared versions.
+
+    Shapes:
+        - x: :math:`(N, \\dots)`, flattened to :math:`(N, P)`
+        - means: :math:`(K, D)`; covs: :math:`(K, D, D)`
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        return _distance_correlations(x, means, covs, rng)
+    finally:
+        # importing dcor (numba's OpenMP runtime) resets torch's intra-op threads, which
+        # would change the floating-point sums of every later run in this process
+        torch.set_num_threads(threads)
+
+
+def _distance_correlations(
+    x: np.ndarray, means: np.ndarray, covs: np.ndarray, rng: np.random.Generator
+) -> dict[str, float]:
+    import dcor
+
+    flat = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
+    if len(flat) > DCOR_MAX:
+        flat = flat[np.sort(rng.choice(len(flat), DCOR_MAX, replace=False))]
+    n = len(flat)
+    if n < 4:
+        return {}
+    d = means.shape[1]
+    shared = _draw(means, covs, n, rng)
+    a = rng.standard_normal((d, d))
+    random = _draw(rng.standard_normal((1, d)), (a @ a.T / d + np.eye(d))[None], n, rng)
+    return {
+        "dcor_shared": float(dcor.distance_correlation(flat, shared)),
+        "dcor_random": float(dcor.distance_correlation(flat, random)),
+        "dcor_shared_u": float(dcor.u_distance_correlation_sqr(flat, shared)),
+        "dcor_random_u": float(dcor.u_distance_correlation_sqr(flat, random)),
+    }

@@ -1,0 +1,239 @@
+"""FADngs's training loops (no federation): local contrastive updates and SED distillation.
+
+* :func:`local_update` is LocalUpdate of [FADngs Algorithm 1]: ``epochs`` passes of SGD over
+  the client's data. With ``loss = "crad"`` each epoch first scores every local sample with
+  the current encoder under the density set it was given [FADngs eq. 6], flags as predicted
+  anomalies those above :math:`\\delta`, the ``quantile`` (0.95) of those training scores
+  [FADngs eq. 8, Sec. IV: "95% of the training data is classified as normal"], then trains
+  on CRAD's pairs [FADngs eq. 7, 9]. ``"simclr"`` (the warm-up, and Table IV's SimCLR row)
+  and ``"csi"`` (Table IV's CSI row: rotations as negatives, no selection) need no density.
+* :func:`sed_distill` is Aggregate of [FADngs Algorithm 1] after the FedAvg start: ``epochs``
+  passes over the public set; per batch, every teacher's similarity distribution over its
+  own FIFO queue is matched by the student [FADngs eq. 11-13], then the teacher's batch
+  representations enter its queue.
+* :func:`embed` gives :math:`z(x)` for the density estimation and the score.
+
+Optimiser: SGD with momentum 0.9 and weight decay, as the paper [FADngs Sec. IV]; the learning
+rate of a round is the server's (cosine decay over the rounds, :func:`cosine_lr`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+import torch
+
+from fedad.methods.baselines.train import iterate_batches
+from fedad.methods.fadngs.augment import crad_views
+from fedad.methods.fadngs.density import min_mahalanobis
+from fedad.methods.fadngs.losses import (
+    FifoQueue,
+    contrastive_loss,
+    crad_loss,
+    csi_mask,
+    ensemble_sed_loss,
+    simclr_mask,
+)
+from fedad.methods.fadngs.model import Encoder
+from fedad.methods.fadngs.privacy import unit_rows
+
+LossName = Literal["crad", "simclr", "csi"]
+
+
+def cosine_lr(base: float, step: int, total: int) -> float:
+    """Cosine decay [FADngs Sec. IV]: :math:`\\eta_t = \\eta \\cdot \\frac12
+    (1 + \\cos(\\pi t / T))` for ``step`` :math:`t \\in [0, T)` of ``total`` :math:`T`."""
+    if total <= 1:
+        return base
+    return base * 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
+
+
+@torch.no_grad()
+def embed(enc: Encoder, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
+    """:math:`z(x) = h(f(x))` [FADngs Sec. III-A], not normalised, as float64.
+
+    Shapes:
+        - x: :math:`(N, C, H, W)`
+        - output: :math:`(N, D)`
+    """
+    device = next(enc.parameters()).device
+    was = enc.training
+    enc.eval()
+    outs = [
+        enc.project(
+            torch.from_numpy(np.ascontiguousarray(x[i : i + batch_size], np.float32)).to(device)
+        )
+        .double()
+        .cpu()
+        for i in range(0, len(x), batch_size)
+    ]
+    enc.train(was)
+    if not outs:
+        return np.zeros((0, enc.proj_dim))
+    return torch.cat(outs).numpy()
+
+
+def predicted_anomalies(
+    z: np.ndarray, means: np.ndarray, covs: np.ndarray, quantile: float
+) -> tuple[np.ndarray, float]:
+    """[FADngs eq. 8]: :math:`\\mathcal A = \\{x_i : s(x_i) > \\delta\\}` with :math:`s` the score
+    of [FADngs eq. 6] and :math:`\\delta` the ``quantile`` of the scores of these (training)
+    samples. Returns the flags and :math:`\\delta`.
+
+    Shapes:
+        - z: :math:`(N, D)`; means :math:`(M, D)`; covs :math:`(M, D, D)`
+        - output: :math:`(N,)` bool
+    """
+    s = min_mahalanobis(z, means, covs)
+    delta = float(np.quantile(s, quantile))
+    flags: np.ndarray = s > delta
+    return flags, delta
+
+
+def _views_loss(
+    enc: Encoder,
+    batch: torch.Tensor,
+    loss: LossName,
+    n_plus: int,
+    temperature: float,
+    rng: np.random.Generator,
+    anomalous: torch.Tensor | None,
+) -> torch.Tensor:
+    """The contrastive loss of one batch under ``loss``'s pairs (see :mod:`.losses`)."""
+    b = batch.shape[0]
+    if loss == "simclr":
+        plus, _ = crad_views(batch, max(2, n_plus), rng)
+        v = plus.shape[1]
+        z = enc.project(plus.flatten(0, 1))
+        pos, neg = simclr_mask(b, v)
+        return contrastive_loss(z, pos.to(z.device), neg.to(z.device), temperature)
+    n_p = max(2, n_plus) if loss == "csi" else n_plus
+    plus, minus = crad_views(batch, n_p, rng)
+    z = enc.project(torch.cat([plus.flatten(0, 1), minus.flatten(0, 1)]))
+    z_plus = z[: b * n_p].view(b, n_p, -1)
+    z_minus = z[b * n_p :].view(b, minus.shape[1], -1)
+    if loss == "csi":
+        pos, neg = csi_mask(b, n_p, minus.shape[1])
+        zz = torch.cat([z_plus.flatten(0, 1), z_minus.flatten(0, 1)])
+        return contrastive_loss(zz, pos.to(z.device), neg.to(z.device), temperature)
+    assert anomalous is not None
+    return crad_loss(z_plus, z_minus, anomalous, temperature)
+
+
+def local_update(
+    enc: Encoder,
+    x: np.ndarray,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    rng: np.random.Generator,
+    loss: LossName = "crad",
+    means: np.ndarray | None = None,
+    covs: np.ndarray | None = None,
+    quantile: float = 0.95,
+    n_plus: int = 2,
+    temperature: float = 0.5,
+    momentum: float = 0.9,
+    weight_decay: float = 1e-4,
+    unit: bool = False,
+) -> dict[str, float]:
+    """LocalUpdate [FADngs Algorithm 1]: train ``enc`` in place; return the last epoch's mean
+    ``loss``, the last :math:`\\delta` (``delta``, CRAD only) and the share of predicted
+    anomalies (``flagged``).
+
+    ``means``/``covs`` (the density set, [FADngs eq. 6]) are needed by ``loss = "crad"``;
+    with ``unit`` the scores use unit-normalised representations (the densities' space when
+    they were released under the Gaussian mechanism, :mod:`.privacy`).
+    A batch of one sample has no pair to contrast and is skipped.
+    """
+    if loss == "crad" and (means is None or covs is None):
+        raise ValueError("CRAD needs a density set (means and covs)")
+    device = next(enc.parameters()).device
+    params = [p for p in enc.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    out = {"loss": float("nan")}
+    for _ in range(max(1, epochs)):
+        flags_t: torch.Tensor | None = None
+        if loss == "crad":
+            assert means is not None and covs is not None
+            z = embed(enc, x)
+            flags, delta = predicted_anomalies(unit_rows(z) if unit else z, means, covs, quantile)
+            flags_t = torch.from_numpy(flags)
+            out.update(delta=delta, flagged=float(flags.mean()) if len(flags) else 0.0)
+        enc.train()
+        total, count = 0.0, 0
+        for idx in iterate_batches(len(xt), batch_size, rng):
+            if len(idx) < 2:
+                continue
+            batch = xt[torch.from_numpy(idx)].to(device)
+            anomalous = None if flags_t is None else flags_t[torch.from_numpy(idx)].to(device)
+            value = _views_loss(enc, batch, loss, n_plus, temperature, rng, anomalous)
+            opt.zero_grad(set_to_none=True)
+            value.backward()  # type: ignore[no-untyped-call]
+            opt.step()
+            total += float(value.detach()) * len(idx)
+            count += len(idx)
+        out["loss"] = total / count if count else float("nan")
+    enc.eval()
+    return out
+
+
+def sed_distill(
+    student: Encoder,
+    teachers: Sequence[Encoder],
+    queues: Sequence[FifoQueue],
+    weights: Sequence[float] | np.ndarray,
+    public: np.ndarray,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    rng: np.random.Generator,
+    tau: float = 0.5,
+    momentum: float = 0.9,
+    weight_decay: float = 1e-4,
+) -> float:
+    """Aggregate's distillation [FADngs Algorithm 1, eq. 11-13]: ``student`` starts from the
+    FedAvg of the teachers (the caller's job, [FADngs eq. 10]) and is trained in place for
+    ``epochs`` over ``public``; per batch, for every teacher :math:`c` the loss term
+    :math:`w_c\\,\\mathrm{CE}(P_c, Q_c)` over its queue :math:`D_c` (as it is *before* this
+    batch), then :math:`D_c` takes the teacher's normalised batch representations (FIFO).
+    The queues are the caller's and keep their state. Returns the last epoch's mean loss.
+
+    Shapes:
+        - public: :math:`(N, C, H, W)`
+        - weights: :math:`(C,)`, one per teacher
+    """
+    if not len(teachers) == len(queues) == len(weights) > 0:
+        raise ValueError("need as many teachers, queues and weights, at least one")
+    device = next(student.parameters()).device
+    opt = torch.optim.SGD(student.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+    xt = torch.from_numpy(np.ascontiguousarray(public, dtype=np.float32))
+    w = torch.as_tensor(np.asarray(weights, dtype=np.float64), dtype=torch.float32)
+    for t in teachers:
+        t.eval()
+    last = float("nan")
+    for _ in range(max(1, epochs)):
+        student.train()
+        total, count = 0.0, 0
+        for idx in iterate_batches(len(xt), batch_size, rng):
+            batch = xt[torch.from_numpy(idx)].to(device)
+            with torch.no_grad():
+                t_z = [t.normalized_projections(batch) for t in teachers]
+            s_z = student.normalized_projections(batch)
+            value = ensemble_sed_loss(s_z, t_z, [q.values.to(device) for q in queues], w, tau)
+            opt.zero_grad(set_to_none=True)
+            value.backward()  # type: ignore[no-untyped-call]
+            opt.step()
+            for q, z in zip(queues, t_z, strict=True):
+                q.push(z.cpu())
+            total += float(value.detach()) * len(idx)
+            count += len(idx)
+        last = total / count if count else float("nan")
+    student.eval()
+    return last
