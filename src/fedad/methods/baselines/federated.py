@@ -1,6 +1,7 @@
 """The generic baselines as federated algorithms: local, centralized, FedAvg, FedProx.
 
-Each combines with a detector from :mod:`.detectors` (``autoencoder`` or ``deepsvdd``);
+Each combines with a detector from :mod:`.detectors` (``autoencoder`` or ``deepsvdd``) or
+``contrastive`` (:mod:`.contrastive`, square images only);
 ``local`` and ``centralized`` also take ``pretrained`` (:mod:`.pretrained`, images only):
 frozen pretrained features scored by k-NN or a shrinkage Gaussian, nothing trained; and
 ``ocsvm`` (:mod:`.ocsvm`): scikit-learn's RBF one-class SVM on flattened inputs.
@@ -20,6 +21,16 @@ send their mean embedding :math:`\\bar\\phi_k` and :math:`n_k` under the initial
 weights and the server takes the example-weighted mean, which is the pooled-data centre;
 ``local`` clients use their own data; ``centralized`` uses the pooled data.
 
+The ``contrastive`` detector (CSI-style SimCLR with rotations as negatives, the CSI
+baseline of FADngs's Table I) scores a sample by minus its largest cosine similarity to a
+*bank*, the normalised projections of training images. Rounds exchange the network only.
+In ``fedavg``/``fedprox`` each client's final detector is the global network with a bank of
+**its own** training images, computed on the client when it evaluates and never sent; every
+client's detector thus differs, so these methods are ``personalized`` with this detector
+(saved per client; on a Flower deployment the detector stays on its node). ``local``: each
+client's own network and bank. ``centralized``: the server computes the bank of the pooled
+uploads and sends it down with the network (the privacy-violating reference anyway).
+
 ``fedavg`` and ``fedprox`` aggregate through :meth:`ServerContext.mean
 <fedad.fl.context.ServerContext.mean>`, so both their phases run under SecAgg+ when
 ``privacy.secagg`` is on.
@@ -35,7 +46,7 @@ from pydantic import Field
 from fedad.data.types import ClientData, DataKind, dense
 from fedad.detector import quantile_threshold
 from fedad.devices import resolve_device
-from fedad.errors import RunError
+from fedad.errors import ConfigError, RunError
 from fedad.fl.algorithm import (
     Algorithm,
     ClientState,
@@ -49,6 +60,7 @@ from fedad.fl.context import ServerContext
 from fedad.fl.fedavg import fedavg_rounds, log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.validate import ArraySpec
+from fedad.methods.baselines.contrastive import CONTRASTIVE, ContrastiveDetector
 from fedad.methods.baselines.detectors import DETECTORS, DeepSVDDDetector, TorchDetector
 from fedad.methods.baselines.ocsvm import OCSVM, OCSVMDetector
 from fedad.methods.baselines.pretrained import (
@@ -88,6 +100,10 @@ class ProxParams(TrainParams):
     mu: float = Field(default=0.01, ge=0.0, description="proximal term coefficient")
 
 
+TORCH_DETECTORS: dict[str, type[TorchDetector]] = {**DETECTORS, CONTRASTIVE: ContrastiveDetector}
+"""The trained detectors: the autoencoder, Deep SVDD and the contrastive detector."""
+
+
 def client_rng(seed: int, round_no: int, client_id: int) -> np.random.Generator:
     """The generator a client uses in a round: a pure function of (seed, round, client)."""
     return seeded_rng(seed, round_no, client_id, 0xC11)
@@ -96,11 +112,12 @@ def client_rng(seed: int, round_no: int, client_id: int) -> np.random.Generator:
 class TorchBaseline(Algorithm):
     """Shared parts of the baselines: detector construction and the deep SVDD centre."""
 
-    detectors = tuple(DETECTORS)
+    detectors = (*DETECTORS, CONTRASTIVE)
     default_detector = "autoencoder"
     detector_kinds: ClassVar[dict[str, tuple[DataKind, ...]]] = {
         PRETRAINED: ("image",),
         OCSVM: ("vector", "image"),
+        CONTRASTIVE: ("image",),
     }
     """Detectors that take fewer data kinds than the method (checked when it is built)."""
     params: TrainParams
@@ -108,6 +125,13 @@ class TorchBaseline(Algorithm):
     def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
         super().__init__(params, setup, detector)
         check_pretrained(self.name, detector, setup.kind, params)
+        shape = tuple(setup.feature_shape)
+        if detector == CONTRASTIVE and (len(shape) != 3 or shape[1] != shape[2]):
+            raise ConfigError(
+                f"detector '{CONTRASTIVE}' of method '{self.name}' needs square images "
+                f"(its negatives are rotations), not shape {shape}",
+                "use another detector: autoencoder or deepsvdd",
+            )
 
     def make_detector(self) -> BaselineDetector:
         device = resolve_device(self.setup.device)  # this machine's, for "auto"
@@ -115,7 +139,7 @@ class TorchBaseline(Algorithm):
             return make_pretrained(self.params, self.contamination, device)
         if self.detector == OCSVM:
             return OCSVMDetector(contamination=self.contamination)
-        cls = DETECTORS[self.detector or "autoencoder"]
+        cls = TORCH_DETECTORS[self.detector or "autoencoder"]
         return cls(
             kind=self.setup.kind,
             input_shape=list(self.setup.feature_shape),
@@ -132,6 +156,23 @@ class TorchBaseline(Algorithm):
     def _global_detector(self, arrays: dict[str, np.ndarray]) -> BaselineDetector:
         det = self.make_detector().build()
         return det.set_arrays(dict(arrays)) if arrays else det
+
+    @staticmethod
+    def _with_bank(det: BaselineDetector, x: np.ndarray) -> BaselineDetector:
+        """``det`` ready to score: the contrastive detector's bank := ``x`` (the training
+        images of whoever holds the detector); other detectors as they are."""
+        if isinstance(det, ContrastiveDetector):
+            det.set_bank(x)
+        return det
+
+    @staticmethod
+    def _shared_arrays(det: BaselineDetector) -> dict[str, np.ndarray]:
+        """What the server hands to the evaluate phase: the model, and the contrastive
+        detector's bank when it has one (``centralized``: the pooled data's)."""
+        out = det.model_arrays()
+        if isinstance(det, ContrastiveDetector) and hasattr(det, "bank_"):
+            out["bank_"] = det.bank_
+        return out
 
 
 class _GlobalModel(TorchBaseline):
@@ -158,7 +199,15 @@ class _GlobalModel(TorchBaseline):
     def client_detector(
         self, state: ClientState, data: ClientData, msg: Message
     ) -> BaselineDetector:
-        return self._global_detector(dict(msg.arrays))
+        """The global model; with ``contrastive``, plus the bank of this client's own
+        training images, computed here and never sent."""
+        return self._with_bank(self._global_detector(dict(msg.arrays)), dense(data.x_train))
+
+    @property
+    def personalized(self) -> bool:  # type: ignore[override]
+        """With ``contrastive`` every client's detector differs (its own bank), so it is saved
+        per client like a personalised method's; otherwise all share the global model."""
+        return self.detector == CONTRASTIVE
 
     # server side
     def _center_round(self, ctx: ServerContext, det: TorchDetector) -> None:
@@ -216,7 +265,7 @@ class Local(TorchBaseline):
     name = "local"
     summary = "Local: each client trains alone (no federation), lower reference"
     personalized = True
-    detectors = (*DETECTORS, PRETRAINED, OCSVM)
+    detectors = (*DETECTORS, CONTRASTIVE, PRETRAINED, OCSVM)
     ParamsModel = BaselineParams
 
     def handlers(self) -> dict[str, Handler]:
@@ -239,7 +288,7 @@ class Local(TorchBaseline):
     def client_detector(
         self, state: ClientState, data: ClientData, msg: Message
     ) -> BaselineDetector:
-        return self._own_detector(state, data)
+        return self._with_bank(self._own_detector(state, data), dense(data.x_train))
 
     def server(self, ctx: ServerContext) -> ServerResult:
         for r in range(1, ctx.rounds + 1):
@@ -261,7 +310,7 @@ class Centralized(TorchBaseline):
 
     name = "centralized"
     summary = "Centralized: clients upload their data, one model on the pool (upper reference)"
-    detectors = (*DETECTORS, PRETRAINED, OCSVM)
+    detectors = (*DETECTORS, CONTRASTIVE, PRETRAINED, OCSVM)
     ParamsModel = BaselineParams
 
     def handlers(self) -> dict[str, Handler]:
@@ -299,8 +348,10 @@ class Centralized(TorchBaseline):
             rng = seeded_rng(self.setup.seed, r, 0xCE7)
             ctx.log(loss=det.train_epochs(pooled, self.params.local_epochs, rng))
             if ctx.wants_checkpoint(r):
+                self._with_bank(det, pooled)
                 t = quantile_threshold(det.score(pooled), self.contamination)
-                ctx.checkpoint(r, ServerResult(det.model_arrays(), {"threshold": t}))
+                ctx.checkpoint(r, ServerResult(self._shared_arrays(det), {"threshold": t}))
             ctx.end_round(r)
+        self._with_bank(det, pooled)
         threshold = quantile_threshold(det.score(pooled), self.contamination)
-        return ServerResult(arrays=det.model_arrays(), scalars={"threshold": threshold})
+        return ServerResult(arrays=self._shared_arrays(det), scalars={"threshold": threshold})

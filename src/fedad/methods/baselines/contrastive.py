@@ -1,0 +1,301 @@
+"""The ``contrastive`` detector: SimCLR with rotation-shifted negatives in the spirit of CSI
+(Tack et al., NeurIPS 2020), scored by feature similarity to the training set. The CSI
+baseline of FADngs's Table I.
+
+Network: FADngs's encoder (:class:`fedad.methods.fadngs.model.Encoder`), a small group-norm
+ResNet :math:`f` (``width`` channels, default 16) and a projection head :math:`h`,
+:math:`z(x) = h(f(x)) \\in \\mathbb{R}^D`, :math:`D` = ``latent_dim`` or 128.
+
+Training: per batch of :math:`B` images, two normal-transform views :math:`T_+` of every
+sample (crop, flip, jitter, blur or noise) and the three rotations (90, 180, 270 degrees)
+:math:`T_-` of its first view (:func:`fedad.methods.fadngs.augment.crad_views`). With
+:math:`\\mathrm{sim}` the cosine similarity and :math:`\\tau = 0.5`, every :math:`T_+` view
+:math:`v` is an anchor of
+
+.. math::
+    \\ell(v) = -\\frac{1}{|P(v)|} \\log
+        \\frac{\\sum_{p \\in P(v)} \\exp(\\mathrm{sim}(z_v, z_p)/\\tau)}
+             {\\sum_{a \\in P(v) \\cup N(v)} \\exp(\\mathrm{sim}(z_v, z_a)/\\tau)}
+
+where :math:`P(v)` is the other :math:`T_+` view of the same sample and :math:`N(v)` every
+view of every other sample and all rotations, its own sample's included
+(:func:`fedad.methods.fadngs.losses.csi_mask`,
+:func:`~fedad.methods.fadngs.losses.contrastive_loss`); the loss is the mean over the
+:math:`2B` anchors. Rotations are thus *shifted* instances: the network learns to tell a
+normal image from its rotated self, which is what makes it sensitive to anomalies. (CSI also
+trains a rotation classifier and ensembles over rotations at test time; neither is here.)
+
+Score: CSI's similarity score without its norm factor. With :math:`\\hat z = z / \\lVert z
+\\rVert` and the *bank* :math:`\\{\\hat z(x_j)\\}_{j=1}^{n}` of the detector's own training
+images (un-augmented),
+
+.. math::
+    s(x) = -\\max_j \\langle \\hat z(x), \\hat z(x_j) \\rangle
+
+higher = more anomalous, in :math:`[-1, 1]`. A query that matches a bank entry up to
+:math:`1 - \\cos \\le 10^{-5}` (in practice: the training image itself) is scored without
+that entry (leave-one-out), so that training scores, from which the threshold is set, are
+not all :math:`-1`. The bank is computed after training (:meth:`ContrastiveDetector.set_bank`)
+and dropped whenever the weights change; it is saved (``bank_``) with the detector but is not
+part of :meth:`~ContrastiveDetector.model_arrays`, the network that federated rounds exchange.
+
+Images only, square (rotations); inputs in [0, 1] (the augmentations clamp to it).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Self
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+from torch import nn
+
+from fedad.detector import DEFAULT_CONTAMINATION, register_detector
+from fedad.methods.baselines.detectors import MAX_FEATURES, TorchDetector, TorchDetectorParams
+from fedad.methods.baselines.train import batched
+from fedad.methods.fadngs import augment, losses
+from fedad.methods.fadngs.model import Encoder
+
+CONTRASTIVE = "contrastive"
+DEFAULT_WIDTH = 16
+DEFAULT_PROJ_DIM = 128
+N_PLUS = 2
+"""Normal-transform views per sample (SimCLR's pair)."""
+N_MINUS = len(augment.ROTATIONS)
+SELF_MATCH_TOL = 1e-5
+"""A bank entry with :math:`1 - \\cos` at most this is taken to be the query itself."""
+MAX_BANK = 1 << 26
+"""Most entries (rows x dimensions) a saved bank may hold (256 MB of float32)."""
+QUERY_CHUNK = 512
+BANK_CHUNK = 8192
+"""Scoring compares at most ``QUERY_CHUNK x BANK_CHUNK`` similarities at a time."""
+BANK = "bank_"
+
+
+class ContrastiveDetectorParams(TorchDetectorParams):
+    """The ``__init__`` arguments of :class:`ContrastiveDetector`, as a checkpoint may give
+    them: a square image shape, the network width and the temperature besides the
+    torch baselines' own."""
+
+    input_shape: list[Annotated[int, Field(ge=1, le=MAX_FEATURES)]] = Field(
+        default=[1, 28, 28], min_length=3, max_length=3
+    )
+    width: int = Field(default=DEFAULT_WIDTH, ge=1, le=512)
+    temperature: float = Field(default=0.5, gt=0.0, le=100.0)
+
+    @model_validator(mode="after")
+    def _square(self) -> ContrastiveDetectorParams:
+        _, h, w = self.input_shape
+        if self.kind != "image" or h != w:
+            raise ValueError(
+                f"the contrastive detector needs square images, got {self.kind} data of "
+                f"shape {self.input_shape}"
+            )
+        return self
+
+
+@register_detector(CONTRASTIVE)
+class ContrastiveDetector(TorchDetector):
+    """SimCLR with rotation-shifted negatives (CSI-style); score :math:`-\\max_j
+    \\cos(z(x), z(x_j))` over the training bank (see the module docstring).
+
+    ``fit(x)`` trains, sets the bank to ``x`` and the threshold. Federated use:
+    :meth:`train_epochs` (any number of times), then :meth:`set_bank` with the data whose
+    neighbours should count as normal, then :meth:`score`.
+    """
+
+    name = CONTRASTIVE
+    ParamsModel = ContrastiveDetectorParams
+    default_weight_decay = 1e-6  # CSI's and SimCLR's
+    bank_: np.ndarray
+    """:math:`(n, D)` float32: the normalised projections of the training images."""
+    aug_rng_: np.random.Generator
+    """Draws the augmentations of :meth:`loss`; seeded from each :meth:`train_epochs` call's
+    generator."""
+    _arrays_only: ClassVar[tuple[str, ...]] = ("threshold_", BANK)
+
+    def __init__(
+        self,
+        kind: str = "image",
+        input_shape: tuple[int, ...] | list[int] = (1, 28, 28),
+        latent_dim: int | None = None,
+        lr: float = 1e-3,
+        epochs: int = 10,
+        batch_size: int = 64,
+        weight_decay: float | None = None,
+        contamination: float = DEFAULT_CONTAMINATION,
+        seed: int = 0,
+        device: str = "cpu",
+        width: int = DEFAULT_WIDTH,
+        temperature: float = 0.5,
+    ) -> None:
+        super().__init__(
+            kind=kind,
+            input_shape=input_shape,
+            latent_dim=latent_dim,
+            lr=lr,
+            epochs=epochs,
+            batch_size=batch_size,
+            weight_decay=weight_decay,
+            contamination=contamination,
+            seed=seed,
+            device=device,
+        )
+        self.width = width
+        self.temperature = temperature
+        self._transform: nn.Module | None = None  # T+, made on first use (imports kornia)
+
+    def get_params(self) -> dict[str, Any]:
+        return {**super().get_params(), "width": self.width, "temperature": self.temperature}
+
+    @property
+    def proj_dim(self) -> int:
+        """:math:`D`: ``latent_dim`` when given, else 128."""
+        return DEFAULT_PROJ_DIM if self.latent_dim is None else int(self.latent_dim)
+
+    # -- model ------------------------------------------------------------------------------
+    def _make_model(self, latent: int) -> nn.Module:
+        # ``latent`` is the autoencoder's bottleneck rule (32 for images); a projection head
+        # takes ``latent_dim`` or SimCLR's 128 instead
+        c, h, w = (int(s) for s in self.input_shape)
+        if self.kind != "image" or h != w:
+            raise ValueError(
+                f"the contrastive detector needs square images (C, H, H), got {self.kind} "
+                f"data of shape {tuple(self.input_shape)}"
+            )
+        return Encoder(c, self.width, self.proj_dim)
+
+    @property
+    def encoder(self) -> Encoder:
+        self._ensure_built()
+        assert isinstance(self.model_, Encoder)
+        return self.model_
+
+    def train_epochs(
+        self, x: np.ndarray, epochs: int, rng: np.random.Generator, prox_mu: float = 0.0
+    ) -> float:
+        """Train in place; the augmentations draw from a generator seeded from ``rng`` (so
+        equal generators give equal training). The bank, computed with the old weights, is
+        dropped."""
+        self._ensure_built()
+        self.aug_rng_ = np.random.default_rng(int(rng.integers(0, 2**63)))
+        self.drop_bank()
+        return super().train_epochs(x, epochs, rng, prox_mu)
+
+    def loss(self, batch: torch.Tensor) -> torch.Tensor:
+        """The CSI-style contrastive loss of a batch (module docstring).
+
+        Shapes:
+            - batch: :math:`(B, C, H, H)` in [0, 1]
+            - output: scalar
+        """
+        if not hasattr(self, "aug_rng_"):
+            self.aug_rng_ = np.random.default_rng(self.seed)
+        if self._transform is None:
+            c, h, w = (int(s) for s in self.input_shape)
+            self._transform = augment.normal_transform(c, h, w)
+        b = batch.shape[0]
+        plus, minus = augment.crad_views(batch, N_PLUS, self.aug_rng_, self._transform)
+        views = torch.cat([plus.flatten(0, 1), minus.flatten(0, 1)])  # (B(P+R), C, H, H)
+        z_all = self.encoder.project(views)  # one forward pass over every view
+        z_plus = z_all[: b * N_PLUS].view(b, N_PLUS, -1)
+        z_minus = z_all[b * N_PLUS :].view(b, N_MINUS, -1)
+        z = losses.crad_views(z_plus, z_minus)  # T+ sample-major, then T- sample-major
+        pos, neg = losses.csi_mask(b, N_PLUS, N_MINUS)
+        return losses.contrastive_loss(z, pos.to(z.device), neg.to(z.device), self.temperature)
+
+    def fit(self, x: np.ndarray) -> Self:
+        self.build()
+        self.train_epochs(x, self.epochs, np.random.default_rng(self.seed))
+        self.set_bank(x)
+        return self.set_threshold(x)
+
+    # -- the bank and the score -------------------------------------------------------------
+    def embed(self, x: np.ndarray) -> np.ndarray:
+        """:math:`\\hat z(x) = z(x) / \\lVert z(x) \\rVert`, without augmentation.
+
+        Shapes:
+            - x: :math:`(N, C, H, H)`
+            - output: :math:`(N, D)` float64
+        """
+        return batched(self.encoder.normalized_projections, x)
+
+    def set_bank(self, x: np.ndarray) -> Self:
+        """The bank := :math:`\\hat z` of the images ``x`` ``(n, C, H, H)`` under the current
+        weights (``n >= 1``)."""
+        if len(x) == 0:
+            raise ValueError("the contrastive detector needs at least one image for its bank")
+        self.bank_ = self.embed(x).astype(np.float32)
+        return self
+
+    def drop_bank(self) -> None:
+        if hasattr(self, BANK):
+            del self.bank_
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        """:math:`s(x) = -\\max_j \\langle \\hat z(x), \\hat z(x_j) \\rangle` over the bank,
+        leave-one-out for a query that is a bank entry.
+
+        Shapes:
+            - x: :math:`(N, C, H, H)`
+            - output: :math:`(N,)` float64
+        """
+        if not hasattr(self, BANK):
+            raise RuntimeError("ContrastiveDetector has no bank_: call fit or set_bank first")
+        return -max_similarity(self.embed(x), self.bank_)
+
+    # -- persistence ------------------------------------------------------------------------
+    def get_arrays(self) -> dict[str, np.ndarray]:
+        """The network's state, ``bank_`` (once set) and ``threshold_`` (once set)."""
+        out = super().get_arrays()
+        if hasattr(self, BANK):
+            out[BANK] = self.bank_.copy()
+        return out
+
+    def model_arrays(self) -> dict[str, np.ndarray]:
+        """Only the network's state (what federated rounds exchange): no bank."""
+        return {k: v for k, v in self.get_arrays().items() if k not in self._arrays_only}
+
+    def set_arrays(self, arrays: dict[str, np.ndarray]) -> Self:
+        """Restore the network, and the bank when ``arrays`` has one (else any bank is
+        dropped: it belonged to other weights)."""
+        bank = arrays.get(BANK)
+        super().set_arrays({k: v for k, v in arrays.items() if k != BANK})
+        self.drop_bank()
+        if bank is not None:
+            b = np.asarray(bank)
+            if b.ndim != 2 or b.shape[1] != self.proj_dim or not 1 <= b.size <= MAX_BANK:
+                raise ValueError(f"bank_ of shape {b.shape} does not fit (n, {self.proj_dim})")
+            if not np.all(np.isfinite(b)):
+                raise ValueError("bank_ holds non-finite values")
+            self.bank_ = np.array(b, dtype=np.float32, copy=True)
+        return self
+
+
+def max_similarity(q: np.ndarray, bank: np.ndarray, tol: float = SELF_MATCH_TOL) -> np.ndarray:
+    """:math:`\\max_j \\langle q_i, b_j \\rangle` per row of ``q``, leaving out a bank entry
+    with :math:`1 - \\langle q_i, b_j \\rangle \\le` ``tol`` (the query itself), unless the
+    bank has one entry only. Chunked: at most ``QUERY_CHUNK x BANK_CHUNK`` products at once.
+
+    Shapes:
+        - q: :math:`(N, D)` unit rows
+        - bank: :math:`(n, D)` unit rows, :math:`n \\geq 1`
+        - output: :math:`(N,)` float64
+    """
+    n = len(bank)
+    out = np.empty(len(q), dtype=np.float64)
+    for i in range(0, len(q), QUERY_CHUNK):
+        qi = np.asarray(q[i : i + QUERY_CHUNK], dtype=np.float64)
+        top = np.full((len(qi), 2), -np.inf)  # the two largest similarities so far
+        for j in range(0, n, BANK_CHUNK):
+            sims = qi @ np.asarray(bank[j : j + BANK_CHUNK], dtype=np.float64).T
+            if sims.shape[1] >= 2:
+                part = -np.partition(-sims, 1, axis=1)[:, :2]
+            else:
+                part = np.concatenate([sims, np.full_like(sims, -np.inf)], axis=1)
+            both = np.concatenate([top, part], axis=1)
+            top = -np.sort(-both, axis=1)[:, :2]
+        self_match = (1.0 - top[:, 0] <= tol) & (n > 1)
+        out[i : i + len(qi)] = np.where(self_match, top[:, 1], top[:, 0])
+    return out
