@@ -240,9 +240,16 @@ SETUP = Setup("vector", (6,), rounds=2, seed=0, contamination=0.1, num_clients=3
 def test_update_phases_are_the_declared_handled_ones() -> None:
     algo = _Declares(FedAvg.ParamsModel(), SETUP, "autoencoder")
     assert update_phases(algo) == ("center", "train")  # evaluate never, missing skipped
-    got = {name: update_phases(build_algorithm(name, {}, SETUP)) for name in registry()}
+    image = Setup("image", (1, 8, 8), rounds=2, seed=0, contamination=0.1, num_clients=3)
+    got = {
+        name: update_phases(build_algorithm(name, {}, SETUP if "vector" in cls.kinds else image))
+        for name, cls in registry().items()
+    }
     assert got["centralized"] == ()
-    assert got["fedavg"] == got["onlad"] == ("train",)
+    assert got["fedavg"] == got["onlad"] == got["fadngs"] == ("train",)
+    # fadngs's density phase is not a model update; with density = "none" nothing is shared
+    none = build_algorithm("fadngs-nosed", {"density": "none"}, image)
+    assert update_phases(none) == ()
 
 
 def _scores(algo: Any, privacy: PrivacyConfig | None) -> tuple[np.ndarray, list[str]]:

@@ -94,10 +94,12 @@ def _eval_msg(out: RunOutcome):  # type: ignore[no-untyped-def]
 
 
 def test_every_method_runs_without_params() -> None:
-    make_federation("vector")
-    setup = Setup("vector", (6,), rounds=1, seed=0, contamination=0.05, num_clients=3)
-    for name in registry():
-        assert build_algorithm(name, {}, setup).params is not None
+    for name, cls in registry().items():
+        for kind in cls.kinds:
+            fed = fixture(kind)
+            setup = Setup(kind, fed.feature_shape, rounds=1, seed=0, contamination=0.05,
+                          num_clients=3)  # fmt: skip
+            assert build_algorithm(name, {}, setup).params is not None
 
 
 @pytest.mark.parametrize(("name", "det", "case"), CASES)

@@ -206,3 +206,26 @@ def test_csi_mask_on_a_toy_batch() -> None:
     assert not (pos & neg).any()
     with pytest.raises(ValueError):
         csi_mask(2, 1, 1)
+
+
+def test_mean_log_form_averages_the_log_probabilities_of_the_positives() -> None:
+    torch.manual_seed(0)
+    z = torch.randn(5, 3)
+    pos = torch.zeros(5, 5, dtype=torch.bool)
+    neg = torch.zeros(5, 5, dtype=torch.bool)
+    pos[0, 1] = pos[0, 2] = True  # anchor 0: two positives, two negatives
+    neg[0, 3] = neg[0, 4] = True
+    zn = F.normalize(z, dim=1)
+    s = (zn @ zn.T / 0.5)[0]
+    denom = torch.logsumexp(s[1:], dim=0)
+    want = -((s[1] - denom) + (s[2] - denom)) / 2
+    got = contrastive_loss(z, pos, neg, 0.5, form="mean-log")
+    torch.testing.assert_close(got, want)
+    eq7 = -(torch.logsumexp(s[1:3], dim=0) - denom) / 2
+    torch.testing.assert_close(contrastive_loss(z, pos, neg, 0.5, form="eq7"), eq7)
+    # with one positive per anchor the two forms agree
+    one = pos.clone()
+    one[0, 2] = False
+    torch.testing.assert_close(
+        contrastive_loss(z, one, neg, 0.5, form="mean-log"), contrastive_loss(z, one, neg, 0.5)
+    )

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
 from fedad.methods.fadngs.density import fit_gaussians, min_mahalanobis, weak_kmeans
+from fedad.methods.fadngs.losses import ConForm
 from fedad.methods.fadngs.model import Encoder
 from fedad.methods.fadngs.privacy import unit_rows
 from fedad.methods.fadngs.train import LossName, embed, local_update
@@ -56,6 +57,7 @@ class FADngsDetectorParams(BaseModel):
     n_plus: int = Field(default=2, ge=1, le=64)
     temperature: float = Field(default=0.5, gt=0.0, le=100.0)
     loss: Literal["crad", "simclr", "csi"] = "crad"
+    con_form: Literal["eq7", "mean-log"] = "eq7"
     contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
     seed: int = Field(default=0, ge=-(1 << 63), lt=1 << 63)
 
@@ -91,6 +93,7 @@ class FADngsDetector(BaseDetector):
         n_plus: int = 2,
         temperature: float = 0.5,
         loss: LossName = "crad",
+        con_form: ConForm = "eq7",
         contamination: float = DEFAULT_CONTAMINATION,
         seed: int = 0,
         device: str = "cpu",
@@ -112,6 +115,7 @@ class FADngsDetector(BaseDetector):
         self.n_plus = n_plus
         self.temperature = temperature
         self.loss = loss
+        self.con_form = con_form
         self.seed = seed
         self.device = device
 
@@ -133,6 +137,7 @@ class FADngsDetector(BaseDetector):
             "n_plus": self.n_plus,
             "temperature": self.temperature,
             "loss": self.loss,
+            "con_form": self.con_form,
             "contamination": self.contamination,
             "seed": self.seed,
         }
@@ -211,7 +216,7 @@ class FADngsDetector(BaseDetector):
         rng = seeded_rng(self.seed, 0xFAD)
         kw: dict[str, Any] = dict(
             batch_size=self.batch_size, lr=self.lr, rng=rng, n_plus=self.n_plus,
-            temperature=self.temperature,
+            temperature=self.temperature, form=self.con_form,
         )  # fmt: skip
         if self.warmup_epochs:
             local_update(self.encoder_, xs, epochs=self.warmup_epochs, loss="simclr", **kw)

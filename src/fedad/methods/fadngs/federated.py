@@ -107,6 +107,9 @@ class FADngsParams(Params):
         default="global", description="Table III: what is shared"
     )
     loss: Literal["crad", "simclr", "csi"] = Field(default="crad", description="Table IV")
+    con_form: Literal["eq7", "mean-log"] = Field(
+        default="eq7", description="eq. 7 as printed, or CSI's code (mean of log-probabilities)"
+    )
     density_noise: float = Field(
         default=0.0, ge=0.0, le=1e6, description="Gaussian mechanism on the statistics (sigma)"
     )
@@ -135,6 +138,9 @@ class _FADngs(Algorithm):
     params: FADngsParams
     metric_families: ClassVar[tuple[MetricFamily, ...]] = ()
     sed: ClassVar[bool] = False
+    queues: dict[int, FifoQueue]
+    """SED's instance queues by client id, kept by the server across rounds (set by
+    :meth:`server`)."""
 
     def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
         super().__init__(params, setup, detector)
@@ -203,6 +209,7 @@ class _FADngs(Algorithm):
             n_plus=p.n_plus,
             temperature=p.temperature,
             loss=p.loss,
+            con_form=p.con_form,
             contamination=self.contamination,
             seed=self.setup.seed,
             device=resolve_device(self.setup.device),
@@ -264,7 +271,7 @@ class _FADngs(Algorithm):
             det.encoder_, x, epochs=p.local_epochs, batch_size=p.batch_size,
             lr=float(msg.get("lr", p.lr)), rng=rng, loss=loss, means=means, covs=covs,
             quantile=p.quantile, n_plus=p.n_plus, temperature=p.temperature,
-            weight_decay=p.weight_decay, unit=det.unit,
+            weight_decay=p.weight_decay, unit=det.unit, form=p.con_form,
         )  # fmt: skip
         reply = {"num_examples": data.n_train, **scalars}
         if p.density == "none":
@@ -377,7 +384,7 @@ class _FADngs(Algorithm):
             raise RunError(f"{self.name}: no public set reached the server", "see `requirements`")
         weights = self.make_detector().build().model_arrays()
         spec = spec_of(weights)
-        queues: dict[int, FifoQueue] = {}
+        queues = self.queues = {}
         result = ServerResult({}, {})
         for r in range(1, ctx.rounds + 1):
             weights = self._round(ctx, r, weights, spec, queues)

@@ -94,8 +94,16 @@ def crad_views(z_plus: torch.Tensor, z_minus: torch.Tensor) -> torch.Tensor:
     return torch.cat([z_plus.flatten(0, 1), z_minus.flatten(0, 1)], dim=0)
 
 
+ConForm = Literal["eq7", "mean-log"]
+"""How :func:`contrastive_loss` combines the positives of an anchor."""
+
+
 def contrastive_loss(
-    z: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, temperature: float = 0.5
+    z: torch.Tensor,
+    pos: torch.Tensor,
+    neg: torch.Tensor,
+    temperature: float = 0.5,
+    form: ConForm = "eq7",
 ) -> torch.Tensor:
     """The contrastive loss [FADngs eq. 7], averaged over the anchors (rows with a positive):
 
@@ -104,10 +112,25 @@ def contrastive_loss(
             \\frac{\\sum_{x' \\in \\{x_+\\}} \\exp(\\mathrm{sim}(z(x), z(x'))/\\tau)}
                  {\\sum_{x' \\in \\{x_+\\} \\cup \\{x_-\\}} \\exp(\\mathrm{sim}(z(x), z(x'))/\\tau)}
 
-    Written as the paper writes it (as in CSI): one log of a *sum* over the positives, scaled
-    by :math:`1/|\\{x_+\\}|`. ``sim`` is the cosine similarity; ``z`` is normalised here again
-    (a no-op on normalised input). Without any anchor the loss is a zero that keeps the
-    graph.
+    ``form = "eq7"``: as the paper writes it (and CSI's eq. 1 before it): one log of a *sum*
+    over the positives, scaled by :math:`1/|\\{x_+\\}|`. With one positive per anchor (SimCLR,
+    CSI) the scale is 1; with CRAD's positives (every normal view of every predicted normal of
+    the batch, about :math:`2 \\cdot 0.95 B`) it divides the loss and its gradient by about
+    60 at batch size 32.
+
+    ``form = "mean-log"``: the mean over the positives of the log-probability of each,
+
+    .. math::
+        -\\frac{1}{|\\{x_+\\}|} \\sum_{x' \\in \\{x_+\\}} \\log
+            \\frac{\\exp(\\mathrm{sim}(z(x), z(x'))/\\tau)}
+                 {\\sum_{x'' \\in \\{x_+\\} \\cup \\{x_-\\}}
+                  \\exp(\\mathrm{sim}(z(x), z(x''))/\\tau)}
+
+    which is what CSI's reference code computes (its ``Supervised_NT_xent``, the SupCon
+    :math:`\\mathcal L_{out}` form); it equals ``"eq7"`` with one positive.
+
+    ``sim`` is the cosine similarity; ``z`` is normalised here again (a no-op on normalised
+    input). Without any anchor the loss is a zero that keeps the graph.
 
     Shapes:
         - z: :math:`(N, D)`
@@ -123,7 +146,14 @@ def contrastive_loss(
     neg_inf = torch.finfo(logits.dtype).min
     lse_pos = torch.logsumexp(logits.masked_fill(~pos, neg_inf), dim=1)
     lse_all = torch.logsumexp(logits.masked_fill(~(pos | neg), neg_inf), dim=1)
-    per_anchor = -(lse_pos - lse_all) / n_pos.clamp(min=1).to(logits.dtype)
+    count = n_pos.clamp(min=1).to(logits.dtype)
+    if form == "eq7":
+        per_anchor = -(lse_pos - lse_all) / count
+    elif form == "mean-log":
+        log_prob = (logits - lse_all[:, None]).masked_fill(~pos, 0.0)
+        per_anchor = -log_prob.sum(dim=1) / count
+    else:
+        raise ValueError(f"unknown form {form!r}")
     return per_anchor[anchors].mean()
 
 
@@ -132,6 +162,7 @@ def crad_loss(
     z_minus: torch.Tensor,
     predicted_anomaly: torch.Tensor,
     temperature: float = 0.5,
+    form: ConForm = "eq7",
 ) -> torch.Tensor:
     """CRAD [FADngs eq. 7-9]: :func:`contrastive_loss` on the views of :func:`crad_views`
     with the pairs of :func:`crad_mask`. Temperature 0.5 as in the paper [FADngs Sec. IV].
@@ -144,7 +175,7 @@ def crad_loss(
     """
     z = crad_views(z_plus, z_minus)
     pos, neg = crad_mask(predicted_anomaly.to(z.device), z_plus.shape[1], z_minus.shape[1])
-    return contrastive_loss(z, pos, neg, temperature)
+    return contrastive_loss(z, pos, neg, temperature, form)
 
 
 def simclr_mask(batch: int, n_views: int) -> tuple[torch.Tensor, torch.Tensor]:

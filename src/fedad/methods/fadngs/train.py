@@ -30,6 +30,7 @@ from fedad.methods.baselines.train import iterate_batches
 from fedad.methods.fadngs.augment import crad_views
 from fedad.methods.fadngs.density import min_mahalanobis
 from fedad.methods.fadngs.losses import (
+    ConForm,
     FifoQueue,
     contrastive_loss,
     crad_loss,
@@ -101,6 +102,7 @@ def _views_loss(
     temperature: float,
     rng: np.random.Generator,
     anomalous: torch.Tensor | None,
+    form: ConForm,
 ) -> torch.Tensor:
     """The contrastive loss of one batch under ``loss``'s pairs (see :mod:`.losses`)."""
     b = batch.shape[0]
@@ -109,7 +111,7 @@ def _views_loss(
         v = plus.shape[1]
         z = enc.project(plus.flatten(0, 1))
         pos, neg = simclr_mask(b, v)
-        return contrastive_loss(z, pos.to(z.device), neg.to(z.device), temperature)
+        return contrastive_loss(z, pos.to(z.device), neg.to(z.device), temperature, form)
     n_p = max(2, n_plus) if loss == "csi" else n_plus
     plus, minus = crad_views(batch, n_p, rng)
     z = enc.project(torch.cat([plus.flatten(0, 1), minus.flatten(0, 1)]))
@@ -118,9 +120,9 @@ def _views_loss(
     if loss == "csi":
         pos, neg = csi_mask(b, n_p, minus.shape[1])
         zz = torch.cat([z_plus.flatten(0, 1), z_minus.flatten(0, 1)])
-        return contrastive_loss(zz, pos.to(z.device), neg.to(z.device), temperature)
+        return contrastive_loss(zz, pos.to(z.device), neg.to(z.device), temperature, form)
     assert anomalous is not None
-    return crad_loss(z_plus, z_minus, anomalous, temperature)
+    return crad_loss(z_plus, z_minus, anomalous, temperature, form)
 
 
 def local_update(
@@ -140,14 +142,17 @@ def local_update(
     momentum: float = 0.9,
     weight_decay: float = 1e-4,
     unit: bool = False,
+    form: ConForm = "eq7",
 ) -> dict[str, float]:
     """LocalUpdate [FADngs Algorithm 1]: train ``enc`` in place; return the last epoch's mean
     ``loss``, the last :math:`\\delta` (``delta``, CRAD only) and the share of predicted
     anomalies (``flagged``).
 
     ``means``/``covs`` (the density set, [FADngs eq. 6]) are needed by ``loss = "crad"``;
-    with ``unit`` the scores use unit-normalised representations (the densities' space when
-    they were released under the Gaussian mechanism, :mod:`.privacy`).
+    ``form``: how eq. 7 combines an anchor's positives (see
+    :func:`~fedad.methods.fadngs.losses.contrastive_loss`). With ``unit`` the scores use
+    unit-normalised representations (the densities' space when they were released under the
+    Gaussian mechanism, :mod:`.privacy`).
     A batch of one sample has no pair to contrast and is skipped.
     """
     if loss == "crad" and (means is None or covs is None):
@@ -172,7 +177,7 @@ def local_update(
                 continue
             batch = xt[torch.from_numpy(idx)].to(device)
             anomalous = None if flags_t is None else flags_t[torch.from_numpy(idx)].to(device)
-            value = _views_loss(enc, batch, loss, n_plus, temperature, rng, anomalous)
+            value = _views_loss(enc, batch, loss, n_plus, temperature, rng, anomalous, form)
             opt.zero_grad(set_to_none=True)
             value.backward()  # type: ignore[no-untyped-call]
             opt.step()

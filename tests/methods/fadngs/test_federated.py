@@ -1,0 +1,186 @@
+"""FADngs's protocol: what each phase sends, SED's queues across rounds, ablations, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fedad.data.types import Federation
+from fedad.errors import ConfigError
+from fedad.fl.algorithm import Setup, build_algorithm
+from fedad.fl.engine import InProcessGrid, RunOutcome, run_inprocess
+from fedad.fl.messages import Message
+from fedad.methods.fadngs.federated import _FADngs
+from tests.conftest import make_federation
+
+FAST = {"width": 4, "proj_dim": 8, "public_n": 8, "distill_batch": 4, "queue_size": 12}
+
+
+def _run(
+    fed: Federation, name: str = "fadngs", rounds: int = 2, seed: int = 3, **params: Any
+) -> tuple[_FADngs, RunOutcome]:
+    setup = Setup(
+        fed.kind, fed.feature_shape, rounds=rounds, seed=seed, contamination=0.1,
+        num_clients=len(fed.clients),
+    )  # fmt: skip
+    algo = build_algorithm(name, {**FAST, **params}, setup)
+    assert isinstance(algo, _FADngs)
+    return algo, run_inprocess(algo, fed, rounds=rounds, seed=seed)
+
+
+@pytest.fixture
+def delivered(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, Message, Message | None]]:
+    """Every (node, message, reply) the in-process grid delivers."""
+    seen: list[tuple[int, Message, Message | None]] = []
+    original = InProcessGrid.send_and_receive
+
+    def record(
+        self: InProcessGrid, messages: Mapping[int, Message], timeout: float | None = None
+    ) -> dict[int, Message]:
+        replies = original(self, messages, timeout)
+        seen.extend((n, m, replies.get(n)) for n, m in messages.items())
+        return replies
+
+    monkeypatch.setattr(InProcessGrid, "send_and_receive", record)
+    return seen
+
+
+def test_density_phase_uploads_only_means_and_covariances(
+    delivered: list[tuple[int, Message, Message | None]],
+) -> None:
+    fed = make_federation("image", clients=3)
+    _, out = _run(fed, rounds=2, warmup_rounds=1, k_c=2)
+    assert out.events == []
+    kinds = [m.kind for _, m, _ in delivered]
+    # round 1 warm-up (train), round 2 density + train, final density, evaluate
+    assert (
+        kinds
+        == ["train"] * 3 + ["density"] * 3 + ["train"] * 3 + ["density"] * 3 + ["evaluate"] * 3
+    )
+    for _, msg, reply in delivered:
+        if msg.kind == "density":
+            assert reply is not None
+            assert set(reply.arrays) == {"means", "covs"}
+            assert reply.arrays["means"].shape == (2, 8)  # K_c = 2 Gaussians
+            assert reply.arrays["covs"].shape == (2, 8, 8)
+        if msg.kind == "train" and not msg.get("warmup", False):
+            # the global density set is the union: 3 clients x 2 Gaussians
+            assert msg.arrays["means"].shape == (6, 8)
+    assert out.history[1]["gaussians"] == 6
+    # the evaluated detectors score with the final union
+    assert out.result.arrays["means"].shape == (6, 8)
+
+
+def test_sed_queues_persist_across_rounds() -> None:
+    fed = make_federation("image", clients=2)
+    algo1, out1 = _run(fed, rounds=1, warmup_rounds=0)
+    algo2, out2 = _run(fed, rounds=2, warmup_rounds=0)
+    assert out1.events == [] and out2.events == []
+    for cid in (0, 1):
+        q1, q2 = algo1.queues[cid].values, algo2.queues[cid].values
+        assert q1.shape == q2.shape == (12, 8)
+        # round 1 pushed 8 teacher representations (two batches of 4) after 4 random
+        # rows; round 2 pushed 8 more: the oldest rows now are round 1's last batch
+        np.testing.assert_array_equal(q2[:4].numpy(), q1[-4:].numpy())
+        assert not np.allclose(q2[4:].numpy(), q1[4:].numpy())
+    assert "sed_loss" in out2.history[1] and np.isfinite(out2.history[1]["sed_loss"])
+
+
+def test_sed_changes_the_fedavg_start() -> None:
+    fed = make_federation("image", clients=3)
+    _, sed = _run(fed, rounds=2, warmup_rounds=0)
+    _, nosed = _run(fed, "fadngs-nosed", rounds=2, warmup_rounds=0)
+    key = "head.net.2.weight"
+    assert not np.allclose(sed.result.arrays[key], nosed.result.arrays[key])
+    assert "sed_loss" not in nosed.history[0]
+
+
+def test_density_none_shares_nothing(
+    delivered: list[tuple[int, Message, Message | None]],
+) -> None:
+    fed = make_federation("image", clients=3)
+    algo, out = _run(fed, "fadngs-nosed", rounds=2, density="none", warmup_rounds=1)
+    assert out.events == [] and algo.personalized
+    for _, msg, reply in delivered:
+        assert msg.kind in ("train", "evaluate")  # no density phase
+        if msg.kind == "train":
+            assert msg.arrays == {} and reply is not None and reply.arrays == {}
+    own = [out.client_states[c]["own/head.net.2.weight"] for c in range(3)]
+    assert not np.array_equal(own[0], own[1])
+    # each client's saved detector: its own model, its own single Gaussian
+    for cid, m in out.evaluations.items():
+        np.testing.assert_array_equal(m.arrays["detector/head.net.2.weight"], own[cid])
+        assert m.arrays["detector/means"].shape == (1, 8)
+
+
+def test_density_local_shares_the_model_not_the_densities(
+    delivered: list[tuple[int, Message, Message | None]],
+) -> None:
+    fed = make_federation("image", clients=3)
+    algo, out = _run(fed, "fadngs-nosed", rounds=2, density="local", warmup_rounds=0)
+    assert out.events == [] and algo.personalized
+    assert all(m.kind != "density" for _, m, _ in delivered)
+    assert all("means" not in m.arrays for _, m, _ in delivered)
+    means = [out.evaluations[c].arrays["detector/means"] for c in range(3)]
+    assert not np.allclose(means[0], means[1])  # each client's own Gaussian
+
+
+def test_same_seed_same_scores_other_seed_other_scores() -> None:
+    fed = make_federation("image")
+    _, a = _run(fed, rounds=2, warmup_rounds=1)
+    _, b = _run(fed, rounds=2, warmup_rounds=1)
+    _, c = _run(fed, rounds=2, warmup_rounds=1, seed=4)
+    for cid in a.evaluations:
+        np.testing.assert_array_equal(a.evaluations[cid].arrays["score"],
+                                      b.evaluations[cid].arrays["score"])  # fmt: skip
+    assert not np.allclose(a.evaluations[0].arrays["score"], c.evaluations[0].arrays["score"])
+
+
+def test_privacy_measure_and_density_dp_in_metrics() -> None:
+    fed = make_federation("image")
+    algo, out = _run(fed, rounds=2, warmup_rounds=0, density_noise=1.0)
+    extra = algo.extra_metrics(out.evaluations)
+    dc = extra["privacy_dcor"]
+    assert set(dc) == {"dcor_shared", "dcor_random", "dcor_shared_u", "dcor_random_u"}
+    assert all(0.0 <= dc[k] <= 1.0 for k in ("dcor_shared", "dcor_random"))
+    dp = extra["density_dp"]
+    assert dp["releases"] == 2 * (2 + 1) and dp["epsilon"] > 0 and np.isfinite(dp["epsilon"])
+    # the densities live on the unit sphere with the mechanism on
+    assert out.result.arrays["means"].shape[1] == 8
+    plain_algo, plain = _run(fed, rounds=2, warmup_rounds=0)
+    assert "density_dp" not in plain_algo.extra_metrics(plain.evaluations)
+    assert "privacy_dcor" in plain_algo.extra_metrics(plain.evaluations)
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "shape", "rounds", "needle"),
+    [
+        ("fadngs", {"density": "local"}, (1, 8, 8), 2, "fadngs-nosed"),
+        ("fadngs-nosed", {"warmup_rounds": 2}, (1, 8, 8), 2, "warmup_rounds"),
+        ("fadngs-nosed", {}, (1, 8, 12), 2, "square"),
+        ("fadngs-nosed", {"density_noise": 1.0, "k_c": 2}, (1, 8, 8), 2, "k_c = 1"),
+        ("fadngs-nosed", {"density_noise": 1.0, "density": "local"}, (1, 8, 8), 2, "shares none"),
+    ],
+)
+def test_config_errors(
+    name: str, params: dict[str, Any], shape: tuple[int, ...], rounds: int, needle: str
+) -> None:
+    setup = Setup("image", shape, rounds=rounds, seed=0, contamination=0.1, num_clients=3)
+    with pytest.raises(ConfigError, match=needle):
+        build_algorithm(name, params, setup)
+
+
+def test_vector_data_is_refused() -> None:
+    setup = Setup("vector", (6,), rounds=2, seed=0, contamination=0.1, num_clients=3)
+    with pytest.raises(ConfigError, match="image"):
+        build_algorithm("fadngs", {}, setup)
+
+
+def test_default_warmup_is_a_fifth_of_the_rounds() -> None:
+    for rounds, want in [(1, 0), (4, 0), (5, 1), (20, 4)]:
+        setup = Setup("image", (1, 8, 8), rounds=rounds, seed=0, contamination=0.1, num_clients=3)
+        algo = build_algorithm("fadngs", {}, setup)
+        assert isinstance(algo, _FADngs) and algo.warmup == want

@@ -1,0 +1,113 @@
+"""FADngs's loops: LocalUpdate's selection [eq. 8], SED's distillation [eq. 11-13]."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fedad.methods.fadngs.density import fit_gaussians
+from fedad.methods.fadngs.losses import FifoQueue
+from fedad.methods.fadngs.model import Encoder
+from fedad.methods.fadngs.train import (
+    cosine_lr,
+    embed,
+    local_update,
+    predicted_anomalies,
+    sed_distill,
+)
+
+
+def _images(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).random((n, 1, 8, 8)).astype(np.float32)
+
+
+def _oriented(n: int, seed: int = 0) -> np.ndarray:
+    """Faint noise with a bright horizontal bar in the top half: rotations are told apart."""
+    rng = np.random.default_rng(seed)
+    x = 0.2 * rng.random((n, 1, 8, 8)).astype(np.float32)
+    for i, row in enumerate(rng.integers(0, 3, size=n)):
+        x[i, 0, row, 1:7] = 1.0
+    return x
+
+
+def _encoder(seed: int = 0) -> Encoder:
+    torch.manual_seed(seed)
+    return Encoder(1, width=4, proj_dim=8)
+
+
+def test_cosine_lr_endpoints() -> None:
+    assert cosine_lr(0.1, 0, 10) == pytest.approx(0.1)
+    assert cosine_lr(0.1, 5, 10) == pytest.approx(0.05)
+    assert cosine_lr(0.1, 10, 10) == pytest.approx(0.0, abs=1e-12)
+    assert cosine_lr(0.1, 0, 1) == 0.1
+
+
+def test_predicted_anomalies_are_the_top_share_under_the_density() -> None:
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(100, 3))
+    z[:5] += 10.0  # five far-away samples
+    means, covs = fit_gaussians(z[5:], np.zeros(95, dtype=np.int64))
+    flags, delta = predicted_anomalies(z, means, covs, 0.95)
+    assert flags.sum() == 5 and flags[:5].all()
+    assert (z[5:] @ np.zeros(3)).shape == (95,) and delta > 0
+
+
+@pytest.mark.parametrize("loss", ["crad", "simclr", "csi"])
+@pytest.mark.parametrize("form", ["eq7", "mean-log"])
+def test_local_update_trains_and_lowers_its_loss(loss: str, form: str) -> None:
+    x = _oriented(32)
+    enc = _encoder()
+    z0 = embed(enc, x)
+    means, covs = fit_gaussians(z0, np.zeros(len(x), dtype=np.int64))
+    lr = 0.5 if (form, loss) == ("eq7", "crad") else 0.05  # eq7 divides CRAD's step by |x+|
+    kw = dict(batch_size=16, lr=lr, loss=loss, means=means, covs=covs, form=form)
+    first = local_update(enc, x, epochs=1, rng=np.random.default_rng(0), **kw)  # type: ignore[arg-type]
+    later = local_update(enc, x, epochs=8, rng=np.random.default_rng(1), **kw)  # type: ignore[arg-type]
+    assert math.isfinite(first["loss"]) and later["loss"] < first["loss"]
+    assert not np.allclose(embed(enc, x), z0)
+    if loss == "crad":
+        assert later["flagged"] == pytest.approx(2 / 32)  # 32 - ceil(0.95 * 32) above delta
+    else:
+        assert "delta" not in later
+
+
+def test_crad_needs_a_density() -> None:
+    with pytest.raises(ValueError, match="density"):
+        local_update(_encoder(), _images(4), epochs=1, batch_size=4, lr=0.1,
+                     rng=np.random.default_rng(0), loss="crad")  # fmt: skip
+
+
+def test_sed_distill_moves_the_student_toward_the_teachers_and_fills_queues() -> None:
+    public = _images(16, seed=5)
+    teachers = [_encoder(1), _encoder(2)]
+    student = _encoder(3)
+    queues = [FifoQueue.random(32, 8, torch.Generator().manual_seed(i)) for i in range(2)]
+    before = [q.values.clone() for q in queues]
+    losses = [
+        sed_distill(
+            student,
+            teachers,
+            queues,
+            [0.5, 0.5],
+            public,
+            epochs=1,
+            batch_size=8,
+            lr=0.1,
+            rng=np.random.default_rng(e),
+        )
+        for e in range(15)
+    ]
+    assert losses[-1] < losses[0]
+    # the last pushes are the teachers' normalised public representations
+    with torch.no_grad():
+        t0 = teachers[0].normalized_projections(torch.from_numpy(public))
+    got = queues[0].values[-16:]
+    assert {tuple(np.round(r, 5)) for r in got.numpy()} == {
+        tuple(np.round(r, 5)) for r in t0.numpy()
+    }
+    assert not torch.equal(queues[1].values, before[1])
+    # teachers are untouched
+    assert all(not p.requires_grad or p.grad is None for t in teachers for p in t.parameters())
