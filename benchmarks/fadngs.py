@@ -1,0 +1,195 @@
+"""FADngs's Table I analog on one federation, and its ablations (Tables III and IV).
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/fadngs.py --suite table1|digits|ablation
+        [--seeds 5] [--jobs 2] [--rounds 10] [--per-client 200] [--work DIR]
+        [--summarise-only]
+
+Every suite is one fedad run with ``seeds = [0, ..., seeds - 1]`` (:func:`fedad.seeds.run_seeds`,
+``--jobs`` worker processes, one torch thread each), every method on the same federation per
+seed: Fashion-MNIST, 10 clients, ``scheme = "dominant"`` (client k holds mostly class
+``normal[k mod 5]``: 90% of its training images), normal classes 0-4 (T-shirt, trouser,
+pullover, dress, coat), 1% contamination spread over the clients, ``--per-client`` training
+images per client, 2,000 test images pooled; each client scores its own local test set.
+
+* ``table1``: test anomalies from the held-out classes 5-9. Methods: ``local`` and
+  ``fedavg`` with ``autoencoder``, ``deepsvdd``, ``contrastive``; ``local`` + ``ocsvm``;
+  ``fadngs-nosed``; ``fadngs``; ``centralized`` + ``contrastive`` (the upper reference that
+  pools the data); ``local`` and ``centralized`` + ``pretrained`` (frozen EfficientNet-Lite0
+  features, k-NN, no training).
+* ``digits``: the same normal data, test anomalies from scikit-learn's digits at 28x28
+  (``anomaly_source = "digits"``), the methods of ``table1``.
+* ``ablation``: Table III (``density = "local"``, ``"none"`` on ``fadngs-nosed``), Table IV
+  (``loss = "csi"``, ``"simclr"``), and eq. 7's other form (``con_form = "mean-log"``) on
+  both variants.
+
+Writes ``benchmarks/results/fadngs_<suite>.json`` (per method: mean and population std over
+seeds of AUROC, AUPR, FE, ME; the mean per-client AUROC; MB per round; seconds; the
+privacy measures) and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedad.config import parse_config, read_toml
+from fedad.seeds import run_seeds
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results"
+
+Method = tuple[str, str, dict[str, Any], str | None]
+"""(label, method name, params, detector)."""
+
+TABLE1: list[Method] = [
+    ("local-ae", "local", {}, "autoencoder"),
+    ("fedavg-ae", "fedavg", {}, "autoencoder"),
+    ("local-deepsvdd", "local", {}, "deepsvdd"),
+    ("fedavg-deepsvdd", "fedavg", {}, "deepsvdd"),
+    ("local-contrastive", "local", {}, "contrastive"),
+    ("fedavg-contrastive", "fedavg", {}, "contrastive"),
+    ("local-ocsvm", "local", {}, "ocsvm"),
+    ("fadngs-nosed", "fadngs-nosed", {}, None),
+    ("fadngs", "fadngs", {}, None),
+    ("centralized-contrastive", "centralized", {}, "contrastive"),
+    ("local-pretrained", "local", {}, "pretrained"),
+    ("centralized-pretrained", "centralized", {}, "pretrained"),
+]
+ABLATION: list[Method] = [
+    ("nosed-density-local", "fadngs-nosed", {"density": "local"}, None),
+    ("nosed-density-none", "fadngs-nosed", {"density": "none"}, None),
+    ("nosed-loss-csi", "fadngs-nosed", {"loss": "csi"}, None),
+    ("nosed-loss-simclr", "fadngs-nosed", {"loss": "simclr"}, None),
+    ("nosed-mean-log", "fadngs-nosed", {"con_form": "mean-log"}, None),
+    ("fadngs-mean-log", "fadngs", {"con_form": "mean-log"}, None),
+]
+KEYS = ("auroc", "aupr", "fe", "me")
+
+
+def _toml(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    return repr(v)
+
+
+def config_text(suite: str, seeds: int, rounds: int, per_client: int) -> str:
+    """The suite's experiment as TOML."""
+    lines = [
+        f"seeds = {list(range(seeds))}",
+        f"rounds = {rounds}",
+        "[data]",
+        'name = "fashion_mnist"',
+        "normal = [0, 1, 2, 3, 4]",
+    ]
+    if suite == "digits":
+        lines += ["anomaly = []", 'anomaly_source = "digits"', "size = 28"]
+    else:
+        lines += ["anomaly = [5, 6, 7, 8, 9]"]
+    lines += [
+        f"max_train_per_client = {per_client}",
+        "max_test = 2000",
+        "[partition]",
+        'scheme = "dominant"',
+        "clients = 10",
+        "contamination = 0.01",
+    ]
+    for label, name, params, detector in ABLATION if suite == "ablation" else TABLE1:
+        lines += ["[[methods]]", f'name = "{name}"', f'label = "{label}"']
+        if detector:
+            lines.append(f'detector = "{detector}"')
+        if params:
+            body = ", ".join(f"{k} = {_toml(v)}" for k, v in params.items())
+            lines.append("params = {" + body + "}")
+    return "\n".join(lines) + "\n"
+
+
+def summarise(run: Path) -> dict[str, Any]:
+    """Per method, over the seeds finished in ``run``: mean and population std of each of
+    :data:`KEYS`, the mean per-client AUROC, MB per round, seconds, privacy measures."""
+    per_seed = [
+        json.loads(f.read_text(encoding="utf-8"))["methods"]
+        for f in sorted(run.glob("seed-*/metrics.json"))
+    ]
+    labels = list(per_seed[0]) if per_seed else []
+    out: dict[str, Any] = {}
+    for label in labels:
+        ms = [m[label] for m in per_seed if isinstance(m.get(label), dict)]
+        row: dict[str, Any] = {"seeds": len(ms)}
+        for key in KEYS:
+            vals = [float(m[key]) for m in ms if m.get(key) is not None]
+            row[key] = float(np.mean(vals)) if vals else None
+            row[f"{key}_std"] = float(np.std(vals)) if vals else None
+        row["auroc_per_seed"] = [m.get("auroc") for m in ms]
+        client_means = [
+            np.mean([r["auroc"] for r in m.get("per_client", []) if r.get("auroc") is not None])
+            for m in ms
+        ]
+        row["client_auroc"] = float(np.mean(client_means)) if client_means else None
+        per_round = [(m["bytes_up"] + m["bytes_down"]) / max(m["rounds"], 1) / 1e6 for m in ms]
+        row["mb_per_round"] = float(np.mean(per_round)) if per_round else None
+        row["seconds"] = float(np.mean([m["seconds"] for m in ms])) if ms else None
+        dcor = [m["privacy_dcor"] for m in ms if isinstance(m.get("privacy_dcor"), dict)]
+        if dcor:
+            row["privacy_dcor"] = {k: float(np.mean([d[k] for d in dcor])) for k in dcor[0]}
+        out[label] = row
+    return out
+
+
+def _pm(r: dict[str, Any], key: str) -> str:
+    if r.get(key) is None:
+        return "–"
+    return f"{r[key]:.3f} ± {r[f'{key}_std']:.3f}"
+
+
+def table(rows: dict[str, Any]) -> str:
+    """Markdown: one row per method."""
+    lines = [
+        "| method | FE ↓ | ME ↓ | AUROC ↑ | AUPR ↑ | client AUROC | MB / round | s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, r in rows.items():
+        lines.append(
+            f"| {label} | {_pm(r, 'fe')} | {_pm(r, 'me')} | {_pm(r, 'auroc')} | "
+            f"{_pm(r, 'aupr')} | {r['client_auroc']:.3f} | {r['mb_per_round']:.2f} | "
+            f"{r['seconds']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", choices=["table1", "digits", "ablation"], required=True)
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--per-client", type=int, default=200)
+    ap.add_argument("--work", type=Path, default=None, help="keep (and resume) the run here")
+    ap.add_argument("--summarise-only", action="store_true",
+                    help="do not run: summarise the seeds already finished in --work")  # fmt: skip
+    args = ap.parse_args()
+
+    text = config_text(args.suite, args.seeds, args.rounds, args.per_client)
+    with tempfile.TemporaryDirectory(prefix="fedad-fadngs-") as tmp:
+        work = args.work or Path(tmp) / "run"
+        cfg_path = Path(tmp) / "config.toml"
+        cfg_path.write_text(text, encoding="utf-8")
+        cfg = parse_config(read_toml(cfg_path))
+        if not args.summarise_only:
+            run_seeds(cfg, work, jobs=args.jobs, resume=work.exists())
+        rows = summarise(work)
+    OUT.mkdir(parents=True, exist_ok=True)
+    result = {"suite": args.suite, "config": text, "methods": rows}
+    (OUT / f"fadngs_{args.suite}.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(f"```toml\n{text}```\n")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
