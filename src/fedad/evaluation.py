@@ -43,6 +43,8 @@ log = logging.getLogger("fedad")
 
 __all__ = [
     "COST_COLUMNS",
+    "EMBED_CAP",
+    "EMBED_PER_CLIENT",
     "IMAGE",
     "MAPS_CAP",
     "NORMAL_POSITIVE",
@@ -52,6 +54,8 @@ __all__ = [
     "Pooled",
     "column_spec",
     "columns_of",
+    "embedding_indices",
+    "embedding_sample",
     "families_for",
     "known_families",
     "map_sample",
@@ -589,4 +593,93 @@ def map_sample(
         "label": ev.label[take].astype(np.int64),
         "client": ev.client[take].astype(np.int64),
         "index": local[take].astype(np.int64),
+    }
+
+
+# -- representations for the report's t-SNE ---------------------------------------------------
+
+EMBED_PER_CLIENT = 200
+"""At most this many test samples per client are represented in an evaluate reply."""
+EMBED_CAP = 2000
+"""At most this many represented test samples per method are kept in ``embeddings.npz``."""
+
+
+def embedding_indices(label: np.ndarray, cap: int = EMBED_PER_CLIENT) -> np.ndarray:
+    """Positions (sorted, int64) of the test samples a client represents: at most ``cap``,
+    half of them anomalous when there are enough (:func:`sample_indices`: evenly spaced
+    within each class, so both classes are kept). Depends only on the labels."""
+    return sample_indices(label, cap, cap // 2).astype(np.int64)
+
+
+def _reply_embedding(cid: int, reply: Message) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(embedding, index)`` of one reply when both are present and consistent with its
+    scores; ``None`` (with a warning when they are present but wrong) otherwise."""
+    a = reply.arrays
+    if "embedding" not in a or "embedding_index" not in a:
+        return None
+    z, idx = np.asarray(a["embedding"]), np.asarray(a["embedding_index"])
+    n = len(np.asarray(a["score"]).reshape(-1))
+    ok = (
+        z.ndim == 2
+        and z.shape[1] >= 1
+        and idx.ndim == 1
+        and len(idx) == len(z)
+        and np.issubdtype(z.dtype, np.floating)
+        and np.issubdtype(idx.dtype, np.integer)
+        and bool(np.all((idx >= 0) & (idx < n)))
+        and len(np.unique(idx)) == len(idx)
+    )
+    if not ok:
+        log.warning(
+            "client %s's embedding (%s, indices %s) does not fit its %s test scores: left out",
+            cid,
+            z.shape,
+            idx.shape,
+            n,
+        )
+        return None
+    return z, idx.astype(np.int64)
+
+
+def embedding_sample(ev: Pooled, cap: int = EMBED_CAP) -> dict[str, np.ndarray]:
+    """A capped, pooled sample of one method's test-sample representations for
+    ``embeddings.npz``, or ``{}`` when no reply carries any.
+
+    A reply's ``embedding`` ``(n, D)`` holds the representations of its test samples at
+    ``embedding_index`` (:meth:`fedad.fl.algorithm.Algorithm.client_evaluate`). Replies whose
+    arrays do not fit (or whose ``D`` differs from the first one's) are left out with a
+    warning. At most ``cap`` rows are kept (:func:`sample_indices` over the pooled labels,
+    half anomalous when there are enough). Arrays: ``embedding`` float32 ``(n, D)``,
+    ``label`` int64, ``client`` int64, ``index`` (position in the client's test set) int64
+    and ``score`` float64, all aligned row by row.
+    """
+    zs, labels, clients, indices, scores = [], [], [], [], []
+    dim: int | None = None
+    for cid in sorted(ev.replies):
+        reply = ev.replies[cid]
+        got = _reply_embedding(cid, reply)
+        if got is None:
+            continue
+        z, idx = got
+        if dim is not None and z.shape[1] != dim:
+            log.warning(
+                "client %s's embedding has %s columns, not %s: left out", cid, z.shape[1], dim
+            )
+            continue
+        dim = z.shape[1]
+        zs.append(z.astype(np.float32))
+        labels.append(np.asarray(reply.arrays["label"]).reshape(-1)[idx].astype(np.int64))
+        scores.append(np.asarray(reply.arrays["score"], np.float64).reshape(-1)[idx])
+        clients.append(np.full(len(idx), cid, dtype=np.int64))
+        indices.append(idx)
+    if not zs:
+        return {}
+    label = np.concatenate(labels)
+    take = sample_indices(label, cap, cap // 2)
+    return {
+        "embedding": np.concatenate(zs)[take],
+        "label": label[take],
+        "client": np.concatenate(clients)[take],
+        "index": np.concatenate(indices)[take],
+        "score": np.concatenate(scores)[take],
     }

@@ -5,7 +5,8 @@ other files or another run, locked while the run writes), builds the federation 
 validates every method before training any, runs each on the configured engine, evaluates
 each client's final (last-round) detector on its local test set with a threshold from
 training data, and writes ``config.toml``, ``metrics.json``, ``history.csv``,
-``scores.npz``, ``maps.npz`` (methods with anomaly maps only), ``checkpoints/`` and
+``scores.npz``, ``maps.npz`` (methods with anomaly maps only), ``embeddings.npz``
+(methods whose detector has ``represent`` only), ``checkpoints/`` and
 ``report.html``. Which metrics: every metric family that applies to a method
 (:mod:`fedad.evaluation`). The standard files are rewritten
 (atomically) as each method finishes, so an interruption or a later error keeps what was
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from fedad import outdir
 from fedad.config import ExperimentConfig, dump_toml
 from fedad.data.federation import build_federation, plan_federation
 from fedad.data.types import Federation
@@ -37,6 +39,7 @@ from fedad.evaluation import (
     BUILTIN,
     MetricFamily,
     Pooled,
+    embedding_sample,
     evaluate_replies,
     families_for,
     map_sample,
@@ -164,6 +167,16 @@ def _clean(v: Any) -> Any:
 
 MAPS_PREFIX = "maps:"
 """Arrays of a method's :class:`~fedad.outdir.Done` that go to ``maps.npz`` (not scores.npz)."""
+EMBED_PREFIX = "embeddings:"
+"""Arrays of a method's :class:`~fedad.outdir.Done` that go to ``embeddings.npz``."""
+EMBEDDINGS_FILE = "embeddings.npz"
+
+
+def embeddings_known() -> bool:
+    """Whether :mod:`fedad.outdir` lists ``embeddings.npz`` among a run's files: only then is
+    it written, since a file it does not know would make ``--force`` and ``--resume``
+    refuse the directory as holding someone else's files."""
+    return EMBEDDINGS_FILE in outdir.OUTPUTS
 
 
 def summarize(
@@ -178,7 +191,9 @@ def summarize(
     family by family. With ``fed`` (the federation the method ran on) and anomaly maps in
     the replies, the arrays also hold a capped sample of maps with their test images for
     ``maps.npz`` (keys ``maps:LABEL/...``, a prefix no label can have;
-    :func:`fedad.evaluation.map_sample`).
+    :func:`fedad.evaluation.map_sample`). With representations in the replies (a detector
+    with ``represent``), a capped sample of them for ``embeddings.npz`` (keys
+    ``embeddings:LABEL/...``; :func:`fedad.evaluation.embedding_sample`).
     """
     ids = sorted(outcome.evaluations)
     ev = [outcome.evaluations[i] for i in ids]
@@ -233,6 +248,8 @@ def summarize(
         images = {c.client_id: c.x_test for c in fed.clients}
         sample = map_sample(pooled_ev, images)
         arrays.update({f"{MAPS_PREFIX}{label}/{k}": v for k, v in sample.items()})
+    embedded = embedding_sample(pooled_ev)
+    arrays.update({f"{EMBED_PREFIX}{label}/{k}": v for k, v in embedded.items()})
     return _clean(metrics), arrays
 
 
@@ -339,7 +356,8 @@ def write_outputs(
     families: Sequence[MetricFamily] = BUILTIN,
 ) -> dict[str, Any]:
     """Write ``metrics.json``, ``history.csv``, ``scores.npz`` (and ``maps.npz`` when some
-    method has anomaly maps) from the methods done so far.
+    method has anomaly maps, ``embeddings.npz`` when some method has representations) from
+    the methods done so far.
 
     Methods appear in config order. ``experiment.status`` is ``"complete"`` once every
     method is done, else ``"partial"`` with the missing ones in ``experiment.pending``.
@@ -363,15 +381,20 @@ def write_outputs(
     }
     arrays: dict[str, np.ndarray] = {}
     maps: dict[str, np.ndarray] = {}
+    embeds: dict[str, np.ndarray] = {}
     for lab in finished:
         for k, v in done[lab].arrays.items():
             if k.startswith(MAPS_PREFIX):
                 maps[k.removeprefix(MAPS_PREFIX)] = v
+            elif k.startswith(EMBED_PREFIX):
+                embeds[k.removeprefix(EMBED_PREFIX)] = v
             else:
                 arrays[k] = v
     write_npz(out / "scores.npz", arrays, compressed=True)
     if maps:
         write_npz(out / "maps.npz", maps, compressed=True)
+    if embeds and embeddings_known():
+        write_npz(out / EMBEDDINGS_FILE, embeds, compressed=True)
     write_history(out / "history.csv", [row for lab in finished for row in done[lab].history])
     write_text(out / "metrics.json", json.dumps(_clean(data), indent=2))
     return data

@@ -125,7 +125,7 @@ def test_full_report(tmp_path: Path) -> None:
     assert text.startswith("<!DOCTYPE html>")
     for lab in LABELS:
         assert lab in text
-    assert _check_pngs(text) == 5  # ROC, histograms, loss, bytes, per-client
+    assert _check_pngs(text) == 6  # ROC, histograms, score boxes, loss, bytes, per-client
     assert 'class="per-client"' in text
     assert "mean over clients" in text
     assert "fashion_mnist" in text and "dirichlet" in text
@@ -154,7 +154,7 @@ def test_null_metrics_and_no_history(tmp_path: Path) -> None:
     assert "–" in text
     assert "no history.csv" in text
     # ROC, histograms and per-client AUROC still drawn; loss and bytes are not
-    assert _check_pngs(text) == 3
+    assert _check_pngs(text) == 4  # ROC, histograms, score boxes, per-client
 
 
 def test_empty_history_missing_scores_and_config(tmp_path: Path) -> None:
@@ -174,7 +174,7 @@ def test_one_method_without_scores_and_one_class(tmp_path: Path) -> None:
     np.savez(run / "scores.npz", **{f"{LABELS[0]}/{k}": v for k, v in arrays.items()})
     text = write_report(run).read_text(encoding="utf-8")
     assert f"{LABELS[1]}: no test scores" in text
-    assert _check_pngs(text) == 5
+    assert _check_pngs(text) == 6  # the score boxes too
 
 
 def test_per_client_computed_from_scores_when_missing(tmp_path: Path) -> None:

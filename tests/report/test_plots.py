@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 
 import numpy as np
+import pytest
 from matplotlib.figure import Figure
 
 from fedad.report import plots
@@ -93,3 +94,47 @@ def test_anomaly_map_figure() -> None:
     rgb = rng.normal(size=(2, 3, 8, 8))  # standardised, outside [0, 1]
     _png_ok(plots.anomaly_map_figure(rgb, maps[:2], masks[:2], [0.1, np.inf], [1, 0]))
     _png_ok(plots.anomaly_map_figure(np.zeros((0, 1, 8, 8)), [], [], [], []))
+
+
+def test_score_boxes_two_clients_one_class_and_nan() -> None:
+    y = np.array([0, 0, 1, 1, 0, 0, 0])
+    s = np.array([0.1, 0.2, 2.0, np.nan, 0.3, 0.4, 0.2])
+    c = np.array([0, 0, 0, 0, 1, 1, 1])  # client 1: normal samples only
+    fig = plots.score_boxes_figure({"m": (y, s, c), "other": (y, s * 10, c)})
+    _png_ok(fig)
+    ax = fig.axes[0]
+    assert "1 non-finite" in ax.get_title()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["normal", "anomaly"]
+    # three boxes: client 0 normal and anomaly, client 1 normal only
+    assert len(ax.patches) == 3
+
+
+def test_score_boxes_caps_clients_and_uses_symlog_for_heavy_tails() -> None:
+    rng = np.random.default_rng(0)
+    c = np.repeat(np.arange(30), 10)
+    y = np.tile([0] * 8 + [1] * 2, 30)
+    s = rng.normal(size=300)
+    s[::37] = 1e6
+    fig = plots.score_boxes_figure({"m": (y, s, c)}, max_clients=20)
+    ax = fig.axes[0]
+    assert len(ax.get_xticklabels()) == 20
+    assert ax.get_yscale() == "symlog" and "symlog" in ax.get_ylabel()
+    _png_ok(plots.score_boxes_figure({}))
+    _png_ok(plots.score_boxes_figure({"nan": (np.array([0]), np.array([np.nan]), np.array([0]))}))
+
+
+def test_tsne_coordinates_and_figure() -> None:
+    rng = np.random.default_rng(0)
+    z = np.vstack([rng.normal(size=(20, 6)), rng.normal(size=(10, 6)) + 5])
+    y = np.array([0] * 20 + [1] * 10)
+    c = np.arange(30) % 3
+    xy = plots.tsne_coordinates(z, seed=0)
+    assert xy.shape == (30, 2)
+    np.testing.assert_array_equal(xy, plots.tsne_coordinates(z, seed=0))
+    assert plots.tsne_coordinates(z[:6]).shape == (6, 2)  # small sample: perplexity adapted
+    assert plots.tsne_coordinates(z[:6, :1]).shape == (6, 2)  # one column
+    _png_ok(plots.tsne_figure(xy, y, c))
+    _png_ok(plots.tsne_figure(xy[:20], y[:20], c[:20]))  # normal only
+    with pytest.raises(ValueError, match="at least 5"):
+        plots.tsne_coordinates(z[:4])

@@ -16,6 +16,7 @@ Which metrics are computed from the replies: :mod:`fedad.evaluation` (metric fam
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fedad.data.types import ClientData, DataKind
 from fedad.detector import BaseDetector, Localizer, flag, localizes, quantile_threshold
 from fedad.errors import ConfigError
-from fedad.evaluation import NORMAL_POSITIVE, MetricFamily
+from fedad.evaluation import NORMAL_POSITIVE, MetricFamily, embedding_indices
 from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message, prefixed
 
@@ -35,6 +36,8 @@ ClientState = dict[str, np.ndarray]
 Handler = Callable[[ClientState, ClientData, Message], Message]
 
 EVALUATE = "evaluate"
+
+log = logging.getLogger("fedad")
 
 
 class Params(BaseModel):
@@ -187,7 +190,9 @@ class Algorithm(ABC):
         sample; when the detector localises (:func:`fedad.detector.localizes`) and the
         client's test images have masks (``data.mask_test``), also ``map``, the detector's
         ``score_maps`` as float32 ``(N, H, W)``, and ``mask``, the masks as uint8: the
-        pixel-level metrics come from those. Otherwise the reply is as it always was.
+        pixel-level metrics come from those. When the detector has ``represent(x) -> (N, D)``
+        (e.g. FADngs's :math:`z(x)`), also ``embedding`` and ``embedding_index``
+        (:meth:`embeddings`), for the report's t-SNE. Otherwise the reply is as it always was.
         """
         det = self.client_detector(state, data, msg)
         # a graph method's detector scores a GraphSet; BaseDetector is typed for arrays
@@ -205,6 +210,8 @@ class Algorithm(ABC):
         }
         if data.mask_test is not None and localizes(det):
             arrays.update(self.anomaly_maps(det, data))
+        if callable(getattr(det, "represent", None)):
+            arrays.update(self.embeddings(det, data))
         if self.personalized:
             arrays.update(prefixed(det.get_arrays(), "detector"))
         return Message(
@@ -227,6 +234,32 @@ class Algorithm(ABC):
                 "images' resolution)"
             )
         return {"map": maps, "mask": mask}
+
+    def embeddings(self, det: BaseDetector, data: ClientData) -> dict[str, np.ndarray]:
+        """``{"embedding", "embedding_index"}``: ``det.represent`` of a bounded sample of the
+        client's test samples as float32 ``(n, D)``, and their positions in the test set
+        (int64, sorted; :func:`fedad.evaluation.embedding_indices`: at most 200, both classes
+        kept, chosen from the labels only, so the same samples every time). Only for the
+        report's figure: a detector whose ``represent`` fails or gives no finite ``(n, D)``
+        array costs the figure (a warning), never the evaluation; ``{}`` then."""
+        take = embedding_indices(data.y_test)
+        if len(take) == 0:
+            return {}
+        try:
+            x = cast(np.ndarray, data.x_test)[take]
+            z = np.asarray(det.represent(x), dtype=np.float32)  # type: ignore[attr-defined]
+        except Exception as err:  # a figure's input: never worth a failed evaluation
+            log.warning("%s.represent failed (%s): no embedding", type(det).__name__, err)
+            return {}
+        if z.ndim != 2 or len(z) != len(take) or not np.all(np.isfinite(z)):
+            log.warning(
+                "%s.represent gave %s for %d samples (need finite (n, D)): no embedding",
+                type(det).__name__,
+                z.shape,
+                len(take),
+            )
+            return {}
+        return {"embedding": z, "embedding_index": take}
 
     def extra_metrics(self, evaluations: dict[int, Message]) -> dict[str, Any]:
         """Method-specific entries for metrics.json (from the evaluate replies)."""

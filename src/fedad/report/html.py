@@ -1,10 +1,12 @@
 """A single self-contained HTML report of a run directory.
 
 :func:`write_report` reads ``metrics.json`` (required), ``history.csv``, ``scores.npz``,
-``maps.npz`` and ``config.toml`` (all optional) and writes ``report.html`` next to them:
-experiment facts, a summary table, a table per method-declared metric family, the figures
-of :mod:`fedad.report.plots` embedded as base64 PNG (anomaly-map overlays among them when
-the run kept maps), a per-client table, the evaluation protocol and the resolved config.
+``maps.npz``, ``embeddings.npz`` and ``config.toml`` (all optional) and writes
+``report.html`` next to them: experiment facts, a summary table, a table per method-declared
+metric family, the figures of :mod:`fedad.report.plots` embedded as base64 PNG (per-client
+score boxes; anomaly-map overlays when the run kept maps; t-SNE maps of the test samples'
+representations when it kept those), a per-client table, the evaluation protocol and the
+resolved config.
 Which metric columns the tables show comes from metrics.json's ``columns``
 (:func:`fedad.evaluation.columns_of`), their headers and formats from
 :func:`fedad.evaluation.column_spec`. The page has no external CSS, JS or
@@ -38,9 +40,11 @@ from fedad.evaluation import (
 from fedad.metrics import evaluate_clients
 from fedad.report import plots
 from fedad.report.rundir import (
+    MethodEmbedding,
     MethodMaps,
     MethodScores,
     read_config_text,
+    read_embeddings,
     read_history,
     read_maps,
     read_metrics,
@@ -436,6 +440,10 @@ def _figures_section(
     several: bool = False,
 ) -> str:
     pairs = {lab: (ms.label, ms.score) for lab, ms in scores.items()}
+    by_client = {
+        lab: (ms.label, ms.score, ms.client) for lab, ms in scores.items() if ms.client is not None
+    }
+    boxed = max((len(np.unique(c)) for _, _, c in by_client.values()), default=0)
     thresholds = {lab: _threshold(entries.get(lab, {})) for lab in pairs}
     has_loss = any(
         "loss" in table and any(math.isfinite(v) for v in table["loss"])
@@ -467,6 +475,22 @@ def _figures_section(
             "Test-score distributions of normal and anomalous samples (each normalised to unit "
             "area); the dashed line is the method's threshold (pooled, or the mean of the "
             "clients' thresholds), fixed on training data.",
+        ),
+        (
+            bool(by_client),
+            "Scores per client",
+            lambda: plots.score_boxes_figure(by_client, BOX_CLIENTS),
+            "Each client's test scores with its final detector (as in FADngs's Fig. 8): per "
+            "client a box of its normal test samples' scores and one of its anomalous ones "
+            "(quartiles, median as the black line, whiskers at 1.5 IQR); one panel per method, "
+            "all clients on one score axis. A panel whose scores span more than 50 times their "
+            "interquartile range has a symmetric-log axis (its y label says so); non-finite "
+            "scores are left out."
+            + (
+                f" Only the first {BOX_CLIENTS} of {boxed} clients are drawn."
+                if boxed > BOX_CLIENTS
+                else ""
+            ),
         ),
         (
             has_loss,
@@ -502,7 +526,7 @@ def _figures_section(
         specs = [
             (a, f"{t} (mean over seeds)", m, c)
             for a, t, m, c in specs
-            if t not in ("ROC curves", "Score histograms", "Per-client AUROC")
+            if t not in ("ROC curves", "Score histograms", "Scores per client", "Per-client AUROC")
         ]
         parts.append(
             '<p class="muted">ROC curves, score histograms and per-client metrics are in each '
@@ -518,6 +542,52 @@ def _figures_section(
         except Exception as exc:  # a broken figure must not cost the rest of the report
             notes.append(f"figure '{title}' could not be drawn: {type(exc).__name__}: {exc}")
             parts.append('<p class="muted">Could not be drawn (see notes).</p>')
+    return "".join(parts)
+
+
+BOX_CLIENTS = 20
+"""At most this many clients per method in the per-client score box plots."""
+
+
+def _read_embeddings(run: Path, labels: list[str], notes: list[str]) -> dict[str, MethodEmbedding]:
+    """``embeddings.npz``'s samples; a damaged file is a note, and the report goes on."""
+    try:
+        return read_embeddings(run / "embeddings.npz", labels)
+    except FedadError as err:
+        notes.append(f"embeddings.npz left out: {err}")
+        return {}
+
+
+def _embedding_section(embeds: Mapping[str, MethodEmbedding], notes: list[str]) -> str:
+    """t-SNE of each method's test-sample representations (from ``embeddings.npz``)."""
+    if not embeds:
+        return ""
+    parts = [
+        "<h2>Representations (t-SNE)</h2>"
+        '<p class="muted">For methods whose detector represents samples (e.g. FADngs\'s '
+        "projection z(x), on which its score is computed), each client's final detector "
+        "represented a sample of its own test set (at most 200 per client, half anomalous "
+        "when there are enough), and the run kept at most 2,000 of them per method. The "
+        "t-SNE (scikit-learn, seeded, PCA initialisation) is of those samples only, after "
+        "FADngs's Fig. 6 and 7: left the normal ones coloured by client, right normal against "
+        "anomalous. Distances between clusters in a t-SNE map mean little; neighbourhoods "
+        "do.</p>"
+    ]
+    for label, e in embeds.items():
+        title = f"t-SNE: {label}"
+        try:
+            coords = plots.tsne_coordinates(e.embedding)
+            fig = plots.tsne_figure(coords, e.label, e.client)
+            n_anom = int((e.label == 1).sum())
+            caption = (
+                f"t-SNE of the {e.embedding.shape[1]}-dimensional representations of "
+                f"{len(e.label)} test samples of {label} ({len(e.label) - n_anom} normal, "
+                f"{n_anom} anomalous, from {len(np.unique(e.client))} clients)."
+            )
+            parts.append(f"<h3>{_e(label)}</h3>")
+            parts.append(_figure_html(fig, title, caption))
+        except Exception as exc:  # a broken figure must not cost the rest of the report
+            notes.append(f"figure '{title}' could not be drawn: {type(exc).__name__}: {exc}")
     return "".join(parts)
 
 
@@ -579,6 +649,7 @@ def render_report(run_dir: str | Path) -> str:
         notes.append("no scores.npz: ROC curves and histograms are left out")
     per_client = _per_client(entries, scores)
     maps = _read_maps(run, list(entries), notes)
+    embeds = _read_embeddings(run, list(entries), notes)
     groups = columns_of(metrics)
     summary = [column_spec(k) for k in groups[SUMMARY]]
     config = read_config_text(run / "config.toml")
@@ -604,6 +675,7 @@ def render_report(run_dir: str | Path) -> str:
         _family_sections(entries, groups),
         _figures_section(entries, scores, history, per_client, notes, several),
         _maps_section(maps, notes),
+        _embedding_section(embeds, notes),
         "" if several else _per_client_section(per_client, groups.get(PER_CLIENT, [])),
         f'<h2>Evaluation protocol</h2><p class="note">{_e(PROTOCOL_NOTE)}</p>',
     ]

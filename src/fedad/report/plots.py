@@ -18,6 +18,7 @@ from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import EngFormatter, MaxNLocator
 from numpy.typing import ArrayLike, NDArray
 
@@ -30,7 +31,10 @@ __all__ = [
     "loss_figure",
     "per_client_auroc_figure",
     "roc_figure",
+    "score_boxes_figure",
     "score_histograms",
+    "tsne_coordinates",
+    "tsne_figure",
 ]
 
 #: ``history[method][column]``: one float per round (``nan`` = missing), see ``rundir.History``.
@@ -148,6 +152,153 @@ def score_histograms(
         ax.legend(fontsize="x-small")
     for ax in flat[len(scores) :]:
         ax.set_visible(False)
+    return fig
+
+
+def _symlog_needed(values: NDArray[np.float64]) -> tuple[bool, float]:
+    """Whether scores are so heavy-tailed that a linear axis squashes most boxes: the whole
+    range is more than 50 times the middle half's (pooled over clients). Also a linear
+    threshold for ``symlog``: the interquartile range, or 1 if that is 0."""
+    if values.size < 4:
+        return False, 1.0
+    q1, q3 = np.percentile(values, [25, 75])
+    iqr = float(q3 - q1)
+    spread = float(values.max() - values.min())
+    return spread > 50.0 * iqr if iqr > 0 else spread > 0, iqr if iqr > 0 else 1.0
+
+
+def score_boxes_figure(
+    scores: Mapping[str, tuple[ArrayLike, ArrayLike, ArrayLike]], max_clients: int = 20
+) -> Figure:
+    """Per-client box plots of test scores, normal and anomalous side by side, one panel per
+    method (stacked), after FADngs's Fig. 8.
+
+    ``scores[label] = (y, s, client)``: 0/1 labels, scores and each sample's client id.
+    Per client (the first ``max_clients`` ids in order) a box of its normal test scores and
+    one of its anomalous ones (boxes: quartiles, the black line the median, whiskers 1.5
+    IQR, outliers as dots). Non-finite scores are left out (their count is in the panel's
+    title); a client with one class only has one box. A panel whose scores span more than
+    50 times their interquartile range uses a symmetric-log y axis (its label says so).
+    """
+    n = max(len(scores), 1)
+    clients_of = {
+        lab: np.unique(np.asarray(c).reshape(-1))[:max_clients] for lab, (_, _, c) in scores.items()
+    }
+    widest = max((len(c) for c in clients_of.values()), default=1)
+    fig = _new_figure(max(6.0, 0.6 * widest + 2.0), 2.9 * n + 0.3)
+    axes = fig.subplots(n, 1, squeeze=False)[:, 0]
+    if not scores:
+        _empty(axes[0], "no test scores")
+        return fig
+    for ax, (label, (y, s, c)) in zip(axes, scores.items(), strict=False):
+        yy = np.asarray(y).reshape(-1)
+        ss = np.asarray(s, dtype=np.float64).reshape(-1)
+        cc = np.asarray(c).reshape(-1)
+        finite = np.isfinite(ss)
+        dropped = int((~finite).sum())
+        yy, ss, cc = yy[finite], ss[finite], cc[finite]
+        clients = clients_of[label]
+        shown = np.isin(cc, clients)
+        title = label + (f" ({dropped} non-finite score(s) left out)" if dropped else "")
+        ax.set_title(title, fontsize="medium")
+        if not shown.any():
+            _empty(ax, "no finite scores")
+            continue
+        drawn_kinds: set[int] = set()
+        for j, cid in enumerate(clients):
+            for cls, offset, color in ((0, -0.2, _NORMAL_COLOR), (1, 0.2, _ANOMALY_COLOR)):
+                part = ss[(cc == cid) & (yy == cls)]
+                if part.size == 0:
+                    continue
+                ax.boxplot(
+                    part,
+                    positions=[j + offset],
+                    widths=0.34,
+                    patch_artist=True,
+                    boxprops={"facecolor": color, "alpha": 0.75, "edgecolor": "0.25"},
+                    medianprops={"color": "black", "linewidth": 1.6},
+                    whiskerprops={"color": "0.35"},
+                    capprops={"color": "0.35"},
+                    flierprops={"marker": ".", "markersize": 2.5, "markeredgecolor": color},
+                    manage_ticks=False,
+                )
+                drawn_kinds.add(cls)
+        log_axis, linthresh = _symlog_needed(ss[shown])
+        if log_axis:
+            ax.set_yscale("symlog", linthresh=linthresh)
+        ax.set_ylabel("score (symlog)" if log_axis else "score")
+        ax.set_xticks(np.arange(len(clients)), [str(int(k)) for k in clients])
+        ax.set_xlim(-0.6, len(clients) - 0.4)
+        ax.set_xlabel("client")
+        handles = [
+            Patch(facecolor=color, alpha=0.75, edgecolor="0.25", label=name)
+            for cls, name, color in ((0, "normal", _NORMAL_COLOR), (1, "anomaly", _ANOMALY_COLOR))
+            if cls in drawn_kinds
+        ]
+        ax.legend(handles=handles, fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def tsne_coordinates(z: ArrayLike, seed: int = 0) -> NDArray[np.float64]:
+    """2-d t-SNE (scikit-learn, ``random_state = seed``, PCA initialisation) of the rows of
+    ``z`` ``(n, D)``; perplexity ``min(30, (n - 1) / 3)`` (at least 2), so that small samples
+    work. ``ValueError`` for fewer than 5 rows."""
+    from sklearn.manifold import TSNE
+
+    x = np.asarray(z, dtype=np.float64)
+    if x.ndim != 2 or len(x) < 5:
+        raise ValueError(f"t-SNE needs at least 5 rows of (n, D), got {x.shape}")
+    if x.shape[1] < 2:
+        x = np.hstack([x, np.zeros_like(x)])
+    perplexity = float(max(2.0, min(30.0, (len(x) - 1) / 3.0)))
+    tsne = TSNE(
+        n_components=2, perplexity=perplexity, init="pca", learning_rate="auto", random_state=seed
+    )
+    out: NDArray[np.float64] = np.asarray(tsne.fit_transform(x), dtype=np.float64)
+    return out
+
+
+def tsne_figure(
+    coords: ArrayLike, labels: ArrayLike, clients: ArrayLike, title: str = ""
+) -> Figure:
+    """Two t-SNE panels of the same points ``coords`` ``(n, 2)``: left the normal samples
+    coloured by client (after FADngs's Fig. 6; anomalies in light grey), right all samples,
+    normal against anomalous (Fig. 7). ``labels`` 0/1, ``clients`` the samples' client ids."""
+    xy = np.asarray(coords, dtype=np.float64)
+    y = np.asarray(labels).reshape(-1)
+    c = np.asarray(clients).reshape(-1)
+    fig = _new_figure(11.0, 4.8)
+    left, right = fig.subplots(1, 2)
+    for ax in (left, right):
+        ax.set_xticks([])
+        ax.set_yticks([])
+    normal = y != 1
+    if (~normal).any():  # context: where the anomalies lie, in light grey
+        left.scatter(*xy[~normal].T, s=5, color="0.85", label="anomalous")
+    ids = np.unique(c[normal])
+    cmap = colormaps["tab10" if len(ids) <= 10 else "tab20"]
+    for k, cid in enumerate(ids):
+        at = normal & (c == cid)
+        left.scatter(*xy[at].T, s=7, alpha=0.75, color=cmap(k % cmap.N), label=str(int(cid)))
+    if len(ids) == 0:
+        _empty(left, "no normal samples")
+    elif len(ids) <= 20:
+        left.legend(
+            ncols=1 + len(ids) // 11,
+            title="client",
+            fontsize="x-small",
+            title_fontsize="x-small",
+            markerscale=2,
+        )
+    left.set_title("normal test samples by client (anomalies grey)", fontsize="medium")
+    for cls, name, color in ((0, "normal", _NORMAL_COLOR), (1, "anomaly", _ANOMALY_COLOR)):
+        at = (y == 1) if cls else normal
+        if at.any():
+            right.scatter(*xy[at].T, s=7, alpha=0.6, color=color, label=f"{name} ({int(at.sum())})")
+    right.legend(fontsize="x-small", markerscale=2)
+    right.set_title("normal vs anomalous test samples", fontsize="medium")
+    if title:
+        fig.suptitle(title, fontsize="medium")
     return fig
 
 

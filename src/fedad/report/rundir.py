@@ -23,9 +23,11 @@ from fedad.errors import FedadError
 
 __all__ = [
     "History",
+    "MethodEmbedding",
     "MethodMaps",
     "MethodScores",
     "read_config_text",
+    "read_embeddings",
     "read_history",
     "read_maps",
     "read_metrics",
@@ -300,6 +302,103 @@ def read_maps(path: str | Path, labels: list[str] | None = None) -> dict[str, Me
     wanted = [lab for lab in (labels or []) if lab in in_file]
     wanted += [lab for lab in in_file if lab not in wanted]
     return {lab: _method_maps(p, lab, arrays) for lab in wanted}
+
+
+@dataclass(frozen=True)
+class MethodEmbedding:
+    """One method's sample of test-sample representations from ``embeddings.npz``.
+
+    ``embedding`` ``(n, D)`` float64 (finite rows only), ``label`` ``(n,)`` 0/1, ``client``
+    ``(n,)`` int64, aligned row by row.
+    """
+
+    embedding: NDArray[np.float64]
+    label: NDArray[np.int8]
+    client: NDArray[np.int64]
+
+
+EMBED_MAX_BYTES = 256 << 20
+"""``embeddings.npz`` is refused when it would unpack to more than this (a zip bomb)."""
+EMBED_MAX_ROWS = 10_000
+"""At most this many rows per method (a run keeps 2,000, :data:`fedad.evaluation.EMBED_CAP`)."""
+EMBED_MAX_DIM = 8192
+"""At most this many columns."""
+
+
+def _method_embedding(path: Path, label: str, arrays: dict[str, NDArray[Any]]) -> MethodEmbedding:
+    """One method's arrays, checked; a one-line FedadError naming what is wrong."""
+
+    def bad(what: str) -> FedadError:
+        return FedadError(
+            f"'{path}' is damaged: {label}/{what}",
+            "rebuild it by running the experiment again (the report is fine without it)",
+        )
+
+    got = {k: arrays.get(f"{label}/{k}") for k in ("embedding", "label", "client")}
+    for k, v in got.items():
+        if v is None:
+            raise bad(f"{k} is missing")
+        if not _real(v):
+            raise bad(f"{k} holds {v.dtype}, not numbers")
+    z, y, client = got["embedding"], got["label"], got["client"]
+    assert z is not None and y is not None and client is not None
+    if z.ndim != 2 or not (z.shape[0] <= EMBED_MAX_ROWS and 1 <= z.shape[1] <= EMBED_MAX_DIM):
+        raise bad(
+            f"embedding has shape {z.shape}, not (n, D) with n <= {EMBED_MAX_ROWS} and "
+            f"1 <= D <= {EMBED_MAX_DIM}"
+        )
+    n = z.shape[0]
+    for k, v in (("label", y), ("client", client)):
+        if v.shape != (n,):
+            raise bad(f"{k} has shape {v.shape}, not ({n},)")
+    if not np.all((y == 0) | (y == 1)):
+        raise bad("label holds values other than 0 and 1")
+    if not (np.issubdtype(client.dtype, np.integer) or np.all(client == np.round(client))):
+        raise bad("client holds values that are not integers")
+    zz = z.astype(np.float64)
+    keep = np.all(np.isfinite(zz), axis=1)
+    return MethodEmbedding(
+        embedding=zz[keep],
+        label=y[keep].astype(np.int8),
+        client=client[keep].astype(np.int64),
+    )
+
+
+def read_embeddings(
+    path: str | Path, labels: list[str] | None = None
+) -> dict[str, MethodEmbedding]:
+    """Load ``embeddings.npz`` (``LABEL/embedding``, ``LABEL/label``, ``LABEL/client``) as
+    untrusted input.
+
+    No pickles; refused when it would unpack to more than :data:`EMBED_MAX_BYTES`; every
+    array's shape, type and values checked; rows with a non-finite value are dropped.
+    Methods in ``labels``' order, then any other label in the file. A missing file gives
+    ``{}``; anything damaged raises a one-line :class:`~fedad.errors.FedadError`.
+    """
+    p = Path(path)
+    if not p.is_file():
+        return {}
+    try:
+        with zipfile.ZipFile(p) as zf:
+            size = sum(info.file_size for info in zf.infolist())
+        if size > EMBED_MAX_BYTES:
+            raise FedadError(
+                f"'{p}' would unpack to {size} bytes, more than the {EMBED_MAX_BYTES} allowed",
+                "rebuild it by running the experiment again (the report is fine without it)",
+            )
+        with np.load(p, allow_pickle=False) as npz:
+            arrays = {str(k): np.asarray(npz[k]) for k in npz.files}
+    except FedadError:
+        raise
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+        raise FedadError(
+            f"'{p}' is not a readable .npz file: {_reason(exc)}",
+            "rebuild it by running the experiment again (the report is fine without it)",
+        ) from None
+    in_file = list(dict.fromkeys(k.rsplit("/", 1)[0] for k in arrays if "/" in k))
+    wanted = [lab for lab in (labels or []) if lab in in_file]
+    wanted += [lab for lab in in_file if lab not in wanted]
+    return {lab: _method_embedding(p, lab, arrays) for lab in wanted}
 
 
 def read_config_text(path: str | Path) -> str | None:
