@@ -229,3 +229,15 @@ def test_mean_log_form_averages_the_log_probabilities_of_the_positives() -> None
     torch.testing.assert_close(
         contrastive_loss(z, one, neg, 0.5, form="mean-log"), contrastive_loss(z, one, neg, 0.5)
     )
+
+
+def test_sed_teacher_temperature_sharpens_only_the_teacher() -> None:
+    torch.manual_seed(1)
+    queue = F.normalize(torch.randn(6, 4), dim=1)
+    t, s = torch.randn(3, 4), torch.randn(3, 4)
+    nearest = (F.normalize(t, dim=1) @ queue.T).argmax(dim=1)
+    want = -F.log_softmax(F.normalize(s, dim=1) @ queue.T / 0.2, dim=1)[torch.arange(3), nearest]
+    torch.testing.assert_close(sed_loss(s, t, queue, 0.2, teacher_tau=1e-4), want.mean())
+    torch.testing.assert_close(
+        sed_loss(s, t, queue, 0.2, teacher_tau=0.2), sed_loss(s, t, queue, 0.2)
+    )

@@ -120,7 +120,12 @@ class FADngsParams(Params):
     distill_lr: float = Field(default=0.03, gt=0.0, le=10.0)
     distill_batch: int = Field(default=64, ge=2, le=1 << 16)
     queue_size: int = Field(default=2048, ge=1, le=1 << 20, description="|D_c| of SED")
-    sed_temperature: float = Field(default=0.5, gt=0.0, le=100.0, description="eq. 11, 12")
+    sed_temperature: float = Field(
+        default=0.07, gt=0.0, le=100.0, description="student's tau of eq. 12 (SEED's)"
+    )
+    sed_teacher_temperature: float = Field(
+        default=1e-4, gt=0.0, le=100.0, description="teacher's tau of eq. 11 (SEED's)"
+    )
     privacy_measure: bool = Field(default=True, description="distance correlation (Fig. 9)")
 
 
@@ -374,7 +379,7 @@ class _FADngs(Algorithm):
             epochs=p.distill_epochs, batch_size=p.distill_batch,
             lr=cosine_lr(p.distill_lr, r - 1, ctx.rounds),
             rng=seeded_rng(self.setup.seed, r, 0x5ED), tau=p.sed_temperature,
-            weight_decay=p.weight_decay,
+            teacher_tau=p.sed_teacher_temperature, weight_decay=p.weight_decay,
         )  # fmt: skip
         ctx.log(sed_loss=loss, sed_weight_min=float(w.min()), sed_weight_max=float(w.max()))
         return student.model_arrays()

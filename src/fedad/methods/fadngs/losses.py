@@ -247,7 +247,11 @@ def _queue_logits(z: torch.Tensor, queue: torch.Tensor, tau: float) -> torch.Ten
 
 
 def sed_loss(
-    student_z: torch.Tensor, teacher_z: torch.Tensor, queue: torch.Tensor, tau: float = 0.5
+    student_z: torch.Tensor,
+    teacher_z: torch.Tensor,
+    queue: torch.Tensor,
+    tau: float = 0.5,
+    teacher_tau: float | None = None,
 ) -> torch.Tensor:
     """One teacher's term of [FADngs eq. 13]: the cross-entropy
     :math:`-\\sum_j p_c^j \\log q_c^j` between the teacher's distribution :math:`P_c`
@@ -255,13 +259,18 @@ def sed_loss(
     :math:`D_c`, averaged over the batch (the paper sums; the mean only rescales the
     step). The teacher is fixed: ``teacher_z`` is detached. The paper gives no value of
     :math:`\\tau` for SED; the default 0.5 is the one it uses for [FADngs eq. 7].
+    ``teacher_tau`` (default: ``tau``) is the temperature of :math:`P_c` alone: SEED (Fang et
+    al. 2021), whose similarity-distribution distillation eq. 11-13 follow, sharpens the
+    teacher's distribution with a much lower temperature than the student's.
 
     Shapes:
         - student_z, teacher_z: :math:`(N, D)`
         - queue: :math:`(Q, D)` (teacher representations)
         - output: scalar
     """
-    p = similarity_distribution(teacher_z.detach(), queue, tau)
+    p = similarity_distribution(
+        teacher_z.detach(), queue, tau if teacher_tau is None else teacher_tau
+    )
     log_q = F.log_softmax(_queue_logits(student_z, queue, tau), dim=1)
     return -(p * log_q).sum(dim=1).mean()
 
@@ -272,6 +281,7 @@ def ensemble_sed_loss(
     queues: Sequence[torch.Tensor],
     weights: Sequence[float] | torch.Tensor,
     tau: float = 0.5,
+    teacher_tau: float | None = None,
 ) -> torch.Tensor:
     """[FADngs eq. 13]: :math:`\\sum_{c \\in S_t} w_c \\, \\mathrm{CE}(P_c, Q_c)` with one
     :func:`sed_loss` per teacher :math:`c`, on its own queue :math:`D_c`.
@@ -286,7 +296,7 @@ def ensemble_sed_loss(
     if not len(teacher_zs) == len(queues) == len(weights) > 0:
         raise ValueError("need as many teachers, queues and weights, at least one")
     terms = [
-        float(w) * sed_loss(student_z, t, q, tau)
+        float(w) * sed_loss(student_z, t, q, tau, teacher_tau)
         for w, t, q in zip(weights, teacher_zs, queues, strict=True)
     ]
     return torch.stack(terms).sum()

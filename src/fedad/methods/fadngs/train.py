@@ -200,6 +200,7 @@ def sed_distill(
     lr: float,
     rng: np.random.Generator,
     tau: float = 0.5,
+    teacher_tau: float | None = None,
     momentum: float = 0.9,
     weight_decay: float = 1e-4,
 ) -> float:
@@ -231,7 +232,9 @@ def sed_distill(
             with torch.no_grad():
                 t_z = [t.normalized_projections(batch) for t in teachers]
             s_z = student.normalized_projections(batch)
-            value = ensemble_sed_loss(s_z, t_z, [q.values.to(device) for q in queues], w, tau)
+            value = ensemble_sed_loss(
+                s_z, t_z, [q.values.to(device) for q in queues], w, tau, teacher_tau
+            )
             opt.zero_grad(set_to_none=True)
             value.backward()  # type: ignore[no-untyped-call]
             opt.step()
