@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedad import outdir
 from fedad.config import parse_config
 from fedad.data.registry import register_dataset, unregister_dataset
 from fedad.data.types import Dataset
@@ -111,10 +110,8 @@ def _images(n_good: int = 60, n_bad: int = 30, seed: int = 0) -> Dataset:
 
 
 @pytest.fixture
-def toy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def toy() -> Iterator[None]:
     register_dataset("toy_embed", lambda path=None, size=None: _images(), kind="image")
-    if "embeddings.npz" not in outdir.OUTPUTS:  # until fedad.outdir lists it
-        monkeypatch.setattr(outdir, "OUTPUTS", (*outdir.OUTPUTS, "embeddings.npz"))
     yield
     unregister_dataset("toy_embed")
 

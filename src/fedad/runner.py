@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from fedad import outdir
 from fedad.config import ExperimentConfig, dump_toml
 from fedad.data.federation import build_federation, plan_federation
 from fedad.data.types import Federation
@@ -170,13 +169,6 @@ MAPS_PREFIX = "maps:"
 EMBED_PREFIX = "embeddings:"
 """Arrays of a method's :class:`~fedad.outdir.Done` that go to ``embeddings.npz``."""
 EMBEDDINGS_FILE = "embeddings.npz"
-
-
-def embeddings_known() -> bool:
-    """Whether :mod:`fedad.outdir` lists ``embeddings.npz`` among a run's files: only then is
-    it written, since a file it does not know would make ``--force`` and ``--resume``
-    refuse the directory as holding someone else's files."""
-    return EMBEDDINGS_FILE in outdir.OUTPUTS
 
 
 def summarize(
@@ -393,7 +385,7 @@ def write_outputs(
     write_npz(out / "scores.npz", arrays, compressed=True)
     if maps:
         write_npz(out / "maps.npz", maps, compressed=True)
-    if embeds and embeddings_known():
+    if embeds:
         write_npz(out / EMBEDDINGS_FILE, embeds, compressed=True)
     write_history(out / "history.csv", [row for lab in finished for row in done[lab].history])
     write_text(out / "metrics.json", json.dumps(_clean(data), indent=2))

@@ -350,11 +350,6 @@ class _FADngs(Algorithm):
             if avg.arrays is not None:
                 log_weighted_scalars(ctx, avg.replies, LOSSES if not warmup else ["loss"])
             return avg.arrays
-        if ctx.secagg is not None:
-            raise RunError(
-                "fadngs: SED distils from each client's own model, which SecAgg+ hides",
-                "use fadngs-nosed with privacy.secagg",
-            )
         replies = ctx.send(msgs, arrays=spec, scalars=["num_examples", *LOSSES])
         if not replies:
             return None
@@ -385,6 +380,11 @@ class _FADngs(Algorithm):
         return student.model_arrays()
 
     def server(self, ctx: ServerContext) -> ServerResult:
+        if self.sed and ctx.secagg is not None:  # refused before anything trains
+            raise RunError(
+                "fadngs: SED distils from each client's own model, which SecAgg+ hides",
+                "use fadngs-nosed with privacy.secagg",
+            )
         if self.sed and ctx.public is None:
             raise RunError(f"{self.name}: no public set reached the server", "see `requirements`")
         weights = self.make_detector().build().model_arrays()
