@@ -19,8 +19,8 @@ images per client, 2,000 test images pooled; each client scores its own local te
 * ``digits``: the same normal data, test anomalies from scikit-learn's digits at 28x28
   (``anomaly_source = "digits"``), the methods of ``table1``.
 * ``ablation``: Table III (``density = "local"``, ``"none"`` on ``fadngs-nosed``), Table IV
-  (``loss = "csi"``, ``"simclr"``), and eq. 7's other form (``con_form = "mean-log"``) on
-  both variants.
+  (``loss = "csi"``, ``"simclr"``), eq. 7 as printed (``con_form = "eq7"``) on both
+  variants, and SED with one temperature of 0.5 for teacher and student.
 
 Writes ``benchmarks/results/fadngs_<suite>.json`` (per method: mean and population std over
 seeds of AUROC, AUPR, FE, ME; the mean per-client AUROC; MB per round; seconds; the
@@ -65,8 +65,14 @@ ABLATION: list[Method] = [
     ("nosed-density-none", "fadngs-nosed", {"density": "none"}, None),
     ("nosed-loss-csi", "fadngs-nosed", {"loss": "csi"}, None),
     ("nosed-loss-simclr", "fadngs-nosed", {"loss": "simclr"}, None),
-    ("nosed-mean-log", "fadngs-nosed", {"con_form": "mean-log"}, None),
-    ("fadngs-mean-log", "fadngs", {"con_form": "mean-log"}, None),
+    ("nosed-eq7", "fadngs-nosed", {"con_form": "eq7"}, None),
+    ("fadngs-eq7", "fadngs", {"con_form": "eq7"}, None),
+    (
+        "fadngs-sed-tau-0.5",
+        "fadngs",
+        {"sed_temperature": 0.5, "sed_teacher_temperature": 0.5},
+        None,
+    ),
 ]
 KEYS = ("auroc", "aupr", "fe", "me")
 

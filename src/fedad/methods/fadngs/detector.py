@@ -57,7 +57,7 @@ class FADngsDetectorParams(BaseModel):
     n_plus: int = Field(default=2, ge=1, le=64)
     temperature: float = Field(default=0.5, gt=0.0, le=100.0)
     loss: Literal["crad", "simclr", "csi"] = "crad"
-    con_form: Literal["eq7", "mean-log"] = "eq7"
+    con_form: Literal["eq7", "mean-log"] = "mean-log"
     contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
     seed: int = Field(default=0, ge=-(1 << 63), lt=1 << 63)
 
@@ -93,7 +93,7 @@ class FADngsDetector(BaseDetector):
         n_plus: int = 2,
         temperature: float = 0.5,
         loss: LossName = "crad",
-        con_form: ConForm = "eq7",
+        con_form: ConForm = "mean-log",
         contamination: float = DEFAULT_CONTAMINATION,
         seed: int = 0,
         device: str = "cpu",

@@ -108,7 +108,8 @@ class FADngsParams(Params):
     )
     loss: Literal["crad", "simclr", "csi"] = Field(default="crad", description="Table IV")
     con_form: Literal["eq7", "mean-log"] = Field(
-        default="eq7", description="eq. 7 as printed, or CSI's code (mean of log-probabilities)"
+        default="mean-log",
+        description="CSI's code (mean of log-probabilities, default) or eq. 7 as printed",
     )
     density_noise: float = Field(
         default=0.0, ge=0.0, le=1e6, description="Gaussian mechanism on the statistics (sigma)"

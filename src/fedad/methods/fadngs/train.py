@@ -142,7 +142,7 @@ def local_update(
     momentum: float = 0.9,
     weight_decay: float = 1e-4,
     unit: bool = False,
-    form: ConForm = "eq7",
+    form: ConForm = "mean-log",
 ) -> dict[str, float]:
     """LocalUpdate [FADngs Algorithm 1]: train ``enc`` in place; return the last epoch's mean
     ``loss``, the last :math:`\\delta` (``delta``, CRAD only) and the share of predicted
