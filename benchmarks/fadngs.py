@@ -141,9 +141,10 @@ def summarise(run: Path) -> dict[str, Any]:
         per_round = [(m["bytes_up"] + m["bytes_down"]) / max(m["rounds"], 1) / 1e6 for m in ms]
         row["mb_per_round"] = float(np.mean(per_round)) if per_round else None
         row["seconds"] = float(np.mean([m["seconds"] for m in ms])) if ms else None
-        dcor = [m["privacy_dcor"] for m in ms if isinstance(m.get("privacy_dcor"), dict)]
-        if dcor:
-            row["privacy_dcor"] = {k: float(np.mean([d[k] for d in dcor])) for k in dcor[0]}
+        for key in ("dcor_shared", "dcor_random", "dcor_shared_u", "dcor_random_u"):
+            vals = [float(m[key]) for m in ms if m.get(key) is not None]
+            if vals:
+                row[key] = float(np.mean(vals))
         out[label] = row
     return out
 

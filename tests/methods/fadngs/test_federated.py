@@ -140,19 +140,24 @@ def test_same_seed_same_scores_other_seed_other_scores() -> None:
 
 
 def test_privacy_measure_and_density_dp_in_metrics() -> None:
+    from fedad.evaluation import Pooled
+    from fedad.methods.fadngs.family import PRIVACY
+
     fed = make_federation("image")
     algo, out = _run(fed, rounds=2, warmup_rounds=0, density_noise=1.0)
-    extra = algo.extra_metrics(out.evaluations)
-    dc = extra["privacy_dcor"]
+    assert PRIVACY in algo.metric_families
+    dc = PRIVACY.pooled(Pooled(out.evaluations))
     assert set(dc) == {"dcor_shared", "dcor_random", "dcor_shared_u", "dcor_random_u"}
     assert all(0.0 <= dc[k] <= 1.0 for k in ("dcor_shared", "dcor_random"))
+    want = np.mean([m.scalars["dcor_shared"] for m in out.evaluations.values()])
+    assert dc["dcor_shared"] == pytest.approx(want)
+    extra = algo.extra_metrics(out.evaluations)
     dp = extra["density_dp"]
     assert dp["releases"] == 2 * (2 + 1) and dp["epsilon"] > 0 and np.isfinite(dp["epsilon"])
-    # the densities live on the unit sphere with the mechanism on
-    assert out.result.arrays["means"].shape[1] == 8
-    plain_algo, plain = _run(fed, rounds=2, warmup_rounds=0)
-    assert "density_dp" not in plain_algo.extra_metrics(plain.evaluations)
-    assert "privacy_dcor" in plain_algo.extra_metrics(plain.evaluations)
+    assert extra["density_epsilon"] == dp["epsilon"] and extra["density_delta"] == 1e-5
+    plain_algo, plain = _run(fed, rounds=2, warmup_rounds=0, privacy_measure=False)
+    assert plain_algo.extra_metrics(plain.evaluations) == {}
+    assert not PRIVACY.applies(Pooled(plain.evaluations))
 
 
 @pytest.mark.parametrize(

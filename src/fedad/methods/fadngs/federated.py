@@ -67,6 +67,7 @@ from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.validate import ArraySpec, spec_of
 from fedad.methods.fadngs.density import min_mahalanobis
 from fedad.methods.fadngs.detector import COVS, MEANS, FADngsDetector
+from fedad.methods.fadngs.family import PRIVACY
 from fedad.methods.fadngs.losses import FifoQueue, pearson_weights
 from fedad.methods.fadngs.privacy import (
     density_epsilon,
@@ -142,7 +143,7 @@ class _FADngs(Algorithm):
     kinds = ("image",)
     ParamsModel = FADngsParams
     params: FADngsParams
-    metric_families: ClassVar[tuple[MetricFamily, ...]] = ()
+    metric_families: ClassVar[tuple[MetricFamily, ...]] = (PRIVACY,)
     sed: ClassVar[bool] = False
     queues: dict[int, FifoQueue]
     """SED's instance queues by client id, kept by the server across rounds (set by
@@ -455,26 +456,25 @@ class _FADngs(Algorithm):
 
     # -- metrics ----------------------------------------------------------------------------
     def extra_metrics(self, evaluations: dict[int, Message]) -> dict[str, Any]:
-        """The mean distance correlations over the clients [FADngs Fig. 9] and, with
-        ``density_noise``, the (epsilon, delta) of the density statistics."""
-        out: dict[str, Any] = {}
-        keys = ("dcor_shared", "dcor_random", "dcor_shared_u", "dcor_random_u")
-        vals = {
-            k: [float(m.scalars[k]) for m in evaluations.values() if k in m.scalars] for k in keys
-        }
-        if vals["dcor_shared"]:
-            out["privacy_dcor"] = {k: float(np.mean(v)) for k, v in vals.items() if v}
+        """With ``density_noise``: the (epsilon, delta) of the density statistics
+        (``density_dp``, and flat for the report's privacy table). The distance correlations
+        are the :data:`~fedad.methods.fadngs.family.PRIVACY` family's."""
         p = self.params
-        if p.density_noise > 0:
-            releases = 2 * (self.setup.rounds - self.warmup + 1)
-            out["density_dp"] = {
-                "epsilon": density_epsilon(p.density_noise, releases, p.density_delta),
+        if p.density_noise <= 0:
+            return {}
+        releases = 2 * (self.setup.rounds - self.warmup + 1)
+        epsilon = density_epsilon(p.density_noise, releases, p.density_delta)
+        return {
+            "density_epsilon": epsilon,
+            "density_delta": p.density_delta,
+            "density_dp": {
+                "epsilon": epsilon,
                 "delta": p.density_delta,
                 "noise_multiplier": p.density_noise,
                 "releases": releases,
                 "covers": "the density statistics only; model updates are not privatised by it",
-            }
-        return out
+            },
+        }
 
 
 @register
