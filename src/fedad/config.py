@@ -80,6 +80,10 @@ class PartitionConfig(_Strict):
     dominant_fraction: float = Field(default=0.9, ge=0.0, le=1.0)
     contamination: float = 0.0
     min_per_client: int = Field(default=2, ge=1)
+    local_test: Literal["own", "shared"] = "own"
+    """``own``: the pooled test set is split over the clients, each mirroring its own
+    training classes; ``shared``: every client scores the whole pooled test set (metrics are
+    the mean over clients), so a client's detector meets the other clients' normal data too."""
 
     @field_validator("contamination")
     @classmethod

@@ -81,6 +81,20 @@ def test_one_class_local_tests_follow_training_classes() -> None:
         assert set(c.c_train.tolist()) == {k}
 
 
+def test_shared_local_tests_give_every_client_the_pooled_test_set() -> None:
+    own = build(data=VEC, partition={"scheme": "dominant", "clients": 3})
+    fed = build(data=VEC, partition={"scheme": "dominant", "clients": 3, "local_test": "shared"})
+    pooled = np.sort(ids_of(own.x_test))
+    for c in fed.clients:
+        np.testing.assert_array_equal(np.sort(ids_of(c.x_test)), pooled)
+        assert int(c.y_test.sum()) == int(own.y_test.sum())
+    assert fed.notes["pooled"] == "client-mean" and fed.notes["local_test"] == "shared"
+    assert "pooled" not in own.notes
+    # training data are untouched by the choice
+    for a, b in zip(own.clients, fed.clients, strict=True):
+        np.testing.assert_array_equal(ids_of(a.x_train), ids_of(b.x_train))
+
+
 def test_same_seed_same_federation() -> None:
     kw: dict[str, Any] = {"data": VEC, "partition": {"scheme": "dirichlet", "clients": 4,
                                                     "contamination": 0.05}}  # fmt: skip
@@ -282,6 +296,8 @@ def test_pooled_mean_std_equals_concatenation(blocks: list[np.ndarray]) -> None:
         ({**VEC, "sources": ["synth_fixed"]}, {}, ConfigError, "data.normal must be omitted"),
         ({**VEC, "anomaly_source": "synth_img"}, {}, DataError, "holds image data"),
         ({"name": "nope", "normal": [0], "anomaly": [1]}, {}, DataError, "unknown data set"),
+        ({**VEC, "anomaly": []}, {"scheme": "one-vs-rest", "local_test": "shared"}, ConfigError,
+         "partition.local_test = 'shared' does not apply"),
         ({"name": "digits", "normal": [0], "anomaly": [1], "size": 9}, {"clients": 200},
          DataError, "partition.clients=200"),
     ],

@@ -31,7 +31,9 @@ The protocol (also in ``docs/data.md``); every random step draws from its own st
    replaced by anomalies drawn without replacement from the training part's anomalies
    (disjoint from the test anomalies), so every client gets its share; ``y_train`` marks
    them 1.
-7. **Local test sets** split the pooled test set exactly (disjoint, union = pooled): a test
+7. **Local test sets** (``partition.local_test = "shared"``: every client gets the whole
+   pooled test set, and pooled metrics are the mean over clients; otherwise, ``"own"``)
+   split the pooled test set exactly (disjoint, union = pooled): a test
    normal of class ``c`` goes to client ``k`` with probability proportional to ``k``'s
    training count of ``c`` (uniformly if no client holds ``c``); test anomalies are dealt
    evenly in random order. A client left without a test normal takes one from a client with
@@ -627,6 +629,12 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
 
     # 3. pooled test set
     ovr = p.scheme == "one-vs-rest"
+    if ovr and p.local_test == "shared":
+        raise ConfigError(
+            "partition.local_test = 'shared' does not apply to partition.scheme = "
+            "'one-vs-rest', whose local test sets are each client's class against the rest",
+            "drop partition.local_test",
+        )
     if ovr and cfg.attack.kind == "contamination":
         raise ConfigError(
             "attack.kind = 'contamination' is not supported with partition.scheme = "
@@ -742,6 +750,10 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
         local_n, local_a, uniform = _one_vs_rest_tests(
             test_normals, classes, counts, k_clients, rngs["local_test"]
         )
+    elif p.local_test == "shared":
+        local_n = [test_normals.copy() for _ in range(k_clients)]
+        local_a = [test_anomalies.copy() for _ in range(k_clients)]
+        uniform = 0
     else:
         local_n, local_a, uniform = _assign_local_tests(
             test_normals, test_anomalies, classes, counts, k_clients, rngs["local_test"],
@@ -822,6 +834,9 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
     if ovr:
         notes["pooled"] = "client-mean"
         notes["n_test_anomaly"] = int(sum(len(a) for a in local_a))
+    elif p.local_test == "shared":
+        notes["pooled"] = "client-mean"
+        notes["local_test"] = "shared"
     if catalog.has_masks:
         notes["masks"] = True
     without = [m.name for m in members if not m.dataset.has_masks]
