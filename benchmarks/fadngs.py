@@ -25,9 +25,9 @@ each client scores its share, which mirrors its own classes.
   (``loss = "csi"``, ``"simclr"``), eq. 7 as printed (``con_form = "eq7"``) on both
   variants, and SED with one temperature of 0.5 for teacher and student.
 
-Writes ``benchmarks/results/fadngs_<suite>_<local-test>.json`` (per method: mean and population std over
-seeds of AUROC, AUPR, FE, ME; the mean per-client AUROC; MB per round; seconds; the
-privacy measures) and prints a markdown table.
+Writes ``benchmarks/results/fadngs_<suite>_<local-test>.json`` (per method: mean and
+population std over seeds of AUROC, AUPR, FE, ME; the mean per-client AUROC; MB per round;
+seconds; the privacy measures) and prints a markdown table.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--per-client", type=int, default=200)
     ap.add_argument("--local-test", choices=["shared", "own"], default="shared",
-                    help="partition.local_test: every client scores the pooled test set")  # fmt: skip
+                    help="partition.local_test (shared: each client scores all)")  # fmt: skip
     ap.add_argument("--work", type=Path, default=None, help="keep (and resume) the run here")
     ap.add_argument("--summarise-only", action="store_true",
                     help="do not run: summarise the seeds already finished in --work")  # fmt: skip
