@@ -159,3 +159,17 @@ def test_no_represent_no_embeddings(toy: None, tmp_path: Path) -> None:
     assert not (tmp_path / "run" / "embeddings.npz").exists()
     text = (tmp_path / "run" / "report.html").read_text()
     assert "t-SNE" not in text and 'alt="Scores per client"' in text
+
+
+def test_embeddings_of_methods_not_in_the_run_are_not_read(tmp_path: Path) -> None:
+    from fedad.report.rundir import read_embeddings
+
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for lab in ("a", "b", "c"):
+        arrays[f"{lab}/embedding"] = rng.normal(size=(6, 3)).astype(np.float32)
+        arrays[f"{lab}/label"] = np.array([0, 0, 0, 1, 1, 1], dtype=np.int8)
+        arrays[f"{lab}/client"] = np.zeros(6, dtype=np.int64)
+    np.savez(tmp_path / "embeddings.npz", **arrays)
+    assert list(read_embeddings(tmp_path / "embeddings.npz", ["b"])) == ["b"]
+    assert list(read_embeddings(tmp_path / "embeddings.npz")) == ["a", "b", "c"]

@@ -323,6 +323,8 @@ EMBED_MAX_ROWS = 10_000
 """At most this many rows per method (a run keeps 2,000, :data:`fedad.evaluation.EMBED_CAP`)."""
 EMBED_MAX_DIM = 8192
 """At most this many columns."""
+EMBED_MAX_TOTAL = 40_000
+"""Most rows over all methods of one ``embeddings.npz`` (each is one t-SNE in the report)."""
 
 
 def _method_embedding(path: Path, label: str, arrays: dict[str, NDArray[Any]]) -> MethodEmbedding:
@@ -372,7 +374,8 @@ def read_embeddings(
 
     No pickles; refused when it would unpack to more than :data:`EMBED_MAX_BYTES`; every
     array's shape, type and values checked; rows with a non-finite value are dropped.
-    Methods in ``labels``' order, then any other label in the file. A missing file gives
+    Only the methods in ``labels`` (every label in the file when ``None``), in that order;
+    at most :data:`EMBED_MAX_TOTAL` rows over all of them. A missing file gives
     ``{}``; anything damaged raises a one-line :class:`~fedad.errors.FedadError`.
     """
     p = Path(path)
@@ -396,9 +399,16 @@ def read_embeddings(
             "rebuild it by running the experiment again (the report is fine without it)",
         ) from None
     in_file = list(dict.fromkeys(k.rsplit("/", 1)[0] for k in arrays if "/" in k))
-    wanted = [lab for lab in (labels or []) if lab in in_file]
-    wanted += [lab for lab in in_file if lab not in wanted]
-    return {lab: _method_embedding(p, lab, arrays) for lab in wanted}
+    wanted = in_file if labels is None else [lab for lab in labels if lab in in_file]
+    out = {lab: _method_embedding(p, lab, arrays) for lab in wanted}
+    total = sum(len(m.label) for m in out.values())
+    if total > EMBED_MAX_TOTAL:
+        raise FedadError(
+            f"'{p}' holds {total} rows over its methods, more than the {EMBED_MAX_TOTAL} the "
+            "report draws",
+            "rebuild it by running the experiment again (the report is fine without it)",
+        )
+    return out
 
 
 def read_config_text(path: str | Path) -> str | None:

@@ -145,12 +145,12 @@ def test_privacy_measure_and_density_dp_in_metrics() -> None:
 
     fed = make_federation("image")
     algo, out = _run(fed, rounds=2, warmup_rounds=0, density_noise=1.0)
-    assert PRIVACY in algo.metric_families
     dc = PRIVACY.pooled(Pooled(out.evaluations))
     assert set(dc) == {"dcor_shared", "dcor_random", "dcor_shared_u", "dcor_random_u"}
     assert all(0.0 <= dc[k] <= 1.0 for k in ("dcor_shared", "dcor_random"))
     want = np.mean([m.scalars["dcor_shared"] for m in out.evaluations.values()])
     assert dc["dcor_shared"] == pytest.approx(want)
+    assert out.events == []
     extra = algo.extra_metrics(out.evaluations)
     dp = extra["density_dp"]
     assert dp["releases"] == 2 * (2 + 1) and dp["epsilon"] > 0 and np.isfinite(dp["epsilon"])
@@ -189,3 +189,66 @@ def test_default_warmup_is_a_fifth_of_the_rounds() -> None:
         setup = Setup("image", (1, 8, 8), rounds=rounds, seed=0, contamination=0.1, num_clients=3)
         algo = build_algorithm("fadngs", {}, setup)
         assert isinstance(algo, _FADngs) and algo.warmup == want
+
+
+@pytest.mark.parametrize("loss", ["csi", "simclr"])
+def test_loss_ablations_aggregate_every_round(loss: str) -> None:
+    fed = make_federation("image", clients=2)
+    _, out = _run(fed, "fadngs-nosed", rounds=2, warmup_rounds=0, loss=loss)
+    assert out.events == []
+    assert all(r["clients_rejected"] == 0 for r in out.history)
+    assert "delta" not in out.history[0] and np.isfinite(out.history[0]["loss"])
+    _, crad = _run(fed, "fadngs-nosed", rounds=2, warmup_rounds=0)
+    key = "head.net.2.weight"
+    assert not np.allclose(out.result.arrays[key], crad.result.arrays[key])
+
+
+def test_sed_with_the_gaussian_mechanism_runs_on_the_unit_sphere() -> None:
+    fed = make_federation("image", clients=2)
+    _, out = _run(fed, rounds=2, warmup_rounds=0, density_noise=0.5)
+    assert out.events == [] and np.all(np.isfinite(out.history[-1]["sed_loss"]))
+    # the shared means are means of unit vectors (plus noise): well inside the unit ball
+    assert np.linalg.norm(out.result.arrays["means"], axis=1).max() < 1.5
+
+
+def test_private_noise_is_not_the_seeds_and_a_round_is_released_once(
+    delivered: list[tuple[int, Message, Message | None]],
+) -> None:
+    fed = make_federation("image", clients=2)
+    _, a = _run(fed, "fadngs-nosed", rounds=3, warmup_rounds=1, density_noise=0.5)
+    _, b = _run(fed, "fadngs-nosed", rounds=3, warmup_rounds=1, density_noise=0.5)
+    assert not np.allclose(a.result.arrays["means"], b.result.arrays["means"])
+    _, c = _run(fed, "fadngs-nosed", rounds=3, warmup_rounds=1, density_noise=0.5,
+                noise_source="seeded")  # fmt: skip
+    _, d = _run(fed, "fadngs-nosed", rounds=3, warmup_rounds=1, density_noise=0.5,
+                noise_source="seeded")  # fmt: skip
+    np.testing.assert_array_equal(c.result.arrays["means"], d.result.arrays["means"])
+    # with learning-curve checkpoints the checkpoint's density phase re-sends the next
+    # round's release: a client's distinct releases are one per round after the warm-up + 1
+    delivered.clear()
+    setup = Setup("image", fed.feature_shape, rounds=3, seed=3, contamination=0.1,
+                  num_clients=2)  # fmt: skip
+    algo = build_algorithm("fadngs-nosed", {**FAST, "warmup_rounds": 2, "density_noise": 0.5},
+                           setup)  # fmt: skip
+    out = run_inprocess(algo, fed, rounds=3, seed=3, eval_every=1)
+    assert out.events == [] and "eval_auroc" in out.history[1]  # the warm-up's last round
+    assert "eval_auroc" not in out.history[0]  # no curve inside the warm-up
+    for node in (0, 1):
+        sent = [r.arrays["means"].tobytes() for n, m, r in delivered
+                if n == node and m.kind == "density" and r is not None]  # fmt: skip
+        assert len(sent) == 3 and len(set(sent)) == (3 - 2) + 1
+
+
+def test_crafted_covariances_are_refused_in_one_line() -> None:
+    from fedad.detector import detector_from_config
+    from fedad.errors import FedadError
+
+    fed = make_federation("image", clients=2)
+    algo, out = _run(fed, "fadngs-nosed", rounds=1, warmup_rounds=0)
+    arrays = dict(out.result.arrays)
+    bad = arrays["covs"].copy()
+    bad[0] = -np.eye(bad.shape[1])  # not positive definite
+    for broken in ({**arrays, "covs": bad}, {**arrays, "threshold_": np.asarray(np.nan)}):
+        with pytest.raises(FedadError, match="do not fit") as err:
+            detector_from_config(algo.detector_config(), broken)
+        assert "\n" not in str(err.value)

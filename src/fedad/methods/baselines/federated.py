@@ -25,9 +25,11 @@ The ``contrastive`` detector (CSI-style SimCLR with rotations as negatives, the 
 baseline of FADngs's Table I) scores a sample by minus its largest cosine similarity to a
 *bank*, the normalised projections of training images. Rounds exchange the network only.
 In ``fedavg``/``fedprox`` each client's final detector is the global network with a bank of
-**its own** training images, computed on the client when it evaluates and never sent; every
-client's detector thus differs, so these methods are ``personalized`` with this detector
-(saved per client; on a Flower deployment the detector stays on its node). ``local``: each
+**its own** training images, computed on the client when it evaluates and never part of a
+round; every client's detector thus differs, so these methods are ``personalized`` with
+this detector: in a simulation the evaluate reply carries the detector, bank included, to
+save the run (as for every personalised method); on a Flower deployment it stays on its
+node. ``local``: each
 client's own network and bank. ``centralized``: the server computes the bank of the pooled
 uploads and sends it down with the network (the privacy-violating reference anyway).
 
@@ -200,7 +202,7 @@ class _GlobalModel(TorchBaseline):
         self, state: ClientState, data: ClientData, msg: Message
     ) -> BaselineDetector:
         """The global model; with ``contrastive``, plus the bank of this client's own
-        training images, computed here and never sent."""
+        training images, computed here (not part of any round)."""
         return self._with_bank(self._global_detector(dict(msg.arrays)), dense(data.x_train))
 
     @property

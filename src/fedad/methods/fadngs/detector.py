@@ -19,7 +19,12 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
-from fedad.methods.fadngs.density import fit_gaussians, min_mahalanobis, weak_kmeans
+from fedad.methods.fadngs.density import (
+    fit_gaussians,
+    min_mahalanobis,
+    stable_cholesky,
+    weak_kmeans,
+)
 from fedad.methods.fadngs.losses import ConForm
 from fedad.methods.fadngs.model import Encoder
 from fedad.methods.fadngs.privacy import unit_rows
@@ -32,6 +37,8 @@ COVS = "covs"
 THRESHOLD = "threshold_"
 MAX_SIDE = 1024
 MAX_GAUSSIANS = 4096
+MAX_COV_ENTRIES = 1 << 26
+"""Most covariance entries a detector holds (512 MiB of float64): a checkpoint is untrusted."""
 
 
 class FADngsDetectorParams(BaseModel):
@@ -183,6 +190,10 @@ class FADngsDetector(BaseDetector):
         mu = np.asarray(means, dtype=np.float64)
         sig = np.asarray(covs, dtype=np.float64)
         d = self.proj_dim
+        if mu.ndim == 2 and mu.shape[0] * d * d > MAX_COV_ENTRIES:
+            raise ValueError(
+                f"{mu.shape[0]} covariances of {d}x{d} exceed {MAX_COV_ENTRIES} entries"
+            )
         if mu.ndim != 2 or mu.shape[1] != d or not 1 <= mu.shape[0] <= MAX_GAUSSIANS:
             raise ValueError(
                 f"means must be (M, {d}) with 1 <= M <= {MAX_GAUSSIANS}, got {mu.shape}"
@@ -191,6 +202,13 @@ class FADngsDetector(BaseDetector):
             raise ValueError(f"covs must be ({mu.shape[0]}, {d}, {d}), got {sig.shape}")
         if not (np.all(np.isfinite(mu)) and np.all(np.isfinite(sig))):
             raise ValueError("means and covs must be finite")
+        if not np.allclose(sig, np.swapaxes(sig, 1, 2), rtol=1e-5, atol=1e-8):
+            raise ValueError("covs must be symmetric")
+        for k in range(len(sig)):
+            try:
+                stable_cholesky(sig[k])
+            except np.linalg.LinAlgError:
+                raise ValueError(f"covariance {k} is not positive definite") from None
         self.means_, self.covs_ = mu, sig
         return self
 
@@ -245,5 +263,8 @@ class FADngsDetector(BaseDetector):
                 raise KeyError("FADngs detector arrays need both 'means' and 'covs'")
             self.set_density(arrays[MEANS], arrays[COVS])
         if THRESHOLD in arrays:
-            self.threshold_ = float(arrays[THRESHOLD])
+            t = np.asarray(arrays[THRESHOLD], dtype=np.float64)
+            if t.shape != () or not np.isfinite(t):
+                raise ValueError("threshold_ must be one finite number")
+            self.threshold_ = float(t)
         return self

@@ -34,7 +34,7 @@ class _Privacy(MetricFamily):
 
 PRIVACY: MetricFamily = _Privacy(
     name="fadngs-privacy",
-    keys=DCOR_KEYS,
+    keys=(*DCOR_KEYS, "density_epsilon"),
     columns=(
         Column("dcor_shared", "dCor shared"),
         Column("dcor_random", "dCor random"),

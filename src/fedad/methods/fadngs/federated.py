@@ -73,14 +73,15 @@ from fedad.methods.fadngs.privacy import (
     density_epsilon,
     distance_correlations,
     noisy_gaussian,
+    unit_rows,
 )
 from fedad.methods.fadngs.train import cosine_lr, embed, local_update, sed_distill
 from fedad.seeding import rng as seeded_rng
 
 DENSITY = "density"
 TRAIN = "train"
-LOSSES = ["loss", "delta", "flagged"]
-"""The loss scalars a ``train`` reply carries (``delta`` and ``flagged``: CRAD only)."""
+CRAD_SCALARS = ["loss", "delta", "flagged"]
+"""The scalars a CRAD ``train`` reply carries; other losses and the warm-up send ``loss``."""
 SHARED = "shared/"
 """Client-state prefix of the Gaussians a client last shared (for the privacy measure)."""
 
@@ -116,6 +117,10 @@ class FADngsParams(Params):
         default=0.0, ge=0.0, le=1e6, description="Gaussian mechanism on the statistics (sigma)"
     )
     density_delta: float = Field(default=1e-5, gt=0.0, lt=1.0, description="delta of its eps")
+    noise_source: Literal["private", "seeded"] = Field(
+        default="private",
+        description="the mechanism's noise: OS entropy, or the run's seed (reproducible)",
+    )
     public_set: str = Field(default="procedural", description="SED's public data set")
     public_n: int = Field(default=512, ge=2, le=1_000_000, description="public samples")
     distill_epochs: int = Field(default=1, ge=1, le=10_000, description="E_g of SED")
@@ -129,6 +134,10 @@ class FADngsParams(Params):
         default=1e-4, gt=0.0, le=100.0, description="teacher's tau of eq. 11 (SEED's)"
     )
     privacy_measure: bool = Field(default=True, description="distance correlation (Fig. 9)")
+
+
+def _space(z: np.ndarray, unit: bool) -> np.ndarray:
+    return unit_rows(z) if unit else z
 
 
 def client_rng(seed: int, round_no: int, client_id: int, stream: int) -> np.random.Generator:
@@ -242,16 +251,29 @@ class _FADngs(Algorithm):
         """GetDensityFunctions [FADngs Algorithm 1]: the client's Gaussians under ``det``."""
         p = self.params
         if p.density_noise > 0:
-            mean, cov = noisy_gaussian(det.represent(x), p.density_noise, p.rho, rng)
+            # "private": the operating system's entropy, which the server cannot recompute
+            # from the run's seed (it could subtract seeded noise); "seeded": reproducible
+            noise = rng if p.noise_source == "seeded" else np.random.default_rng()
+            mean, cov = noisy_gaussian(det.represent(x), p.density_noise, p.rho, noise)
             return mean[None], cov[None]
         return det.own_density(x, rng)
 
     def client_density(self, state: ClientState, data: ClientData, msg: Message) -> Message:
-        """NGDE: the noisy Gaussians of the client's training data, nothing else."""
-        det = self._detector(self._weights(state, msg))
-        rng = client_rng(self.setup.seed, int(msg.get("round", 0)), data.client_id, 0xD1)
-        means, covs = self._gaussians(det, dense(data.x_train, self.name), rng)
-        state.update(prefixed({MEANS: means, COVS: covs}, SHARED.rstrip("/")))
+        """NGDE: the noisy Gaussians of the client's training data, nothing else.
+
+        A release is keyed by the message's round: asked again for the same round (a
+        learning-curve checkpoint asks for the next round's, under the same model), the
+        client sends what it released before, so the noise of a round is drawn once."""
+        r = int(msg.get("round", 0))
+        shared = unprefixed(state, SHARED.rstrip("/"))
+        if MEANS in shared and int(shared.get("round", -1)) == r:
+            means, covs = shared[MEANS], shared[COVS]
+        else:
+            det = self._detector(self._weights(state, msg))
+            rng = client_rng(self.setup.seed, r, data.client_id, 0xD1)
+            means, covs = self._gaussians(det, dense(data.x_train, self.name), rng)
+            release = {MEANS: means, COVS: covs, "round": np.asarray(r)}
+            state.update(prefixed(release, SHARED.rstrip("/")))
         return Message(
             DENSITY,
             {MEANS: means.astype(np.float32), COVS: covs.astype(np.float32)},
@@ -347,15 +369,16 @@ class _FADngs(Algorithm):
         warmup: bool,
     ) -> dict[str, np.ndarray] | None:
         """FedAvg (nosed, warm-up) or FedAvg followed by SED; None without usable replies."""
+        losses = CRAD_SCALARS if not warmup and self.params.loss == "crad" else ["loss"]
         if not self.sed or warmup:
-            avg = ctx.mean(msgs, arrays=spec, scalars=LOSSES if not warmup else ["loss"])
+            avg = ctx.mean(msgs, arrays=spec, scalars=losses)
             if avg.arrays is not None:
-                log_weighted_scalars(ctx, avg.replies, LOSSES if not warmup else ["loss"])
+                log_weighted_scalars(ctx, avg.replies, losses)
             return avg.arrays
-        replies = ctx.send(msgs, arrays=spec, scalars=["num_examples", *LOSSES])
+        replies = ctx.send(msgs, arrays=spec, scalars=["num_examples", *losses])
         if not replies:
             return None
-        log_weighted_scalars(ctx, replies, LOSSES)
+        log_weighted_scalars(ctx, replies, losses)
         ids = sorted(replies)
         n = [float(replies[i].scalars["num_examples"]) for i in ids]
         parts = [{k: replies[i].arrays[k] for k in spec} for i in ids]
@@ -363,7 +386,10 @@ class _FADngs(Algorithm):
         teachers = [self._detector(p).encoder_ for p in parts]
         assert ctx.public is not None and density is not None
         public = np.asarray(ctx.public, dtype=np.float32)
-        scores = np.stack([min_mahalanobis(embed(t, public), *density) for t in teachers])
+        unit = self.params.density_noise > 0  # the densities' space: the unit sphere
+        scores = np.stack(
+            [min_mahalanobis(_space(embed(t, public), unit), *density) for t in teachers]
+        )
         w = pearson_weights(scores)
         p = self.params
         for i in ids:
@@ -397,7 +423,9 @@ class _FADngs(Algorithm):
             weights = self._round(ctx, r, weights, spec, queues)
             if r == ctx.rounds:
                 result = self._final(ctx, weights, r)
-            elif ctx.wants_checkpoint(r):
+            elif ctx.wants_checkpoint(r) and r >= self.warmup:
+                # no learning curve in the warm-up (no densities yet); a checkpoint's density
+                # phase asks for round r + 1's release, which the client sends again then
                 ctx.checkpoint(r, self._final(ctx, weights, r))
             ctx.end_round(r)
         return result

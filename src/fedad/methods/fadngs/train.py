@@ -25,9 +25,10 @@ from typing import Literal
 
 import numpy as np
 import torch
+from torch import nn
 
 from fedad.methods.baselines.train import iterate_batches
-from fedad.methods.fadngs.augment import crad_views
+from fedad.methods.fadngs.augment import crad_views, normal_transform
 from fedad.methods.fadngs.density import min_mahalanobis
 from fedad.methods.fadngs.losses import (
     ConForm,
@@ -103,17 +104,18 @@ def _views_loss(
     rng: np.random.Generator,
     anomalous: torch.Tensor | None,
     form: ConForm,
+    aug: nn.Module | None = None,
 ) -> torch.Tensor:
     """The contrastive loss of one batch under ``loss``'s pairs (see :mod:`.losses`)."""
     b = batch.shape[0]
     if loss == "simclr":
-        plus, _ = crad_views(batch, max(2, n_plus), rng)
+        plus, _ = crad_views(batch, max(2, n_plus), rng, aug)
         v = plus.shape[1]
         z = enc.project(plus.flatten(0, 1))
         pos, neg = simclr_mask(b, v)
         return contrastive_loss(z, pos.to(z.device), neg.to(z.device), temperature, form)
     n_p = max(2, n_plus) if loss == "csi" else n_plus
-    plus, minus = crad_views(batch, n_p, rng)
+    plus, minus = crad_views(batch, n_p, rng, aug)
     z = enc.project(torch.cat([plus.flatten(0, 1), minus.flatten(0, 1)]))
     z_plus = z[: b * n_p].view(b, n_p, -1)
     z_minus = z[b * n_p :].view(b, minus.shape[1], -1)
@@ -153,7 +155,8 @@ def local_update(
     :func:`~fedad.methods.fadngs.losses.contrastive_loss`). With ``unit`` the scores use
     unit-normalised representations (the densities' space when they were released under the
     Gaussian mechanism, :mod:`.privacy`).
-    A batch of one sample has no pair to contrast and is skipped.
+    A batch of one sample is contrasted through its own views (its two :math:`T_+` views are
+    a positive pair).
     """
     if loss == "crad" and (means is None or covs is None):
         raise ValueError("CRAD needs a density set (means and covs)")
@@ -161,6 +164,7 @@ def local_update(
     params = [p for p in enc.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    aug = normal_transform(*x.shape[1:4])
     out = {"loss": float("nan")}
     for _ in range(max(1, epochs)):
         flags_t: torch.Tensor | None = None
@@ -173,11 +177,9 @@ def local_update(
         enc.train()
         total, count = 0.0, 0
         for idx in iterate_batches(len(xt), batch_size, rng):
-            if len(idx) < 2:
-                continue
             batch = xt[torch.from_numpy(idx)].to(device)
             anomalous = None if flags_t is None else flags_t[torch.from_numpy(idx)].to(device)
-            value = _views_loss(enc, batch, loss, n_plus, temperature, rng, anomalous, form)
+            value = _views_loss(enc, batch, loss, n_plus, temperature, rng, anomalous, form, aug)
             opt.zero_grad(set_to_none=True)
             value.backward()  # type: ignore[no-untyped-call]
             opt.step()
