@@ -269,6 +269,30 @@ def _method_maps(path: Path, label: str, arrays: dict[str, NDArray[Any]]) -> Met
     )
 
 
+def _read_capped_npz(p: Path, max_bytes: int) -> tuple[dict[str, NDArray[Any]], list[str]]:
+    """The arrays of an untrusted ``.npz`` (no pickles, at most ``max_bytes`` unpacked) and
+    the method labels its ``LABEL/key`` names hold, in file order; one-line
+    :class:`~fedad.errors.FedadError` otherwise."""
+    try:
+        with zipfile.ZipFile(p) as zf:
+            size = sum(info.file_size for info in zf.infolist())
+        if size > max_bytes:
+            raise FedadError(
+                f"'{p}' would unpack to {size} bytes, more than the {max_bytes} allowed",
+                "rebuild it by running the experiment again (the report is fine without it)",
+            )
+        with np.load(p, allow_pickle=False) as npz:
+            arrays = {str(k): np.asarray(npz[k]) for k in npz.files}
+    except FedadError:
+        raise
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+        raise FedadError(
+            f"'{p}' is not a readable .npz file: {_reason(exc)}",
+            "rebuild it by running the experiment again (the report is fine without it)",
+        ) from None
+    return arrays, list(dict.fromkeys(k.rsplit("/", 1)[0] for k in arrays if "/" in k))
+
+
 def read_maps(path: str | Path, labels: list[str] | None = None) -> dict[str, MethodMaps]:
     """Load ``maps.npz`` (``LABEL/image``, ``LABEL/map``, ``LABEL/mask``, ``LABEL/score``,
     ``LABEL/label``, optional ``LABEL/client``) as untrusted input.
@@ -281,24 +305,7 @@ def read_maps(path: str | Path, labels: list[str] | None = None) -> dict[str, Me
     p = Path(path)
     if not p.is_file():
         return {}
-    try:
-        with zipfile.ZipFile(p) as zf:
-            size = sum(info.file_size for info in zf.infolist())
-        if size > MAPS_MAX_BYTES:
-            raise FedadError(
-                f"'{p}' would unpack to {size} bytes, more than the {MAPS_MAX_BYTES} allowed",
-                "rebuild it by running the experiment again (the report is fine without it)",
-            )
-        with np.load(p, allow_pickle=False) as npz:
-            arrays = {str(k): np.asarray(npz[k]) for k in npz.files}
-    except FedadError:
-        raise
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
-        raise FedadError(
-            f"'{p}' is not a readable .npz file: {_reason(exc)}",
-            "rebuild it by running the experiment again (the report is fine without it)",
-        ) from None
-    in_file = list(dict.fromkeys(k.rsplit("/", 1)[0] for k in arrays if "/" in k))
+    arrays, in_file = _read_capped_npz(p, MAPS_MAX_BYTES)
     wanted = [lab for lab in (labels or []) if lab in in_file]
     wanted += [lab for lab in in_file if lab not in wanted]
     return {lab: _method_maps(p, lab, arrays) for lab in wanted}
@@ -381,24 +388,7 @@ def read_embeddings(
     p = Path(path)
     if not p.is_file():
         return {}
-    try:
-        with zipfile.ZipFile(p) as zf:
-            size = sum(info.file_size for info in zf.infolist())
-        if size > EMBED_MAX_BYTES:
-            raise FedadError(
-                f"'{p}' would unpack to {size} bytes, more than the {EMBED_MAX_BYTES} allowed",
-                "rebuild it by running the experiment again (the report is fine without it)",
-            )
-        with np.load(p, allow_pickle=False) as npz:
-            arrays = {str(k): np.asarray(npz[k]) for k in npz.files}
-    except FedadError:
-        raise
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
-        raise FedadError(
-            f"'{p}' is not a readable .npz file: {_reason(exc)}",
-            "rebuild it by running the experiment again (the report is fine without it)",
-        ) from None
-    in_file = list(dict.fromkeys(k.rsplit("/", 1)[0] for k in arrays if "/" in k))
+    arrays, in_file = _read_capped_npz(p, EMBED_MAX_BYTES)
     wanted = in_file if labels is None else [lab for lab in labels if lab in in_file]
     out = {lab: _method_embedding(p, lab, arrays) for lab in wanted}
     total = sum(len(m.label) for m in out.values())
