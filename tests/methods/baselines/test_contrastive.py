@@ -134,12 +134,14 @@ def test_max_similarity_in_chunks_is_the_dense_leave_one_out_max(
     sims = q @ bank.T
     sims[np.arange(5), np.arange(5)] = -np.inf  # the first five queries are bank entries
     want = sims.max(axis=1)
+    exclude = np.r_[np.arange(5), np.full(10, -1)].astype(np.int64)
     monkeypatch.setattr(contrastive, "QUERY_CHUNK", 4)
     monkeypatch.setattr(contrastive, "BANK_CHUNK", 5)
-    np.testing.assert_allclose(max_similarity(q, bank), want, atol=1e-12)
+    np.testing.assert_allclose(max_similarity(q, bank, exclude), want, atol=1e-12)
     monkeypatch.setattr(contrastive, "BANK_CHUNK", 1)
-    np.testing.assert_allclose(max_similarity(q, bank), want, atol=1e-12)
-    # a bank of one entry: no leave-one-out
+    np.testing.assert_allclose(max_similarity(q, bank, exclude), want, atol=1e-12)
+    # without exclusions a query equal to a bank entry keeps its own match
+    assert np.allclose(max_similarity(q[:5], bank), 1.0)
     assert max_similarity(bank[:1], bank[:1])[0] == pytest.approx(1.0)
 
 
@@ -228,3 +230,19 @@ def test_non_square_images_are_refused() -> None:
     setup = Setup("image", (1, 8, 6), rounds=1, seed=0, contamination=0.1, num_clients=3)
     with pytest.raises(ConfigError, match="square"):
         build_algorithm("fedavg", {}, setup, "contrastive")
+
+
+def test_a_test_image_close_to_a_training_image_keeps_its_match() -> None:
+    """Only the same image is left out: a near-duplicate scores as the most normal."""
+    train = digits(3)[:12]
+    det = detector(epochs=1).fit(train)
+    near = np.clip(train[:4] + np.float32(1e-4), 0, 1)  # other bytes, nearly the same image
+    s_near = det.score(near)
+    assert np.all(s_near <= det.score(train[:4]) + 1e-6)
+    assert np.all(s_near < -0.99)
+    keys = contrastive.image_keys(train)
+    assert len(set(keys.tolist())) == len({t.tobytes() for t in train})
+    assert keys.dtype == np.int64
+    # saved and loaded, the keys come back and training scores stay leave-one-out
+    again = detector(epochs=1).build().set_arrays(det.get_arrays())
+    np.testing.assert_allclose(again.score(train), det.score(train), atol=1e-6)
