@@ -67,3 +67,15 @@ def test_distance_correlation_tells_dependent_from_independent() -> None:
 
     dependent = float(dcor.u_distance_correlation_sqr(x, x[:, :3] * 2 + 1))
     assert dependent > 0.3  # the measure itself sees a real dependence
+
+
+def test_the_shared_draws_come_from_the_shared_gaussians() -> None:
+    from fedad.methods.fadngs.privacy import _draw
+
+    rng = np.random.default_rng(3)
+    means = np.array([[5.0, -5.0], [-5.0, 5.0]])
+    covs = np.stack([np.eye(2) * 0.01] * 2)
+    y = _draw(means, covs, 4000, rng)
+    near = np.linalg.norm(y[:, None, :] - means[None], axis=2).min(axis=1)
+    assert np.all(near < 1.0)  # every draw sits on one of the two Gaussians
+    assert 0.4 < np.mean(y[:, 0] > 0) < 0.6  # both components used
