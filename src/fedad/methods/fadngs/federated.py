@@ -73,9 +73,8 @@ from fedad.methods.fadngs.privacy import (
     density_epsilon,
     distance_correlations,
     noisy_gaussian,
-    unit_rows,
 )
-from fedad.methods.fadngs.train import cosine_lr, embed, local_update, sed_distill
+from fedad.methods.fadngs.train import cosine_lr, local_update, sed_distill
 from fedad.seeding import rng as seeded_rng
 
 DENSITY = "density"
@@ -134,10 +133,6 @@ class FADngsParams(Params):
         default=1e-4, gt=0.0, le=100.0, description="teacher's tau of eq. 11 (SEED's)"
     )
     privacy_measure: bool = Field(default=True, description="distance correlation (Fig. 9)")
-
-
-def _space(z: np.ndarray, unit: bool) -> np.ndarray:
-    return unit_rows(z) if unit else z
 
 
 def client_rng(seed: int, round_no: int, client_id: int, stream: int) -> np.random.Generator:
@@ -383,13 +378,13 @@ class _FADngs(Algorithm):
         n = [float(replies[i].scalars["num_examples"]) for i in ids]
         parts = [{k: replies[i].arrays[k] for k in spec} for i in ids]
         student = self._detector(weighted_mean_dicts(parts, n))
-        teachers = [self._detector(p).encoder_ for p in parts]
+        teacher_dets = [self._detector(p) for p in parts]
+        teachers = [d.encoder_ for d in teacher_dets]
         assert ctx.public is not None and density is not None
         public = np.asarray(ctx.public, dtype=np.float32)
-        unit = self.params.density_noise > 0  # the densities' space: the unit sphere
-        scores = np.stack(
-            [min_mahalanobis(_space(embed(t, public), unit), *density) for t in teachers]
-        )
+        # each teacher's scores in the densities' space (its represent: unit-normalised
+        # under the Gaussian mechanism)
+        scores = np.stack([min_mahalanobis(d.represent(public), *density) for d in teacher_dets])
         w = pearson_weights(scores)
         p = self.params
         for i in ids:
