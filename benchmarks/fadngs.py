@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/fadngs.py --suite table1|digits|ablation
         [--seeds 5] [--jobs 2] [--rounds 10] [--per-client 200] [--work DIR]
-        [--summarise-only]
+        [--summarise-only] [--only LABEL ...]
 
 Every suite is one fedad run with ``seeds = [0, ..., seeds - 1]`` (:func:`fedad.seeds.run_seeds`,
 ``--jobs`` worker processes, one torch thread each), every method on the same federation per
@@ -89,9 +89,14 @@ def _toml(v: Any) -> str:
 
 
 def config_text(
-    suite: str, seeds: int, rounds: int, per_client: int, local_test: str = "shared"
+    suite: str,
+    seeds: int,
+    rounds: int,
+    per_client: int,
+    local_test: str = "shared",
+    only: list[str] | None = None,
 ) -> str:
-    """The suite's experiment as TOML."""
+    """The suite's experiment as TOML (``only``: just the rows with these labels)."""
     lines = [
         f"seeds = {list(range(seeds))}",
         f"rounds = {rounds}",
@@ -112,7 +117,13 @@ def config_text(
         "contamination = 0.01",
         f'local_test = "{local_test}"',
     ]
-    for label, name, params, detector in ABLATION if suite == "ablation" else TABLE1:
+    rows = ABLATION if suite == "ablation" else TABLE1
+    if only:
+        unknown = sorted(set(only) - {r[0] for r in rows})
+        if unknown:
+            raise SystemExit(f"--only: no row {', '.join(unknown)} in suite {suite}")
+        rows = [r for r in rows if r[0] in only]
+    for label, name, params, detector in rows:
         lines += ["[[methods]]", f'name = "{name}"', f'label = "{label}"']
         if detector:
             lines.append(f'detector = "{detector}"')
@@ -185,12 +196,16 @@ def main() -> None:
     ap.add_argument("--per-client", type=int, default=200)
     ap.add_argument("--local-test", choices=["shared", "own"], default="shared",
                     help="partition.local_test (shared: each client scores all)")  # fmt: skip
+    ap.add_argument("--only", nargs="+", default=None, metavar="LABEL",
+                    help="only these rows (writes ..._only.json)")  # fmt: skip
     ap.add_argument("--work", type=Path, default=None, help="keep (and resume) the run here")
     ap.add_argument("--summarise-only", action="store_true",
                     help="do not run: summarise the seeds already finished in --work")  # fmt: skip
     args = ap.parse_args()
 
-    text = config_text(args.suite, args.seeds, args.rounds, args.per_client, args.local_test)
+    text = config_text(
+        args.suite, args.seeds, args.rounds, args.per_client, args.local_test, args.only
+    )
     with tempfile.TemporaryDirectory(prefix="fedad-fadngs-") as tmp:
         work = args.work or Path(tmp) / "run"
         cfg_path = Path(tmp) / "config.toml"
@@ -201,7 +216,8 @@ def main() -> None:
         rows = summarise(work)
     OUT.mkdir(parents=True, exist_ok=True)
     result = {"suite": args.suite, "config": text, "methods": rows}
-    (OUT / f"fadngs_{args.suite}_{args.local_test}.json").write_text(
+    suffix = "_only" if args.only else ""
+    (OUT / f"fadngs_{args.suite}_{args.local_test}{suffix}.json").write_text(
         json.dumps(result, indent=1) + "\n"
     )
     print(f"```toml\n{text}```\n")

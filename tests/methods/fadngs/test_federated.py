@@ -74,10 +74,10 @@ def test_density_phase_uploads_only_means_and_covariances(
     assert out.result.arrays["means"].shape == (6, 8)
 
 
-def test_sed_queues_persist_across_rounds() -> None:
+def test_sed_queues_persist_across_rounds_when_asked() -> None:
     fed = make_federation("image", clients=2)
-    algo1, out1 = _run(fed, rounds=1, warmup_rounds=0)
-    algo2, out2 = _run(fed, rounds=2, warmup_rounds=0)
+    algo1, out1 = _run(fed, rounds=1, warmup_rounds=0, sed_queues="persist")
+    algo2, out2 = _run(fed, rounds=2, warmup_rounds=0, sed_queues="persist")
     assert out1.events == [] and out2.events == []
     for cid in (0, 1):
         q1, q2 = algo1.queues[cid].values, algo2.queues[cid].values
@@ -87,6 +87,19 @@ def test_sed_queues_persist_across_rounds() -> None:
         np.testing.assert_array_equal(q2[:4].numpy(), q1[-4:].numpy())
         assert not np.allclose(q2[4:].numpy(), q1[4:].numpy())
     assert "sed_loss" in out2.history[1] and np.isfinite(out2.history[1]["sed_loss"])
+
+
+def test_sed_queues_are_renewed_every_round_by_default() -> None:
+    fed = make_federation("image", clients=2)
+    algo1, _ = _run(fed, rounds=1, warmup_rounds=0)
+    algo2, out2 = _run(fed, rounds=2, warmup_rounds=0)
+    for cid in (0, 1):
+        q1, q2 = algo1.queues[cid].values.numpy(), algo2.queues[cid].values.numpy()
+        # each round: 4 fresh random unit rows, then that round's 8 teacher representations
+        assert not np.allclose(q2[:4], q1[:4])
+        np.testing.assert_allclose(np.linalg.norm(q2, axis=1), 1.0, rtol=1e-5)
+        assert not np.allclose(q2[4:], q1[4:])
+    assert np.isfinite(out2.history[1]["sed_loss"])
 
 
 def test_sed_changes_the_fedavg_start() -> None:

@@ -109,6 +109,24 @@ def test_sed_loss_is_the_cross_entropy_of_the_two_softmaxes() -> None:
     assert sed_loss(s, t, q, tau) > entropy
 
 
+def test_sed_positive_is_the_distribution_over_the_teachers_own_entry_and_the_queue() -> None:
+    torch.manual_seed(4)
+    s, t, q = torch.randn(3, 5), torch.randn(3, 5), torch.randn(7, 5)
+    tau, t_tau = 0.2, 0.05
+    for i in range(3):
+        # row i's queue with the teacher's own representation of input i in front
+        qi = torch.cat([t[i : i + 1], q])
+        want = sed_loss(s[i : i + 1], t[i : i + 1], qi, tau, t_tau)
+        got = sed_loss(s[i : i + 1], t[i : i + 1], q, tau, t_tau, positive=True)
+        torch.testing.assert_close(got, want)
+    # with a near-zero teacher temperature the target is the positive alone: InfoNCE
+    s_n, t_n, q_n = F.normalize(s, dim=1), F.normalize(t, dim=1), F.normalize(q, dim=1)
+    logits = torch.cat([(s_n * t_n).sum(1, keepdim=True), s_n @ q_n.T], dim=1) / tau
+    info_nce = F.cross_entropy(logits, torch.zeros(3, dtype=torch.long))
+    torch.testing.assert_close(sed_loss(s, t, q, tau, 1e-4, positive=True), info_nce)
+    assert not torch.allclose(sed_loss(s, t, q, tau, 1e-4), info_nce)
+
+
 def test_ensemble_sed_is_the_weighted_sum_and_only_the_student_learns() -> None:
     torch.manual_seed(3)
     s = torch.randn(4, 6, requires_grad=True)

@@ -20,11 +20,15 @@ Round :math:`t` of [FADngs Algorithm 1], for the sampled clients :math:`S_t`
    :meth:`~fedad.fl.context.ServerContext.mean`, so SecAgg+ applies); ``fadngs`` starts from
    that mean [FADngs eq. 10] and distils the clients' models into it on the server's public
    set (SED, [FADngs eq. 11-13]), teachers weighted by the Pearson correlation of their
-   normalised anomaly scores on the public set with the mean score. Each client keeps one
-   FIFO instance queue on the server, **kept across rounds** (the paper: "progressively
-   updated"; its Algorithm 1 re-initialises it randomly in every Aggregate, which at our
-   public-set sizes would leave mostly random entries) and initialised with random unit
-   vectors the first time the client takes part.
+   normalised anomaly scores on the public set with the mean score. Each client has one
+   FIFO instance queue on the server, filled with random unit vectors and **renewed in every
+   Aggregate** (``sed_queues = "round"``, [FADngs Algorithm 1]: "initialize instances queue
+   D_c randomly", as the authors' code does); each input's own teacher representation leads
+   the queue (``sed_positive``, the paper's text and code, see
+   :func:`~fedad.methods.fadngs.losses.sed_loss`). ``sed_queues = "persist"`` keeps the
+   queues across rounds instead (the reading "progressively updated"); with a public set
+   smaller than the queue that fills it with the same images' representations from earlier
+   rounds' teachers, which the student is then pushed away from.
 
 After the last round a final NGDE phase gives the global density set under the final model
 :math:`\\theta_T`; every client's detector is :math:`\\theta_T` with that set [FADngs eq. 6],
@@ -132,6 +136,12 @@ class FADngsParams(Params):
     sed_teacher_temperature: float = Field(
         default=1e-4, gt=0.0, le=100.0, description="teacher's tau of eq. 11 (SEED's)"
     )
+    sed_positive: bool = Field(
+        default=True, description="the teacher's own representation leads the queue (code)"
+    )
+    sed_queues: Literal["persist", "round"] = Field(
+        default="round", description="keep the queues across rounds or renew them each round"
+    )
     privacy_measure: bool = Field(default=True, description="distance correlation (Fig. 9)")
 
 
@@ -150,8 +160,8 @@ class _FADngs(Algorithm):
     metric_families: ClassVar[tuple[MetricFamily, ...]] = (PRIVACY,)
     sed: ClassVar[bool] = False
     queues: dict[int, FifoQueue]
-    """SED's instance queues by client id, kept by the server across rounds (set by
-    :meth:`server`)."""
+    """SED's instance queues by client id (set by :meth:`server`; renewed every round unless
+    ``sed_queues = "persist"``)."""
 
     def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
         super().__init__(params, setup, detector)
@@ -387,9 +397,11 @@ class _FADngs(Algorithm):
         scores = np.stack([min_mahalanobis(d.represent(public), *density) for d in teacher_dets])
         w = pearson_weights(scores)
         p = self.params
+        if p.sed_queues == "round":
+            queues.clear()  # [FADngs Algorithm 1]: "initialize instances queue D_c randomly"
         for i in ids:
             if i not in queues:
-                seed = int(seeded_rng(self.setup.seed, i, 0x9E).integers(2**62))
+                seed = int(seeded_rng(self.setup.seed, i, r, 0x9E).integers(2**62))
                 gen = torch.Generator().manual_seed(seed)
                 queues[i] = FifoQueue.random(p.queue_size, p.proj_dim, gen)
         loss = sed_distill(
@@ -397,7 +409,8 @@ class _FADngs(Algorithm):
             epochs=p.distill_epochs, batch_size=p.distill_batch,
             lr=cosine_lr(p.distill_lr, r - 1, ctx.rounds),
             rng=seeded_rng(self.setup.seed, r, 0x5ED), tau=p.sed_temperature,
-            teacher_tau=p.sed_teacher_temperature, weight_decay=p.weight_decay,
+            teacher_tau=p.sed_teacher_temperature, positive=p.sed_positive,
+            weight_decay=p.weight_decay,
         )  # fmt: skip
         ctx.log(sed_loss=loss, sed_weight_min=float(w.min()), sed_weight_max=float(w.max()))
         return student.model_arrays()

@@ -252,6 +252,7 @@ def sed_loss(
     queue: torch.Tensor,
     tau: float = 0.5,
     teacher_tau: float | None = None,
+    positive: bool = False,
 ) -> torch.Tensor:
     """One teacher's term of [FADngs eq. 13]: the cross-entropy
     :math:`-\\sum_j p_c^j \\log q_c^j` between the teacher's distribution :math:`P_c`
@@ -263,16 +264,29 @@ def sed_loss(
     al. 2021), whose similarity-distribution distillation eq. 11-13 follow, sharpens the
     teacher's distribution with a much lower temperature than the student's.
 
+    ``positive`` puts the teacher's own representation of the same input, :math:`z_c^T(x)`,
+    in front of the queue: :math:`D_c' = [z_c^T(x), d_c^1, \\dots, d_c^B]` per row, so that
+    :math:`p_c^0 \\propto \\exp(1/\\tau_T)` and :math:`q_c^0 \\propto
+    \\exp(\\mathrm{sim}(z^S(x), z_c^T(x))/\\tau)`. The paper's text adds the current batch
+    to the queue before computing the similarities, and the authors' code (after SEED's)
+    concatenates exactly this entry; without it a sharp teacher puts all its mass on
+    whichever queue entry happens to be nearest.
+
     Shapes:
         - student_z, teacher_z: :math:`(N, D)`
         - queue: :math:`(Q, D)` (teacher representations)
         - output: scalar
     """
-    p = similarity_distribution(
-        teacher_z.detach(), queue, tau if teacher_tau is None else teacher_tau
-    )
-    log_q = F.log_softmax(_queue_logits(student_z, queue, tau), dim=1)
-    return -(p * log_q).sum(dim=1).mean()
+    t_tau = tau if teacher_tau is None else teacher_tau
+    t = F.normalize(teacher_z.detach(), dim=1)
+    t_logits = _queue_logits(t, queue, t_tau)
+    s_logits = _queue_logits(student_z, queue, tau)
+    if positive:
+        s = F.normalize(student_z, dim=1)
+        t_logits = torch.cat([(t * t).sum(1, keepdim=True) / t_tau, t_logits], dim=1)
+        s_logits = torch.cat([(s * t).sum(1, keepdim=True) / tau, s_logits], dim=1)
+    p = F.softmax(t_logits, dim=1)
+    return -(p * F.log_softmax(s_logits, dim=1)).sum(dim=1).mean()
 
 
 def ensemble_sed_loss(
@@ -282,9 +296,11 @@ def ensemble_sed_loss(
     weights: Sequence[float] | torch.Tensor,
     tau: float = 0.5,
     teacher_tau: float | None = None,
+    positive: bool = False,
 ) -> torch.Tensor:
     """[FADngs eq. 13]: :math:`\\sum_{c \\in S_t} w_c \\, \\mathrm{CE}(P_c, Q_c)` with one
-    :func:`sed_loss` per teacher :math:`c`, on its own queue :math:`D_c`.
+    :func:`sed_loss` per teacher :math:`c`, on its own queue :math:`D_c` (``positive``: see
+    :func:`sed_loss`).
 
     Shapes:
         - student_z: :math:`(N, D)`
@@ -296,7 +312,7 @@ def ensemble_sed_loss(
     if not len(teacher_zs) == len(queues) == len(weights) > 0:
         raise ValueError("need as many teachers, queues and weights, at least one")
     terms = [
-        float(w) * sed_loss(student_z, t, q, tau, teacher_tau)
+        float(w) * sed_loss(student_z, t, q, tau, teacher_tau, positive)
         for w, t, q in zip(weights, teacher_zs, queues, strict=True)
     ]
     return torch.stack(terms).sum()

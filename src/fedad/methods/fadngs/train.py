@@ -203,6 +203,7 @@ def sed_distill(
     rng: np.random.Generator,
     tau: float = 0.5,
     teacher_tau: float | None = None,
+    positive: bool = False,
     momentum: float = 0.9,
     weight_decay: float = 1e-4,
 ) -> float:
@@ -210,8 +211,10 @@ def sed_distill(
     FedAvg of the teachers (the caller's job, [FADngs eq. 10]) and is trained in place for
     ``epochs`` over ``public``; per batch, for every teacher :math:`c` the loss term
     :math:`w_c\\,\\mathrm{CE}(P_c, Q_c)` over its queue :math:`D_c` (as it is *before* this
-    batch), then :math:`D_c` takes the teacher's normalised batch representations (FIFO).
-    The queues are the caller's and keep their state. Returns the last epoch's mean loss.
+    batch), then :math:`D_c` takes the teacher's normalised batch representations (FIFO);
+    ``positive`` puts each input's own teacher representation in front of the queue (see
+    :func:`~fedad.methods.fadngs.losses.sed_loss`). The queues are the caller's and keep
+    their state. Returns the last epoch's mean loss.
 
     Shapes:
         - public: :math:`(N, C, H, W)`
@@ -235,7 +238,7 @@ def sed_distill(
                 t_z = [t.normalized_projections(batch) for t in teachers]
             s_z = student.normalized_projections(batch)
             value = ensemble_sed_loss(
-                s_z, t_z, [q.values.to(device) for q in queues], w, tau, teacher_tau
+                s_z, t_z, [q.values.to(device) for q in queues], w, tau, teacher_tau, positive
             )
             opt.zero_grad(set_to_none=True)
             value.backward()  # type: ignore[no-untyped-call]
