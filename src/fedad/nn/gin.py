@@ -34,7 +34,7 @@ from torch import nn
 if TYPE_CHECKING:
     from torch_geometric.data import Batch
 
-__all__ = ["GIN", "dense_graphs"]
+__all__ = ["GIN", "dense_graphs", "dense_nodes"]
 
 
 class GIN(nn.Module):
@@ -128,3 +128,14 @@ def dense_graphs(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     x, mask = to_dense_batch(batch.x, batch.batch, batch_size=b)
     adj = to_dense_adj(batch.edge_index, batch.batch, batch_size=b, max_num_nodes=x.shape[1])
     return x, adj.clamp_(max=1.0), mask
+
+
+def dense_nodes(h: torch.Tensor, batch: torch.Tensor, num_graphs: int, n: int) -> torch.Tensor:
+    """Packed node rows :math:`(|V|, d)` as :math:`(B, N, d)` blocks, zero-padded (the
+    layout of :func:`dense_graphs` for ``n`` = its :math:`N`)."""
+    from torch_geometric.utils import to_dense_batch
+
+    dense: tuple[torch.Tensor, torch.Tensor] = to_dense_batch(
+        h, batch, batch_size=num_graphs, max_num_nodes=n
+    )
+    return dense[0]

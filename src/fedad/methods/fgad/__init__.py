@@ -1,0 +1,18 @@
+"""FGAD: federated graph anomaly detection with self-boosted distillation (Cai et al., ACM
+MM 2024). Paper label: ``FGAD``.
+
+=========================================  ===================================================
+paper                                      code
+=========================================  ===================================================
+eq. 1-3 (GIN, sum readout of layers)       :class:`fedad.nn.gin.GIN`
+eq. 5-7 (VGAE generator, per graph)        ``model.Generator``
+eq. 8 (adjacency reconstruction)           ``losses.reconstruction_loss``
+eq. 9 (normal vs generated)                ``losses.detection_loss``
+eq. 10 (pre-training)                      ``train.train_epoch(distill=False)``
+eq. 11-12 (logits, distillation)           ``model.FGADNet``, ``losses.distillation_loss``
+eq. 13 (total)                             ``losses.total_loss``, ``train.train_epoch``
+eq. 14 (shared backbone)                   ``model.FGADNet``
+eq. 15 (student head averaged)             ``federated.FGAD`` (``ctx.mean``)
+score                                      ``detector.FGADDetector.score``
+=========================================  ===================================================
+"""

@@ -1,0 +1,283 @@
+"""FGAD's detector ``fgad``: the student head's probability that a graph is anomalous.
+
+:math:`s(G) = \\mathrm{softmax}(\\mathrm{Proj}_{w_s}(f_{w_g}(X, A)))_0`, the probability of the
+"generated" pseudo class [FGAD eq. 9, 11]; :meth:`FGADDetector.teacher_score` gives the
+teacher head's. Stand-alone (:meth:`fit`) it is FGAD without collaboration: the pre-training
+of eq. 10, then epochs of eq. 13 on the detector's own graphs.
+
+Arrays: the network's state under its own names (``backbone.*``, ``teacher.*``,
+``student.*``), the generator's (``generator.*``, needed to train on, not to score) and
+``threshold_``. The node-feature width is read back from the arrays, so one saved
+configuration serves clients whose graphs differ in width.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Self
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
+from fedad.devices import resolve_device
+from fedad.methods.fgad.model import NORMAL, FGADNet, Generator
+from fedad.methods.fgad.train import train_epoch
+from fedad.seeding import rng as seeded_rng
+from fedad.seeding import torch_seeded
+
+if TYPE_CHECKING:
+    from fedad.data.types import GraphSet
+
+THRESHOLD = "threshold_"
+GENERATOR = "generator"
+MAX_WIDTH = 1 << 16
+"""Widest node features a detector accepts (a checkpoint is untrusted)."""
+SCORE_BATCH = 256
+
+
+class FGADDetectorParams(BaseModel):
+    """The ``__init__`` arguments of :class:`FGADDetector`, as a checkpoint may give them."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    in_dim: int = Field(default=1, ge=1, le=MAX_WIDTH)
+    hidden: int = Field(default=64, ge=1, le=1024)
+    layers: int = Field(default=3, ge=1, le=16)
+    gen_hidden: int = Field(default=32, ge=1, le=1024)
+    gen_layers: int = Field(default=2, ge=1, le=16)
+    epochs: int = Field(default=20, ge=0, le=100_000)
+    pretrain_epochs: int = Field(default=10, ge=0, le=100_000)
+    lr: float = Field(default=1e-3, gt=0.0, le=10.0)
+    weight_decay: float = Field(default=5e-4, ge=0.0, le=10.0)
+    batch_size: int = Field(default=16, ge=1, le=1 << 16)
+    lam: float = Field(default=1.0, ge=0.0, le=1e6)
+    gamma: float = Field(default=10.0, ge=0.0, le=1e6)
+    tau: float = Field(default=1.0, gt=0.0, le=1e6)
+    kl_weight: float = Field(default=1e-3, ge=0.0, le=1e6)
+    contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+
+
+@register_detector("fgad")
+class FGADDetector(BaseDetector):
+    """GIN backbone, teacher and student heads, VGAE generator [FGAD Sec. 3]."""
+
+    ParamsModel = FGADDetectorParams
+
+    def __init__(
+        self,
+        in_dim: int = 1,
+        hidden: int = 64,
+        layers: int = 3,
+        gen_hidden: int = 32,
+        gen_layers: int = 2,
+        epochs: int = 20,
+        pretrain_epochs: int = 10,
+        lr: float = 1e-3,
+        weight_decay: float = 5e-4,
+        batch_size: int = 16,
+        lam: float = 1.0,
+        gamma: float = 10.0,
+        tau: float = 1.0,
+        kl_weight: float = 1e-3,
+        contamination: float = DEFAULT_CONTAMINATION,
+        seed: int = 0,
+        device: str = "cpu",
+    ) -> None:
+        super().__init__(contamination=contamination)
+        self.in_dim = in_dim
+        self.hidden = hidden
+        self.layers = layers
+        self.gen_hidden = gen_hidden
+        self.gen_layers = gen_layers
+        self.epochs = epochs
+        self.pretrain_epochs = pretrain_epochs
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.batch_size = batch_size
+        self.lam = lam
+        self.gamma = gamma
+        self.tau = tau
+        self.kl_weight = kl_weight
+        self.seed = seed
+        self.device = device
+
+    def get_params(self) -> dict[str, Any]:
+        return {
+            "in_dim": self.in_dim,
+            "hidden": self.hidden,
+            "layers": self.layers,
+            "gen_hidden": self.gen_hidden,
+            "gen_layers": self.gen_layers,
+            "epochs": self.epochs,
+            "pretrain_epochs": self.pretrain_epochs,
+            "lr": self.lr,
+            "weight_decay": self.weight_decay,
+            "batch_size": self.batch_size,
+            "lam": self.lam,
+            "gamma": self.gamma,
+            "tau": self.tau,
+            "kl_weight": self.kl_weight,
+            "contamination": self.contamination,
+            "seed": self.seed,
+        }
+
+    # -- networks ---------------------------------------------------------------------------
+    def build(self, in_dim: int | None = None) -> Self:
+        """``net_`` and ``gen_`` with seeded initial weights for ``in_dim`` node features
+        (default: the configured width; on the CPU, so equal on every device)."""
+        if in_dim is not None:
+            self.in_dim = int(in_dim)
+        if not 1 <= self.in_dim <= MAX_WIDTH:
+            raise ValueError(f"node-feature width {self.in_dim} is not in [1, {MAX_WIDTH}]")
+        dev = resolve_device(self.device)
+        with torch_seeded(self.seed):
+            net = FGADNet(self.in_dim, self.hidden, self.layers)
+            gen = Generator(self.in_dim, self.gen_hidden, self.gen_layers)
+        self.net_ = net.to(dev).eval()
+        self.gen_ = gen.to(dev).eval()
+        return self
+
+    def _ensure_built(self) -> None:
+        if not hasattr(self, "net_"):
+            self.build()
+
+    def part_arrays(self, part: str) -> dict[str, np.ndarray]:
+        """The state of one part (``backbone``, ``teacher``, ``student``, ``generator``) under
+        its full names (``student.0.weight``, ...)."""
+        self._ensure_built()
+        state = (
+            {f"{GENERATOR}.{k}": v for k, v in self.gen_.state_dict().items()}
+            if part == GENERATOR
+            else {k: v for k, v in self.net_.state_dict().items() if k.split(".")[0] == part}
+        )
+        if not state:
+            raise KeyError(f"FGAD has no part '{part}'")
+        return {k: v.detach().cpu().numpy().copy() for k, v in state.items()}
+
+    def set_parts(self, arrays: dict[str, np.ndarray]) -> Self:
+        """Load the named tensors of any parts (each must exist with its exact shape)."""
+        self._ensure_built()
+        net = self.net_.state_dict()
+        gen = self.gen_.state_dict()
+        for key, value in arrays.items():
+            head, _, rest = key.partition(".")
+            target, name = (gen, rest) if head == GENERATOR else (net, key)
+            if name not in target:
+                raise KeyError(f"FGAD has no tensor '{key}'")
+            t = torch.as_tensor(np.asarray(value, dtype=np.float32))
+            if t.shape != target[name].shape:
+                raise ValueError(
+                    f"tensor '{key}' has shape {tuple(t.shape)}, not {tuple(target[name].shape)}"
+                )
+            target[name].copy_(t)
+        return self
+
+    # -- training ---------------------------------------------------------------------------
+    def optimizer(self) -> torch.optim.Optimizer:
+        """Adam over every parameter of the client [FGAD Sec. 4.1: lr 0.001]."""
+        self._ensure_built()
+        params = [*self.net_.parameters(), *self.gen_.parameters()]
+        return torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
+
+    def train_epochs(
+        self,
+        graphs: GraphSet,
+        epochs: int,
+        *,
+        distill: bool,
+        rng: np.random.Generator,
+        opt: torch.optim.Optimizer | None = None,
+    ) -> dict[str, float]:
+        """``epochs`` of eq. 13 (``distill``) or eq. 10; the last epoch's mean losses."""
+        self._check_width(graphs)
+        opt = opt or self.optimizer()
+        last: dict[str, float] = {}
+        for _ in range(epochs):
+            last = train_epoch(
+                self.net_, self.gen_, graphs, opt, batch_size=self.batch_size, rng=rng,
+                lam=self.lam, gamma=self.gamma, tau=self.tau, kl_weight=self.kl_weight,
+                distill=distill, device=next(self.net_.parameters()).device,
+            )  # fmt: skip
+        self.net_.eval()
+        self.gen_.eval()
+        return last
+
+    def fit(self, x: GraphSet) -> Self:  # type: ignore[override]
+        """Pre-train (eq. 10) then train (eq. 13) on ``x`` alone; threshold from ``x``."""
+        self.build(_width(x))
+        rng = seeded_rng(self.seed, 0xF6AD)
+        opt = self.optimizer()
+        self.train_epochs(x, self.pretrain_epochs, distill=False, rng=rng, opt=opt)
+        self.train_epochs(x, self.epochs, distill=True, rng=rng, opt=opt)
+        return self.set_threshold(x)  # type: ignore[arg-type]
+
+    # -- scoring ----------------------------------------------------------------------------
+    def _check_width(self, x: GraphSet) -> None:
+        self._ensure_built()
+        w = _width(x)
+        if w != self.in_dim:
+            raise ValueError(f"graphs with {w} node features; this detector takes {self.in_dim}")
+
+    def _probabilities(self, x: GraphSet, head: str) -> np.ndarray:
+        self._check_width(x)
+        dev = next(self.net_.parameters()).device
+        mlp = self.net_.student if head == "student" else self.net_.teacher
+        out = []
+        with torch.no_grad():
+            for start in range(0, len(x), SCORE_BATCH):
+                b = x.batch(np.arange(start, min(start + SCORE_BATCH, len(x)))).to(dev)
+                z = self.net_.represent(b.x, b.edge_index, b.batch, int(b.num_graphs))
+                p = torch.softmax(mlp(z).double(), dim=1)[:, 1 - NORMAL]
+                out.append(p.cpu().numpy())
+        return np.concatenate(out) if out else np.zeros(0)
+
+    def score(self, x: GraphSet) -> np.ndarray:  # type: ignore[override]
+        """The student head's probability of "generated", per graph (higher = anomalous)."""
+        return self._probabilities(x, "student")
+
+    def teacher_score(self, x: GraphSet) -> np.ndarray:
+        """The teacher head's probability of "generated", per graph."""
+        return self._probabilities(x, "teacher")
+
+    # -- persistence ------------------------------------------------------------------------
+    def get_arrays(self) -> dict[str, np.ndarray]:
+        self._ensure_built()
+        out = {k: v.detach().cpu().numpy().copy() for k, v in self.net_.state_dict().items()}
+        out.update(self.part_arrays(GENERATOR))
+        if hasattr(self, "threshold_"):
+            out[THRESHOLD] = np.asarray(self.threshold_, dtype=np.float64)
+        return out
+
+    def set_arrays(self, arrays: dict[str, np.ndarray]) -> Self:
+        first = arrays.get("backbone.convs.0.nn.0.weight")
+        if first is None or np.ndim(first) != 2:
+            raise KeyError("FGAD detector arrays need 'backbone.convs.0.nn.0.weight' (2-d)")
+        self.build(int(np.shape(first)[1]))
+        model = {k: v for k, v in arrays.items() if k != THRESHOLD}
+        expected = set(self.net_.state_dict()) | {
+            f"{GENERATOR}.{k}" for k in self.gen_.state_dict()
+        }
+        missing = sorted(expected - set(model))
+        if missing:
+            raise KeyError(f"FGAD detector arrays lack '{missing[0]}'")
+        self.set_parts(model)
+        if THRESHOLD in arrays:
+            t = np.asarray(arrays[THRESHOLD], dtype=np.float64)
+            if t.shape != () or not np.isfinite(t):
+                raise ValueError("threshold_ must be one finite number")
+            self.threshold_ = float(t)
+        return self
+
+
+def _width(x: GraphSet) -> int:
+    """The node-feature width of a graph set (one-line error when there is none)."""
+    from fedad.data.types import GraphSet
+
+    if not isinstance(x, GraphSet):
+        raise TypeError(f"FGAD scores graphs (a GraphSet), not {type(x).__name__}")
+    w = x.shape[1]
+    if w < 1:
+        raise ValueError("graphs of several node-feature widths; FGAD takes one width")
+    return int(w)

@@ -1,0 +1,218 @@
+"""FGAD ([FGAD]: Cai et al., ACM MM 2024): the FL protocol, method ``fgad``.
+
+Every client holds its whole model — generator :math:`w_a`, GIN backbone :math:`w_g`,
+teacher head :math:`w_t`, student head :math:`w_s` — in its own state; only the student head
+travels [FGAD eq. 15, Algorithm 1]:
+
+1. The first time a client is asked (phase ``train``), it builds its networks from seeded
+   weights (its own seed: the run's and its id) for its graphs' node-feature width and
+   pre-trains generator, backbone and teacher with [FGAD eq. 10] for ``pretrain_epochs``
+   (Algorithm 1, line 2).
+2. Every round it loads the server's student head, trains ``local_epochs`` epochs of [FGAD
+   eq. 13] (generator, backbone and teacher on its graphs and generated ones, the student
+   distilling the teacher on its graphs), keeps everything in its state and replies with
+   the student head only.
+3. The server takes the example-weighted mean of the heads [FGAD eq. 15] (through
+   :meth:`~fedad.fl.context.ServerContext.mean`, so SecAgg+ applies) and sends it back.
+
+At evaluation each client scores with its own backbone and the final global student head
+(Algorithm 1, line 15). A client the sampling never picked trains as in steps 1-2 first.
+
+The ablations of [FGAD Table 3]: ``collaboration = "none"`` (FGAD_v1: nothing travels),
+``"all"`` (FGAD_v2: FedAvg of every parameter — generator, backbone and both heads — except
+the first layer of each GIN, whose shape is the node-feature width, which differs between
+the sources of a multi-dataset federation), and ``distill = false`` (FGAD_v3: no student;
+the teacher head travels and scores). The Adam optimiser is rebuilt every round (its
+moments are not part of the client's state); the paper trains without rounds of this kind.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import Field
+
+from fedad.data.types import ClientData, GraphSet
+from fedad.evaluation import MetricFamily, ranking_scores
+from fedad.fl.algorithm import (
+    Algorithm,
+    ClientState,
+    Handler,
+    Params,
+    Requirements,
+    ServerResult,
+    register,
+)
+from fedad.fl.context import ServerContext
+from fedad.fl.fedavg import log_weighted_scalars
+from fedad.fl.messages import Message, prefixed, unprefixed
+from fedad.fl.validate import spec_of
+from fedad.methods.fgad.detector import GENERATOR, FGADDetector
+from fedad.methods.fgad.train import LOSS_KEYS
+from fedad.metrics import auroc
+from fedad.seeding import rng as seeded_rng
+
+TRAIN = "train"
+OWN = "own"
+TEACHER_SCORE = "teacher_score"
+INPUT_LAYERS = (
+    "backbone.convs.0.nn.0.",
+    f"{GENERATOR}.gin_mu.convs.0.nn.0.",
+    f"{GENERATOR}.gin_sigma.convs.0.nn.0.",
+)
+"""The tensors whose shape depends on the node-feature width (never averaged)."""
+
+
+class FGADParams(Params):
+    """``[methods.params]`` of ``fgad``; every default works on any data set size."""
+
+    local_epochs: int = Field(default=1, ge=1, le=10_000, description="eq. 13 epochs per round")
+    pretrain_epochs: int = Field(default=10, ge=0, le=10_000, description="eq. 10, once")
+    batch_size: int = Field(default=16, ge=1, le=1 << 16)
+    lr: float = Field(default=1e-3, gt=0.0, le=10.0, description="Adam")
+    weight_decay: float = Field(default=5e-4, ge=0.0, le=10.0)
+    hidden: int = Field(default=64, ge=1, le=1024, description="GIN width")
+    layers: int = Field(default=3, ge=1, le=16, description="GIN depth K")
+    gen_hidden: int = Field(default=32, ge=1, le=1024, description="generator GIN width")
+    gen_layers: int = Field(default=2, ge=1, le=16, description="generator GIN depth")
+    lam: float = Field(default=1.0, ge=0.0, le=1e6, description="lambda of eq. 13")
+    gamma: float = Field(default=10.0, ge=0.0, le=1e6, description="gamma of eq. 13")
+    tau: float = Field(default=1.0, gt=0.0, le=1e6, description="temperature of eq. 12")
+    kl_weight: float = Field(default=1e-3, ge=0.0, le=1e6, description="VGAE KL term")
+    collaboration: Literal["head", "none", "all"] = Field(
+        default="head", description="Table 3: 'none' = FGAD_v1, 'all' = FGAD_v2"
+    )
+    distill: bool = Field(default=True, description="false = FGAD_v3 (teacher travels)")
+
+
+def _shared(key: str, collaboration: str, distill: bool) -> bool:
+    """Whether tensor ``key`` goes to the server."""
+    if collaboration == "none":
+        return False
+    if collaboration == "all":
+        return not key.startswith(INPUT_LAYERS)
+    return key.split(".")[0] == ("student" if distill else "teacher")
+
+
+@register
+class FGAD(Algorithm):
+    """FGAD: self-boosted graph distillation, only the student head is shared."""
+
+    name = "fgad"
+    summary = "FGAD: VGAE-generated anomalies, teacher-student distillation, head-only FL"
+    kinds = ("graph",)
+    personalized = True
+    ParamsModel = FGADParams
+    params: FGADParams
+    metric_families: ClassVar[tuple[MetricFamily, ...]] = ()
+
+    @classmethod
+    def requirements(cls, params: dict[str, Any]) -> Requirements:
+        return Requirements(fields=("x", "graph"))
+
+    def make_detector(self, seed: int | None = None) -> FGADDetector:
+        p = self.params
+        width = self.setup.feature_shape[-1] if self.setup.feature_shape else 1
+        return FGADDetector(
+            in_dim=max(int(width), 1), hidden=p.hidden, layers=p.layers,
+            gen_hidden=p.gen_hidden, gen_layers=p.gen_layers, epochs=p.local_epochs,
+            pretrain_epochs=p.pretrain_epochs, lr=p.lr, weight_decay=p.weight_decay,
+            batch_size=p.batch_size, lam=p.lam, gamma=p.gamma, tau=p.tau,
+            kl_weight=p.kl_weight, contamination=self.contamination,
+            seed=self.setup.seed if seed is None else seed, device=self.setup.device,
+        )  # fmt: skip
+
+    def shared_arrays(self, det: FGADDetector) -> dict[str, np.ndarray]:
+        """What a client sends and the server averages."""
+        p = self.params
+        return {k: v for k, v in det.get_arrays().items() if _shared(k, p.collaboration, p.distill)}
+
+    # -- client -----------------------------------------------------------------------------
+    def handlers(self) -> dict[str, Handler]:
+        return {**super().handlers(), TRAIN: self.client_train}
+
+    def _client_seed(self, client_id: int) -> int:
+        return int(seeded_rng(self.setup.seed, client_id, 0xF6).integers(2**62))
+
+    def _local(
+        self, state: ClientState, data: ClientData, msg: Message, round_no: int
+    ) -> tuple[FGADDetector, dict[str, float]]:
+        """The client's model after this round's training (step 1 the first time, step 2)."""
+        graphs = data.x_train
+        if not isinstance(graphs, GraphSet):
+            raise TypeError("fgad trains on graphs")
+        det = self.make_detector(self._client_seed(data.client_id))
+        own = unprefixed(state, OWN)
+        rng = seeded_rng(self.setup.seed, round_no, data.client_id, 0xF7)
+        if own:
+            det.set_arrays(own)
+        else:
+            det.build(graphs.shape[1])
+            det.train_epochs(graphs, self.params.pretrain_epochs, distill=False, rng=rng)
+        det.set_parts({k: v for k, v in msg.arrays.items()})
+        losses = det.train_epochs(
+            graphs, self.params.local_epochs, distill=self.params.distill, rng=rng
+        )
+        for key in [k for k in state if k.startswith(f"{OWN}/")]:
+            del state[key]
+        state.update(prefixed(det.get_arrays(), OWN))
+        return det, losses
+
+    def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
+        """Steps 1-2: train locally, reply with the shared part only."""
+        det, losses = self._local(state, data, msg, int(msg.get("round", 0)))
+        return Message(TRAIN, self.shared_arrays(det), {"num_examples": data.n_train, **losses})
+
+    def client_detector(self, state: ClientState, data: ClientData, msg: Message) -> FGADDetector:
+        """The client's own networks with the server's final shared part."""
+        own = unprefixed(state, OWN)
+        if not own:  # never sampled: train as a first round would
+            det, _ = self._local(state, data, Message(TRAIN), self.setup.rounds + 1)
+        else:
+            det = self.make_detector(self._client_seed(data.client_id)).set_arrays(own)
+        return det.set_parts(dict(msg.arrays))
+
+    def client_evaluate(self, state: ClientState, data: ClientData, msg: Message) -> Message:
+        """The platform's evaluation, plus the teacher head's scores (``teacher_score``)."""
+        reply = super().client_evaluate(state, data, msg)
+        det = self.client_detector(state, data, msg)
+        assert isinstance(data.x_test, GraphSet)
+        arrays = {**reply.arrays, TEACHER_SCORE: det.teacher_score(data.x_test)}
+        return Message(reply.kind, arrays, dict(reply.scalars))
+
+    # -- server -----------------------------------------------------------------------------
+    def server(self, ctx: ServerContext) -> ServerResult:
+        init = self.make_detector().build(1)
+        weights = self.shared_arrays(init)
+        spec = spec_of(weights)
+        keys = list(LOSS_KEYS)
+        result = ServerResult(dict(weights), {})
+        for r in range(1, ctx.rounds + 1):
+            msgs = {i: Message(TRAIN, dict(weights), {"round": r}) for i in ctx.sample()}
+            if weights:
+                avg = ctx.mean(msgs, arrays=spec, scalars=keys)
+                if avg.arrays is None:
+                    ctx.event("no valid replies; the shared head is unchanged")
+                else:
+                    weights = avg.arrays
+                    log_weighted_scalars(ctx, avg.replies, keys)
+            else:
+                replies = ctx.send(msgs, scalars=["num_examples", *keys])
+                if replies:
+                    log_weighted_scalars(ctx, replies, keys)
+            result = ServerResult(dict(weights), {})
+            if ctx.wants_checkpoint(r) and r < ctx.rounds:
+                ctx.checkpoint(r, result)
+            ctx.end_round(r)
+        return result
+
+    def extra_metrics(self, evaluations: dict[int, Message]) -> dict[str, Any]:
+        """``teacher_auroc``: the teacher head's AUROC, mean over the clients."""
+        aurocs = []
+        for m in evaluations.values():
+            s, y = m.arrays.get(TEACHER_SCORE), m.arrays.get("label")
+            value = None if s is None or y is None else auroc(y, ranking_scores(s))
+            if value is not None:
+                aurocs.append(value)
+        return {"teacher_auroc": float(np.mean(aurocs))} if aurocs else {}

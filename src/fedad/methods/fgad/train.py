@@ -1,0 +1,93 @@
+"""FGAD's local training [FGAD Algorithm 1, lines 2 and 5-9]: one client, its own graphs.
+
+:func:`train_epoch` runs one pass over the client's normal graphs. Per batch: the generator
+encodes the real graphs and samples a soft adjacency per graph [FGAD eq. 5-7]; the shared
+backbone represents the real graphs (sparse) and the generated ones (dense, same node
+features, adjacency :math:`\\tilde A`) [FGAD eq. 14]; the teacher head separates them
+[FGAD eq. 9]; with ``distill`` the student head matches the teacher's softened predictions on
+the real graphs [FGAD eq. 12]. The step minimises [FGAD eq. 13] (or, in pre-training, eq.
+10) over all of the client's parameters with one optimiser.
+
+The generator learns from :math:`\\ell_g` (and its KL term) only: the detector sees
+:math:`\\tilde A` detached. The paper assigns :math:`\\ell_g` to the generator ("generate
+anomalous graphs that closely resemble normal ones") and :math:`\\ell_{ad}` to the detector
+("identify those generated anomalous graphs"); letting :math:`\\ell_{ad}`'s gradient into
+the generator (as one optimiser over eq. 10 would) teaches it to make its graphs *easier* to
+tell apart, against that intent.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from fedad.methods.baselines.train import iterate_batches
+from fedad.methods.fgad.losses import (
+    detection_loss,
+    distillation_loss,
+    kl_divergence,
+    reconstruction_loss,
+    total_loss,
+)
+from fedad.methods.fgad.model import FGADNet, Generator
+from fedad.nn.gin import dense_graphs, dense_nodes
+
+if TYPE_CHECKING:
+    from fedad.data.types import GraphSet
+
+__all__ = ["LOSS_KEYS", "train_epoch"]
+
+LOSS_KEYS = ("loss", "loss_ad", "loss_g", "loss_kd")
+"""The per-epoch means :func:`train_epoch` returns (``loss_kd`` is 0 without ``distill``)."""
+
+
+def train_epoch(
+    net: FGADNet,
+    gen: Generator,
+    graphs: GraphSet,
+    opt: torch.optim.Optimizer,
+    *,
+    batch_size: int,
+    rng: np.random.Generator,
+    lam: float,
+    gamma: float,
+    tau: float,
+    kl_weight: float,
+    distill: bool,
+    device: torch.device | str = "cpu",
+) -> dict[str, float]:
+    """One epoch of [FGAD eq. 13] (``distill``) or eq. 10 (pre-training, without
+    :math:`\\ell_{kd}`) on ``graphs``; returns the epoch's example-weighted mean of every
+    term of :data:`LOSS_KEYS`. ``rng`` orders the batches and seeds the generator's noise."""
+    net.train()
+    gen.train()
+    sums = dict.fromkeys(LOSS_KEYS, 0.0)
+    count = 0
+    noise = torch.Generator().manual_seed(int(rng.integers(2**62)))
+    for idx in iterate_batches(len(graphs), batch_size, rng):
+        b = graphs.batch(idx).to(device)
+        n = int(b.num_graphs)
+        x, adj, mask = dense_graphs(b)
+        mu, logstd = gen.encode(b.x, b.edge_index)
+        z = Generator.sample(mu, logstd, noise)
+        z_dense = dense_nodes(z, b.batch, n, x.shape[1])
+        logits = Generator.decode(z_dense)
+        loss_g = reconstruction_loss(logits, adj, mask)
+        kl = kl_divergence(mu, logstd)
+        fake_adj = Generator.adjacency(logits, mask).detach()
+        real_z = net.represent(b.x, b.edge_index, b.batch, n)
+        fake_z = net.backbone.forward_dense(x, fake_adj, mask)
+        real_t, fake_t = net.teacher(real_z), net.teacher(fake_z)
+        loss_ad = detection_loss(real_t, fake_t)
+        loss_kd = distillation_loss(real_t, net.student(real_z), tau) if distill else None
+        loss = total_loss(loss_ad, loss_g, loss_kd, lam, gamma, kl, kl_weight)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        opt.step()
+        kd = loss_kd if loss_kd is not None else loss.new_zeros(())
+        for key, value in zip(LOSS_KEYS, (loss, loss_ad, loss_g, kd), strict=True):
+            sums[key] += float(value.detach()) * n
+        count += n
+    return {k: v / max(count, 1) for k, v in sums.items()}

@@ -1,0 +1,114 @@
+"""FGAD's protocol: only the student head travels, the rest stays on the client."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch_geometric")
+
+from fedad.data.types import Federation
+from fedad.fl.algorithm import Setup, build_algorithm
+from fedad.fl.engine import InProcessGrid, RunOutcome, run_inprocess
+from fedad.fl.messages import Message
+from fedad.methods.fgad.federated import FGAD
+from tests.conftest import make_federation
+
+FAST = {"hidden": 4, "layers": 2, "gen_hidden": 4, "gen_layers": 1, "pretrain_epochs": 1}
+
+
+def _run(fed: Federation, rounds: int = 2, seed: int = 3, **params: Any) -> tuple[FGAD, RunOutcome]:
+    setup = Setup(
+        fed.kind, fed.feature_shape, rounds=rounds, seed=seed, contamination=0.1,
+        num_clients=len(fed.clients),
+    )  # fmt: skip
+    algo = build_algorithm("fgad", {**FAST, **params}, setup)
+    assert isinstance(algo, FGAD)
+    return algo, run_inprocess(algo, fed, rounds=rounds, seed=seed)
+
+
+@pytest.fixture
+def delivered(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, Message, Message | None]]:
+    """Every (node, message, reply) the in-process grid delivers."""
+    seen: list[tuple[int, Message, Message | None]] = []
+    original = InProcessGrid.send_and_receive
+
+    def record(
+        self: InProcessGrid, messages: Mapping[int, Message], timeout: float | None = None
+    ) -> dict[int, Message]:
+        replies = original(self, messages, timeout)
+        seen.extend((n, m, replies.get(n)) for n, m in messages.items())
+        return replies
+
+    monkeypatch.setattr(InProcessGrid, "send_and_receive", record)
+    return seen
+
+
+def test_only_the_student_head_goes_up_and_its_bytes_are_its_size(
+    delivered: list[tuple[int, Message, Message | None]],
+) -> None:
+    fed = make_federation("graph", clients=3)
+    algo, out = _run(fed)
+    assert out.events == []
+    head = algo.shared_arrays(algo.make_detector().build(1))
+    assert head and all(k.startswith("student.") for k in head)
+    size = sum(v.nbytes for v in head.values())
+    train = [(m, r) for _, m, r in delivered if m.kind == "train"]
+    assert len(train) == 6
+    for msg, reply in train:
+        assert reply is not None and set(reply.arrays) == set(head)
+        assert sum(v.nbytes for v in reply.arrays.values()) == size
+        assert set(msg.arrays) == set(head)
+    # the backbone, teacher and generator stay in each client's state, and differ
+    own = [out.client_states[c]["own/backbone.convs.1.nn.0.weight"] for c in range(3)]
+    assert not np.array_equal(own[0], own[1])
+    assert "own/generator.gin_mu.convs.0.nn.0.weight" in out.client_states[0]
+    # every client scores with the one global head
+    heads = [m.arrays["detector/student.0.weight"] for m in out.evaluations.values()]
+    assert all(np.array_equal(h, heads[0]) for h in heads)
+    np.testing.assert_allclose(heads[0], out.result.arrays["student.0.weight"])
+
+
+def test_upload_bytes_are_the_head_only_in_the_accounting() -> None:
+    fed = make_federation("graph", clients=2)
+    algo, head_run = _run(fed, rounds=1)
+    algo_all, all_run = _run(fed, rounds=1, collaboration="all")
+    head = sum(v.nbytes for v in algo.shared_arrays(algo.make_detector().build(1)).values())
+    every = algo_all.shared_arrays(algo_all.make_detector().build(1))
+    assert any(k.startswith("backbone.") for k in every)
+    assert not any(k.startswith("backbone.convs.0.nn.0.") for k in every)  # width-dependent
+    for run, size in ((head_run, head), (all_run, sum(v.nbytes for v in every.values()))):
+        up = run.history[0]["bytes_up"]
+        assert 2 * size <= up < 2 * size + 2048  # the arrays, plus scalars and framing
+
+
+def test_no_collaboration_sends_no_arrays(
+    delivered: list[tuple[int, Message, Message | None]],
+) -> None:
+    fed = make_federation("graph", clients=2)
+    _, out = _run(fed, collaboration="none")
+    assert out.events == []
+    for _, msg, reply in delivered:
+        if msg.kind == "train":
+            assert msg.arrays == {} and reply is not None and reply.arrays == {}
+
+
+def test_without_distillation_the_teacher_head_travels() -> None:
+    fed = make_federation("graph", clients=2)
+    _, out = _run(fed, distill=False)
+    assert set(out.result.arrays) and all(k.startswith("teacher.") for k in out.result.arrays)
+    assert out.history[-1]["loss_kd"] == 0.0
+
+
+def test_scores_teacher_metric_and_determinism() -> None:
+    fed = make_federation("graph", clients=2)
+    _, a = _run(fed)
+    _, b = _run(fed)
+    for cid in a.evaluations:
+        sa, sb = a.evaluations[cid].arrays["score"], b.evaluations[cid].arrays["score"]
+        np.testing.assert_array_equal(sa, sb)
+        assert np.all((sa >= 0) & (sa <= 1))
+        assert len(a.evaluations[cid].arrays["teacher_score"]) == len(sa)
