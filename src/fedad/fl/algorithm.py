@@ -150,6 +150,16 @@ class Algorithm(ABC):
         return cls.detector_kinds.get(detector or "", cls.kinds)
 
     @classmethod
+    def detector_for(cls, kind: DataKind) -> str | None:
+        """The detector used when the config names none: ``default_detector`` (else the
+        first of ``detectors``), or the first of ``detectors`` that handles ``kind`` when
+        that one does not."""
+        default = cls.default_detector or (cls.detectors[0] if cls.detectors else None)
+        if default is None or kind in cls.kinds_for(default):
+            return default
+        return next((d for d in cls.detectors if kind in cls.kinds_for(d)), default)
+
+    @classmethod
     def requirements(cls, params: dict[str, Any]) -> Requirements:
         """What this method needs from the run for ``params`` (the raw ``[methods.params]``).
 
@@ -318,7 +328,7 @@ def build_algorithm(
             f"it handles {', '.join(cls.kinds)}",
         )
     if cls.detectors:
-        detector = detector or cls.default_detector or cls.detectors[0]
+        detector = detector or cls.detector_for(setup.kind)
         if detector not in cls.detectors:
             raise ConfigError(
                 f"unknown detector '{detector}' at {where}.detector for method '{name}'",
@@ -332,7 +342,10 @@ def build_algorithm(
         raise ConfigError(
             f"detector '{detector}' of method '{name}' needs "
             f"{' or '.join(cls.kinds_for(detector))} data, not {setup.kind} data",
-            f"use another detector: {', '.join(d for d in cls.detectors if d != detector)}",
+            "use another detector: "
+            + ", ".join(
+                d for d in cls.detectors if d != detector and setup.kind in cls.kinds_for(d)
+            ),
         )
     try:
         p = cls.ParamsModel.model_validate(params)

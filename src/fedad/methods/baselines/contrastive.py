@@ -57,6 +57,7 @@ import torch
 from pydantic import Field, model_validator
 from torch import nn
 
+from fedad.data.types import Features, dense
 from fedad.detector import DEFAULT_CONTAMINATION, register_detector
 from fedad.methods.baselines.detectors import MAX_FEATURES, TorchDetector, TorchDetectorParams
 from fedad.methods.baselines.train import batched
@@ -178,7 +179,7 @@ class ContrastiveDetector(TorchDetector):
         return self.model_
 
     def train_epochs(
-        self, x: np.ndarray, epochs: int, rng: np.random.Generator, prox_mu: float = 0.0
+        self, x: Features, epochs: int, rng: np.random.Generator, prox_mu: float = 0.0
     ) -> float:
         """Train in place; the augmentations draw from a generator seeded from ``rng`` (so
         equal generators give equal training). The bank, computed with the old weights, is
@@ -210,7 +211,8 @@ class ContrastiveDetector(TorchDetector):
         pos, neg = losses.csi_mask(b, N_PLUS, N_MINUS)
         return losses.contrastive_loss(z, pos.to(z.device), neg.to(z.device), self.temperature)
 
-    def fit(self, x: np.ndarray) -> Self:
+    def fit(self, x: Features) -> Self:
+        x = dense(x, "the contrastive detector")
         self.build()
         self.train_epochs(x, self.epochs, np.random.default_rng(self.seed))
         self.set_bank(x)

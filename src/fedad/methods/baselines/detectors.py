@@ -4,6 +4,13 @@ Each wraps a network from :mod:`.model` and the loop from :mod:`.train`. Federat
 algorithms drive the same object through :meth:`TorchDetector.build`,
 :meth:`TorchDetector.train_epochs`, :meth:`get_arrays` and :meth:`set_arrays`; ``fit`` is the
 stand-alone (centralised) use.
+
+Deep SVDD also takes graphs (``kind = "graph"``, samples a
+:class:`~fedad.data.types.GraphSet`): ``input_shape`` is then ``[width]``, the node-feature
+width, and the network a bias-free GIN (:mod:`.model`). The width follows the data: ``fit``
+builds for the graphs it is given, and ``set_arrays`` for the width of the arrays' input
+layer, so one saved configuration loads the detectors of clients whose widths differ.
+:meth:`TorchDetector.width_keys` names the tensors whose shape is that width.
 """
 
 from __future__ import annotations
@@ -14,11 +21,18 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from torch import nn
 
+from fedad.data.types import Features, GraphSet, dense
 from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
-from fedad.methods.baselines.model import AutoEncoder, DeepSVDDNet, fix_center, latent_size
+from fedad.methods.baselines.model import (
+    GRAPH_INPUT_LAYER,
+    AutoEncoder,
+    DeepSVDDNet,
+    fix_center,
+    latent_size,
+)
 from fedad.methods.baselines.train import batched, train_epochs
 from fedad.seeding import torch_seeded
 
@@ -31,7 +45,7 @@ class TorchDetectorParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    kind: Literal["vector", "image"] = "vector"
+    kind: Literal["vector", "image", "graph"] = "vector"
     input_shape: list[Annotated[int, Field(ge=1, le=MAX_FEATURES)]] = Field(
         default=[1], min_length=1, max_length=4
     )
@@ -49,6 +63,8 @@ class TorchDetectorParams(BaseModel):
             raise ValueError(f"input_shape {self.input_shape} exceeds {MAX_FEATURES} features")
         if self.kind == "image" and len(self.input_shape) != 3:
             raise ValueError("an image detector's input_shape is (channels, height, width)")
+        if self.kind == "graph" and len(self.input_shape) != 1:
+            raise ValueError("a graph detector's input_shape is (node-feature width,)")
         return self
 
 
@@ -108,6 +124,10 @@ class TorchDetector(BaseDetector):
 
     def build(self) -> Self:
         """Create ``model_`` with seeded initial weights (identical for equal seeds)."""
+        if self.kind == "graph" and not 1 <= int(self.input_shape[0]) <= MAX_FEATURES:
+            raise ValueError(
+                f"node-feature width {self.input_shape[0]} is not in [1, {MAX_FEATURES}]"
+            )
         latent = latent_size(self.kind, tuple(self.input_shape), self.latent_dim)
         with torch_seeded(self.seed):  # on the CPU: equal initial weights on every device
             self.model_ = self._make_model(latent)
@@ -118,11 +138,35 @@ class TorchDetector(BaseDetector):
         if not hasattr(self, "model_"):
             self.build()
 
+    # -- graphs -----------------------------------------------------------------------------
+    def width_keys(self) -> tuple[str, ...]:
+        """The tensors whose shape is the input width: on graphs the GIN's input layer (the
+        node-feature width may differ between clients), else none."""
+        return (GRAPH_INPUT_LAYER,) if self.kind == "graph" else ()
+
+    def build_for(self, x: Features) -> Self:
+        """:meth:`build` for the samples ``x``: on graphs for their node-feature width."""
+        if self.kind == "graph":
+            self.input_shape = [graph_width(x)]
+        return self.build()
+
+    def _inputs(self, x: Features) -> Features:
+        """``x`` checked against the detector's kind (graphs of its width, or dense rows)."""
+        self._ensure_built()
+        if self.kind != "graph":
+            return dense(x, f"the {self.name} detector built for {self.kind} data")
+        width = graph_width(x)
+        if width != int(self.input_shape[0]):
+            raise ValueError(
+                f"graphs with {width} node features; this detector takes {self.input_shape[0]}"
+            )
+        return x
+
     def train_epochs(
-        self, x: np.ndarray, epochs: int, rng: np.random.Generator, prox_mu: float = 0.0
+        self, x: Features, epochs: int, rng: np.random.Generator, prox_mu: float = 0.0
     ) -> float:
         """Train in place for ``epochs``; return the last epoch's mean loss."""
-        self._ensure_built()
+        x = self._inputs(x)
         return train_epochs(
             self.model_,
             self.loss,
@@ -137,15 +181,15 @@ class TorchDetector(BaseDetector):
             prox_mu=prox_mu,
         )
 
-    def prepare(self, x: np.ndarray) -> Self:
+    def prepare(self, x: Features) -> Self:
         """Anything to do on the data before training (Deep SVDD sets its centre)."""
         return self
 
-    def fit(self, x: np.ndarray) -> Self:
-        self.build()
+    def fit(self, x: Features) -> Self:
+        self.build_for(x)
         self.prepare(x)
         self.train_epochs(x, self.epochs, np.random.default_rng(self.seed))
-        return self.set_threshold(x)
+        return self.set_threshold(x)  # type: ignore[arg-type]
 
     # -- persistence ------------------------------------------------------------------------
     def get_arrays(self) -> dict[str, np.ndarray]:
@@ -159,7 +203,32 @@ class TorchDetector(BaseDetector):
         """Only the network's state (what federated rounds exchange)."""
         return {k: v for k, v in self.get_arrays().items() if k != "threshold_"}
 
+    def shared_arrays(self) -> dict[str, np.ndarray]:
+        """:meth:`model_arrays` without the :meth:`width_keys` (what every width can load)."""
+        return {k: v for k, v in self.model_arrays().items() if k not in self.width_keys()}
+
+    def set_shared(self, arrays: dict[str, np.ndarray]) -> Self:
+        """Load :meth:`shared_arrays` (all of them), keeping this detector's width keys."""
+        self._ensure_built()
+        own = self.model_.state_dict()
+        want = set(own) - set(self.width_keys())
+        if set(arrays) != want:
+            odd = sorted(set(arrays) ^ want)
+            raise KeyError(f"shared arrays of the {self.name} detector differ at '{odd[0]}'")
+        state = {k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()}
+        state.update({k: own[k] for k in self.width_keys()})
+        self.model_.load_state_dict(state, strict=True)
+        return self
+
     def set_arrays(self, arrays: dict[str, np.ndarray]) -> Self:
+        """Load the whole state; on graphs first rebuilt for the width of the arrays' input
+        layer when it differs from the configured one."""
+        first = arrays.get(GRAPH_INPUT_LAYER) if self.kind == "graph" else None
+        if first is not None and np.ndim(first) == 2:
+            width = int(np.shape(first)[1])
+            if width != int(self.input_shape[0]) or not hasattr(self, "model_"):
+                self.input_shape = [width]
+                self.build()
         self._ensure_built()
         state = {
             k: torch.from_numpy(np.array(v, copy=True))
@@ -172,27 +241,42 @@ class TorchDetector(BaseDetector):
         return self
 
 
+class AutoEncoderParams(TorchDetectorParams):
+    """The autoencoder's parameters: vectors or images only."""
+
+    @field_validator("kind")
+    @classmethod
+    def _dense(cls, kind: str) -> str:
+        if kind == "graph":
+            raise ValueError("the autoencoder takes vectors or images, not graphs")
+        return kind
+
+
 @register_detector("autoencoder")
 class AutoEncoderDetector(TorchDetector):
     """Reconstruction-error detector; score :math:`\\lVert x - g(f(x)) \\rVert^2 / d`."""
 
     name = "autoencoder"
+    ParamsModel = AutoEncoderParams
 
     def _make_model(self, latent: int) -> nn.Module:
+        if self.kind == "graph":
+            raise ValueError("the autoencoder takes vectors or images, not graphs")
         return AutoEncoder(self.kind, tuple(self.input_shape), latent)
 
     def loss(self, batch: torch.Tensor) -> torch.Tensor:
         loss: torch.Tensor = self.model_.score(batch).mean()  # type: ignore[operator]
         return loss
 
-    def score(self, x: np.ndarray) -> np.ndarray:
-        self._ensure_built()
-        return batched(self.model_.score, x)  # type: ignore[arg-type]
+    def score(self, x: Features) -> np.ndarray:
+        return batched(self.model_.score, self._inputs(x))  # type: ignore[arg-type]
 
 
 @register_detector("deepsvdd")
 class DeepSVDDDetector(TorchDetector):
-    """One-class Deep SVDD (Ruff et al., 2018): bias-free network, fixed centre, distance score."""
+    """One-class Deep SVDD (Ruff et al., 2018): bias-free network, fixed centre, distance score.
+
+    On vectors, images or graphs (``kind``): the network of :class:`.model.DeepSVDDNet`."""
 
     name = "deepsvdd"
     default_weight_decay = 1e-6  # Ruff et al.'s lambda
@@ -200,9 +284,9 @@ class DeepSVDDDetector(TorchDetector):
     def _make_model(self, latent: int) -> nn.Module:
         return DeepSVDDNet(self.kind, tuple(self.input_shape), latent)
 
-    def embedding_sum(self, x: np.ndarray) -> np.ndarray:
+    def embedding_sum(self, x: Features) -> np.ndarray:
         """:math:`\\sum_i \\phi(x_i)` with the current weights (for a federated centre)."""
-        self._ensure_built()
+        x = self._inputs(x)
         return np.asarray(batched(self.model_.embed, x).sum(0))  # type: ignore[arg-type]
 
     def set_center(self, center: np.ndarray) -> Self:
@@ -212,7 +296,7 @@ class DeepSVDDDetector(TorchDetector):
         self.model_.center.copy_(fix_center(c).to(self.device))  # type: ignore[operator]
         return self
 
-    def prepare(self, x: np.ndarray) -> Self:
+    def prepare(self, x: Features) -> Self:
         """Centre = mean embedding of the training data after an initial forward pass."""
         return self.set_center(self.embedding_sum(x) / max(len(x), 1))
 
@@ -220,9 +304,18 @@ class DeepSVDDDetector(TorchDetector):
         loss: torch.Tensor = self.model_.score(batch).mean()  # type: ignore[operator]
         return loss
 
-    def score(self, x: np.ndarray) -> np.ndarray:
-        self._ensure_built()
-        return batched(self.model_.score, x)  # type: ignore[arg-type]
+    def score(self, x: Features) -> np.ndarray:
+        return batched(self.model_.score, self._inputs(x))  # type: ignore[arg-type]
+
+
+def graph_width(x: Features) -> int:
+    """The one node-feature width of the graphs ``x`` (one-line errors otherwise)."""
+    if not isinstance(x, GraphSet):
+        raise TypeError(f"a graph detector scores graphs (a GraphSet), not {type(x).__name__}")
+    width = int(x.shape[1])
+    if width < 1:
+        raise ValueError("graphs of several node-feature widths; a detector takes one width")
+    return width
 
 
 DETECTORS: dict[str, type[TorchDetector]] = {

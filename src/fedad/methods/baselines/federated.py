@@ -33,6 +33,20 @@ node. ``local``: each
 client's own network and bank. ``centralized``: the server computes the bank of the pooled
 uploads and sends it down with the network (the privacy-violating reference anyway).
 
+On graph data (``local``, ``fedavg``, ``fedprox``; ``deepsvdd`` only, FGAD's Self-train,
+FedAvg+DeepSVDD and FedProx+DeepSVDD baselines) Deep SVDD's network is a bias-free GIN
+(:mod:`.model`), and graphs are batched with torch-geometric. Where sources' feature widths
+differ, the baselines keep a per-client input layer and share the rest: in ``fedavg`` and
+``fedprox`` the first linear map of the GIN's first layer (``(64, width)``, the one tensor
+whose shape is the node-feature width) never leaves its client and is never averaged;
+everything else, the centre included, is FedAvg'd as above. The server cannot know whether
+all widths are equal (a client's width is its own), so this holds on every graph
+federation, a single-width one too: there the input layers start equal (seeded) and drift
+apart, a ``width x 64`` matrix per client. Each client's detector is thus its own, and
+``fedavg``/``fedprox`` are ``personalized`` on graphs (saved per client, like the
+``contrastive`` detector below). ``local`` builds each client's network for its own width;
+``centralized`` does not take graphs (one network cannot read several widths).
+
 ``fedavg`` and ``fedprox`` aggregate through :meth:`ServerContext.mean
 <fedad.fl.context.ServerContext.mean>`, so both their phases run under SecAgg+ when
 ``privacy.secagg`` is on.
@@ -45,7 +59,7 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field
 
-from fedad.data.types import ClientData, DataKind, dense
+from fedad.data.types import ClientData, DataKind, Features, dense
 from fedad.detector import quantile_threshold
 from fedad.devices import resolve_device
 from fedad.errors import ConfigError, RunError
@@ -63,7 +77,12 @@ from fedad.fl.fedavg import fedavg_rounds, log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.validate import ArraySpec
 from fedad.methods.baselines.contrastive import CONTRASTIVE, ContrastiveDetector
-from fedad.methods.baselines.detectors import DETECTORS, DeepSVDDDetector, TorchDetector
+from fedad.methods.baselines.detectors import (
+    DETECTORS,
+    AutoEncoderDetector,
+    DeepSVDDDetector,
+    TorchDetector,
+)
 from fedad.methods.baselines.ocsvm import OCSVM, OCSVMDetector
 from fedad.methods.baselines.pretrained import (
     PRETRAINED,
@@ -77,6 +96,8 @@ from fedad.seeding import rng as seeded_rng
 TRAIN = "train"
 CENTER = "center"
 UPLOAD = "upload"
+OWN = "own"
+"""State prefix of a ``fedavg``/``fedprox`` client's own tensors (its graph input layer)."""
 
 
 class TrainParams(Params):
@@ -120,6 +141,7 @@ class TorchBaseline(Algorithm):
         PRETRAINED: ("image",),
         OCSVM: ("vector", "image"),
         CONTRASTIVE: ("image",),
+        AutoEncoderDetector.name: ("vector", "image"),
     }
     """Detectors that take fewer data kinds than the method (checked when it is built)."""
     params: TrainParams
@@ -136,15 +158,20 @@ class TorchBaseline(Algorithm):
             )
 
     def make_detector(self) -> BaselineDetector:
+        """The configured detector; on graphs for the run's node-feature width (clients
+        rebuild it for their own: :meth:`TorchDetector.build_for`)."""
         device = resolve_device(self.setup.device)  # this machine's, for "auto"
         if self.detector == PRETRAINED:
             return make_pretrained(self.params, self.contamination, device)
         if self.detector == OCSVM:
             return OCSVMDetector(contamination=self.contamination)
         cls = TORCH_DETECTORS[self.detector or "autoencoder"]
+        shape = [int(s) for s in self.setup.feature_shape]
+        if self.setup.kind == "graph":
+            shape = [max(shape[-1] if shape else 1, 1)]  # -1: widths differ
         return cls(
             kind=self.setup.kind,
-            input_shape=list(self.setup.feature_shape),
+            input_shape=shape,
             latent_dim=self.params.latent_dim,
             lr=self.params.lr,
             epochs=self.params.local_epochs,
@@ -160,11 +187,11 @@ class TorchBaseline(Algorithm):
         return det.set_arrays(dict(arrays)) if arrays else det
 
     @staticmethod
-    def _with_bank(det: BaselineDetector, x: np.ndarray) -> BaselineDetector:
+    def _with_bank(det: BaselineDetector, x: Features) -> BaselineDetector:
         """``det`` ready to score: the contrastive detector's bank := ``x`` (the training
         images of whoever holds the detector); other detectors as they are."""
         if isinstance(det, ContrastiveDetector):
-            det.set_bank(x)
+            det.set_bank(dense(x))
         return det
 
     @staticmethod
@@ -186,34 +213,56 @@ class _GlobalModel(TorchBaseline):
         return {**super().handlers(), TRAIN: self.client_train, CENTER: self.client_center}
 
     # client side
+    def _client_model(
+        self, state: ClientState, data: ClientData, arrays: dict[str, np.ndarray]
+    ) -> TorchDetector:
+        """The global model as this client holds it: on dense data the server's ``arrays``;
+        on graphs built for the client's node-feature width, with its own input layer (the
+        seeded initial one until it has trained) and the server's shared rest."""
+        if self.setup.kind != "graph":
+            det = self._global_detector(arrays)
+            assert isinstance(det, TorchDetector)
+            return det
+        det = self.make_detector()
+        assert isinstance(det, TorchDetector)
+        det.build_for(data.x_train)
+        own = unprefixed(state, OWN)
+        if own:
+            return det.set_arrays({**arrays, **own})
+        return det.set_shared(arrays) if arrays else det
+
     def client_center(self, state: ClientState, data: ClientData, msg: Message) -> Message:
-        det = self._global_detector(dict(msg.arrays))
+        det = self._client_model(state, data, dict(msg.arrays))
         assert isinstance(det, DeepSVDDDetector)
-        mean = det.embedding_sum(dense(data.x_train)) / max(data.n_train, 1)
+        mean = det.embedding_sum(data.x_train) / max(data.n_train, 1)
         return Message(CENTER, {"mean": mean}, {"num_examples": data.n_train})
 
     def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
-        det = self._global_detector(dict(msg.arrays))
+        det = self._client_model(state, data, dict(msg.arrays))
         rng = client_rng(self.setup.seed, int(msg.get("round", 0)), data.client_id)
-        loss = det.train_epochs(dense(data.x_train), self.params.local_epochs, rng, self.prox_mu)
-        return Message(TRAIN, det.model_arrays(), {"num_examples": data.n_train, "loss": loss})
+        loss = det.train_epochs(data.x_train, self.params.local_epochs, rng, self.prox_mu)
+        arrays = det.model_arrays()
+        state.update(prefixed({k: arrays[k] for k in det.width_keys()}, OWN))
+        return Message(TRAIN, det.shared_arrays(), {"num_examples": data.n_train, "loss": loss})
 
     def client_detector(
         self, state: ClientState, data: ClientData, msg: Message
     ) -> BaselineDetector:
-        """The global model; with ``contrastive``, plus the bank of this client's own
-        training images, computed here (not part of any round)."""
-        return self._with_bank(self._global_detector(dict(msg.arrays)), dense(data.x_train))
+        """The global model (on graphs with the client's own input layer); with
+        ``contrastive``, plus the bank of this client's own training images, computed here
+        (not part of any round)."""
+        return self._with_bank(self._client_model(state, data, dict(msg.arrays)), data.x_train)
 
     @property
     def personalized(self) -> bool:  # type: ignore[override]
-        """With ``contrastive`` every client's detector differs (its own bank), so it is saved
-        per client like a personalised method's; otherwise all share the global model."""
-        return self.detector == CONTRASTIVE
+        """With ``contrastive`` every client's detector differs (its own bank), and on graphs
+        (its own input layer), so it is saved per client like a personalised method's;
+        otherwise all share the global model."""
+        return self.detector == CONTRASTIVE or self.setup.kind == "graph"
 
     # server side
     def _center_round(self, ctx: ServerContext, det: TorchDetector) -> None:
-        weights = det.model_arrays()
+        weights = det.shared_arrays()
         ids = ctx.grid.get_node_ids()
         latent = det.model_.center.shape[0]  # type: ignore[index]
         center = ctx.mean(
@@ -231,9 +280,10 @@ class _GlobalModel(TorchBaseline):
 
     def server(self, ctx: ServerContext) -> ServerResult:
         det = self.make_detector().build()
+        assert isinstance(det, TorchDetector)
         if isinstance(det, DeepSVDDDetector):
             self._center_round(ctx, det)
-        weights = fedavg_rounds(ctx, det.model_arrays(), TRAIN)
+        weights = fedavg_rounds(ctx, det.shared_arrays(), TRAIN)
         return ServerResult(arrays=weights, scalars={})
 
 
@@ -243,6 +293,7 @@ class FedAvg(_GlobalModel):
 
     name = "fedavg"
     summary = "FedAvg: example-weighted mean of client models each round"
+    kinds = ("vector", "image", "graph")
     ParamsModel = TrainParams
 
 
@@ -252,6 +303,7 @@ class FedProx(_GlobalModel):
 
     name = "fedprox"
     summary = "FedProx: FedAvg with a proximal term mu/2 ||w - w_global||^2 on clients"
+    kinds = ("vector", "image", "graph")
     ParamsModel = ProxParams
     params: ProxParams
 
@@ -266,6 +318,7 @@ class Local(TorchBaseline):
 
     name = "local"
     summary = "Local: each client trains alone (no federation), lower reference"
+    kinds = ("vector", "image", "graph")
     personalized = True
     detectors = (*DETECTORS, CONTRASTIVE, PRETRAINED, OCSVM)
     ParamsModel = BaselineParams
@@ -274,23 +327,28 @@ class Local(TorchBaseline):
         return {**super().handlers(), TRAIN: self.client_train}
 
     def _own_detector(self, state: ClientState, data: ClientData) -> BaselineDetector:
-        det = self.make_detector().build()
+        det = self.make_detector()
         own = unprefixed(state, "model")
         if own:
-            return det.set_arrays(own)
-        return det.prepare(dense(data.x_train))
+            return det.build().set_arrays(own)  # on graphs: for the arrays' width
+        if isinstance(det, TorchDetector):  # on graphs: for the client's width
+            return det.build_for(data.x_train).prepare(data.x_train)
+        return det.build().prepare(dense(data.x_train))
 
     def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         det = self._own_detector(state, data)
         rng = client_rng(self.setup.seed, int(msg.get("round", 0)), data.client_id)
-        loss = det.train_epochs(dense(data.x_train), self.params.local_epochs, rng)
+        if isinstance(det, TorchDetector):
+            loss = det.train_epochs(data.x_train, self.params.local_epochs, rng)
+        else:
+            loss = det.train_epochs(dense(data.x_train), self.params.local_epochs, rng)
         state.update(prefixed(det.model_arrays(), "model"))
         return Message(TRAIN, {}, {"num_examples": data.n_train, "loss": loss})
 
     def client_detector(
         self, state: ClientState, data: ClientData, msg: Message
     ) -> BaselineDetector:
-        return self._with_bank(self._own_detector(state, data), dense(data.x_train))
+        return self._with_bank(self._own_detector(state, data), data.x_train)
 
     def server(self, ctx: ServerContext) -> ServerResult:
         for r in range(1, ctx.rounds + 1):

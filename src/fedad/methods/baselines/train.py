@@ -4,15 +4,22 @@ FedProx (Li et al., MLSys 2020, eq. 2) adds the proximal term
 :math:`\\frac{\\mu}{2} \\lVert w - w^t \\rVert^2` to each client's local objective, keeping
 local models near the global model :math:`w^t` they started from; ``prox_mu = 0`` is plain
 local SGD as in FedAvg.
+
+Samples are dense arrays or graphs (a :class:`~fedad.data.types.GraphSet`): a batch of graphs
+is the torch-geometric ``Batch`` of :meth:`GraphSet.batch <fedad.data.types.GraphSet.batch>`,
+built inside the loop from the batch's ids.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+
+from fedad.data.types import Features, GraphSet
 
 
 def iterate_batches(n: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -23,8 +30,8 @@ def iterate_batches(n: int, batch_size: int, rng: np.random.Generator) -> list[n
 
 def train_epochs(
     model: nn.Module,
-    loss_fn: Callable[[torch.Tensor], torch.Tensor],
-    x: np.ndarray,
+    loss_fn: Callable[[Any], torch.Tensor],
+    x: Features,
     epochs: int,
     batch_size: int,
     lr: float,
@@ -34,23 +41,21 @@ def train_epochs(
 ) -> float:
     """Run ``epochs`` of Adam over ``x``; return the mean loss of the last epoch.
 
-    ``loss_fn`` maps a batch to the mean loss of the detector's objective. With ``prox_mu > 0``
-    the FedProx term is taken around the parameters the model had on entry.
+    ``loss_fn`` maps a batch (a tensor, or a torch-geometric ``Batch`` of graphs) to the mean
+    loss of the detector's objective. With ``prox_mu > 0`` the FedProx term is taken around
+    the parameters the model had on entry.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     anchor = [p.detach().clone() for p in params] if prox_mu > 0 else []
     opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
     device = _device_of(model)
-    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-    if device.type != "cpu" and xt.numel() * 4 <= ON_DEVICE_BYTES:
-        xt = xt.to(device)  # small enough: move once, not per batch
+    fetch = _fetcher(x, device)
     model.train()
     last = float("nan")
     for _ in range(max(1, epochs)):
         total, count = 0.0, 0
-        for idx in iterate_batches(len(xt), batch_size, rng):
-            batch = xt[torch.from_numpy(idx).to(xt.device)].to(device, non_blocking=True)
-            loss = loss_fn(batch)
+        for idx in iterate_batches(len(x), batch_size, rng):
+            loss = loss_fn(fetch(idx))
             objective = loss
             if prox_mu > 0:
                 prox = sum(((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
@@ -65,14 +70,34 @@ def train_epochs(
     return last
 
 
-@torch.no_grad()
-def batched(
-    fn: Callable[[torch.Tensor], torch.Tensor], x: np.ndarray, batch_size: int = 1024
-) -> np.ndarray:
-    """Apply ``fn`` to ``x`` in batches without gradients; concatenate as float64 numpy."""
+def _fetcher(x: Features, device: torch.device) -> Callable[[np.ndarray], Any]:
+    """``ids -> batch`` on ``device``: rows of a dense array, or a graph batch."""
+    if isinstance(x, GraphSet):
+        graphs = x
+        return lambda idx: graphs.batch(idx).to(device)
     xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    if device.type != "cpu" and xt.numel() * 4 <= ON_DEVICE_BYTES:
+        xt = xt.to(device)  # small enough: move once, not per batch
+    return lambda idx: xt[torch.from_numpy(idx).to(xt.device)].to(device, non_blocking=True)
+
+
+GRAPH_SCORE_BATCH = 256
+"""Graphs per forward pass when scoring (a graph batch costs more than a row)."""
+
+
+@torch.no_grad()
+def batched(fn: Callable[[Any], torch.Tensor], x: Features, batch_size: int = 1024) -> np.ndarray:
+    """Apply ``fn`` to ``x`` in batches without gradients; concatenate as float64 numpy."""
     device = _device_of(fn)
-    outs = [fn(xt[i : i + batch_size].to(device)).cpu() for i in range(0, len(xt), batch_size)]
+    if isinstance(x, GraphSet):
+        step = min(batch_size, GRAPH_SCORE_BATCH)
+        outs = [
+            fn(x.batch(np.arange(i, min(i + step, len(x)))).to(device)).cpu()
+            for i in range(0, len(x), step)
+        ]
+    else:
+        xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+        outs = [fn(xt[i : i + batch_size].to(device)).cpu() for i in range(0, len(xt), batch_size)]
     if not outs:
         return np.zeros((0,), dtype=np.float64)
     return torch.cat(outs).double().numpy()
