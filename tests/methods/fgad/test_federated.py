@@ -101,6 +101,7 @@ def test_without_distillation_the_teacher_head_travels() -> None:
     _, out = _run(fed, distill=False)
     assert set(out.result.arrays) and all(k.startswith("teacher.") for k in out.result.arrays)
     assert out.history[-1]["loss_kd"] == 0.0
+    assert 0.0 <= out.history[-1]["student_flags_generated"] <= 1.0
 
 
 def test_scores_teacher_metric_and_determinism() -> None:
@@ -112,3 +113,11 @@ def test_scores_teacher_metric_and_determinism() -> None:
         np.testing.assert_array_equal(sa, sb)
         assert np.all((sa >= 0) & (sa <= 1))
         assert len(a.evaluations[cid].arrays["teacher_score"]) == len(sa)
+
+
+def test_distilling_on_generated_graphs_too_teaches_the_student_to_flag_them() -> None:
+    fed = make_federation("graph", clients=2)
+    _, normal = _run(fed, rounds=3, pretrain_epochs=3)
+    _, every = _run(fed, rounds=3, pretrain_epochs=3, distill_on="all")
+    flagged = [o.history[-1]["student_flags_generated"] for o in (normal, every)]
+    assert flagged[1] > flagged[0]

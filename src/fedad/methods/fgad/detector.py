@@ -13,7 +13,7 @@ configuration serves clients whose graphs differ in width.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import numpy as np
 import torch
@@ -55,6 +55,7 @@ class FGADDetectorParams(BaseModel):
     gamma: float = Field(default=10.0, ge=0.0, le=1e6)
     tau: float = Field(default=1.0, gt=0.0, le=1e6)
     kl_weight: float = Field(default=1e-3, ge=0.0, le=1e6)
+    distill_on: Literal["normal", "all"] = "normal"
     contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
 
@@ -81,6 +82,7 @@ class FGADDetector(BaseDetector):
         gamma: float = 10.0,
         tau: float = 1.0,
         kl_weight: float = 1e-3,
+        distill_on: Literal["normal", "all"] = "normal",
         contamination: float = DEFAULT_CONTAMINATION,
         seed: int = 0,
         device: str = "cpu",
@@ -100,6 +102,7 @@ class FGADDetector(BaseDetector):
         self.gamma = gamma
         self.tau = tau
         self.kl_weight = kl_weight
+        self.distill_on = distill_on
         self.seed = seed
         self.device = device
 
@@ -119,6 +122,7 @@ class FGADDetector(BaseDetector):
             "gamma": self.gamma,
             "tau": self.tau,
             "kl_weight": self.kl_weight,
+            "distill_on": self.distill_on,
             "contamination": self.contamination,
             "seed": self.seed,
         }
@@ -198,7 +202,8 @@ class FGADDetector(BaseDetector):
             last = train_epoch(
                 self.net_, self.gen_, graphs, opt, batch_size=self.batch_size, rng=rng,
                 lam=self.lam, gamma=self.gamma, tau=self.tau, kl_weight=self.kl_weight,
-                distill=distill, device=next(self.net_.parameters()).device,
+                distill=distill, distill_on=self.distill_on,
+                device=next(self.net_.parameters()).device,
             )  # fmt: skip
         self.net_.eval()
         self.gen_.eval()

@@ -84,6 +84,9 @@ class FGADParams(Params):
         default="head", description="Table 3: 'none' = FGAD_v1, 'all' = FGAD_v2"
     )
     distill: bool = Field(default=True, description="false = FGAD_v3 (teacher travels)")
+    distill_on: Literal["normal", "all"] = Field(
+        default="normal", description="eq. 12 on real graphs (paper) or also generated ones"
+    )
 
 
 def _shared(key: str, collaboration: str, distill: bool) -> bool:
@@ -119,7 +122,7 @@ class FGAD(Algorithm):
             gen_hidden=p.gen_hidden, gen_layers=p.gen_layers, epochs=p.local_epochs,
             pretrain_epochs=p.pretrain_epochs, lr=p.lr, weight_decay=p.weight_decay,
             batch_size=p.batch_size, lam=p.lam, gamma=p.gamma, tau=p.tau,
-            kl_weight=p.kl_weight, contamination=self.contamination,
+            kl_weight=p.kl_weight, distill_on=p.distill_on, contamination=self.contamination,
             seed=self.setup.seed if seed is None else seed, device=self.setup.device,
         )  # fmt: skip
 

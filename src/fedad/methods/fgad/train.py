@@ -31,7 +31,7 @@ from fedad.methods.fgad.losses import (
     reconstruction_loss,
     total_loss,
 )
-from fedad.methods.fgad.model import FGADNet, Generator
+from fedad.methods.fgad.model import NORMAL, FGADNet, Generator
 from fedad.nn.gin import dense_graphs, dense_nodes
 
 if TYPE_CHECKING:
@@ -39,8 +39,11 @@ if TYPE_CHECKING:
 
 __all__ = ["LOSS_KEYS", "train_epoch"]
 
-LOSS_KEYS = ("loss", "loss_ad", "loss_g", "loss_kd")
-"""The per-epoch means :func:`train_epoch` returns (``loss_kd`` is 0 without ``distill``)."""
+LOSS_KEYS = ("loss", "loss_ad", "loss_g", "loss_kd", "student_flags_generated")
+"""The per-epoch means :func:`train_epoch` returns: the losses (``loss_kd`` is 0 without
+``distill``) and, a label-free check of the distillation, the share of the batch's generated
+graphs that the student head classifies as generated (the teacher is trained to flag them
+all; a student that never saw them during distillation may not)."""
 
 
 def train_epoch(
@@ -56,11 +59,15 @@ def train_epoch(
     tau: float,
     kl_weight: float,
     distill: bool,
+    distill_on: str = "normal",
     device: torch.device | str = "cpu",
 ) -> dict[str, float]:
     """One epoch of [FGAD eq. 13] (``distill``) or eq. 10 (pre-training, without
     :math:`\\ell_{kd}`) on ``graphs``; returns the epoch's example-weighted mean of every
-    term of :data:`LOSS_KEYS`. ``rng`` orders the batches and seeds the generator's noise."""
+    term of :data:`LOSS_KEYS`. ``rng`` orders the batches and seeds the generator's noise.
+    ``distill_on = "normal"`` distils on the real graphs only (the paper: "only normal graphs
+    are considered in the knowledge distillation"); ``"all"`` also on the generated ones (a
+    variant: the student then sees what the teacher flags)."""
     net.train()
     gen.train()
     sums = dict.fromkeys(LOSS_KEYS, 0.0)
@@ -81,13 +88,22 @@ def train_epoch(
         fake_z = net.backbone.forward_dense(x, fake_adj, mask)
         real_t, fake_t = net.teacher(real_z), net.teacher(fake_z)
         loss_ad = detection_loss(real_t, fake_t)
-        loss_kd = distillation_loss(real_t, net.student(real_z), tau) if distill else None
+        fake_s = net.student(fake_z)
+        loss_kd = None
+        if distill:
+            real_s = net.student(real_z)
+            loss_kd = (
+                distillation_loss(torch.cat([real_t, fake_t]), torch.cat([real_s, fake_s]), tau)
+                if distill_on == "all"
+                else distillation_loss(real_t, real_s, tau)
+            )
+        flagged = (fake_s.detach().argmax(1) != NORMAL).double().mean()
         loss = total_loss(loss_ad, loss_g, loss_kd, lam, gamma, kl, kl_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
         kd = loss_kd if loss_kd is not None else loss.new_zeros(())
-        for key, value in zip(LOSS_KEYS, (loss, loss_ad, loss_g, kd), strict=True):
+        for key, value in zip(LOSS_KEYS, (loss, loss_ad, loss_g, kd, flagged), strict=True):
             sums[key] += float(value.detach()) * n
         count += n
     return {k: v / max(count, 1) for k, v in sums.items()}

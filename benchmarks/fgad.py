@@ -1,0 +1,204 @@
+"""FGAD's Tables 1-3 analog on the synthetic graph domains, side by side with its baselines.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/fgad.py --suite single|multi|ablation
+        [--seeds 5] [--jobs 2] [--rounds 20] [--clients 4] [--domain graphs_social]
+        [--work DIR] [--summarise-only] [--only LABEL ...]
+
+Every suite is one fedad run with ``seeds = [0, ..., seeds - 1]`` (:func:`fedad.seeds.run_seeds`),
+every method on the same federation per seed. The paper's protocol: class 0 of a domain is
+normal, classes 1-3 anomalies; 80% of the normal graphs train, the test set is the held-out
+normals with anomalies of the client's own source; AUC and AUPRC (anomaly positive) are
+means over the clients (the paper's), the pooled ones beside them.
+
+* ``single``: one domain (``--domain``), its normal graphs split IID over ``--clients``
+  clients (the paper's single-dataset setting).
+* ``multi``: the four domains, one per client (``scheme = "by-source"``): every client's
+  graphs differ in size, density and node-feature width (the paper's multi-dataset
+  setting).
+* ``ablation``: Table 3 on the multi-dataset setting: FGAD_v1 (``collaboration = "none"``),
+  FGAD_v2 (``"all"``), FGAD_v3 (``distill = false``) beside FGAD.
+
+Methods of ``single`` and ``multi``: ``local`` (Self-train), ``fedavg`` and ``fedprox`` with
+``deepsvdd`` on the GIN, ``gcfl``, ``fedstar``, ``fgad``, and ``fgad`` with
+``distill_on = "all"`` (our variant: the student also distils on the generated graphs). Writes
+``benchmarks/results/fgad_<suite>.json`` (per method: mean and population std over seeds of
+the client-mean AUC and AUPRC, the pooled AUC, FGAD's teacher AUC, float32 parameters
+uploaded per client per round, MB per round, seconds) and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedad.config import parse_config, read_toml
+from fedad.seeds import run_seeds
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results"
+DOMAINS = ["graphs_molecules", "graphs_proteins", "graphs_social", "graphs_grids"]
+
+Method = tuple[str, str, dict[str, Any], str | None]
+"""(label, method name, params, detector)."""
+
+TABLE: list[Method] = [
+    ("self-train", "local", {}, "deepsvdd"),
+    ("fedavg-svdd", "fedavg", {}, "deepsvdd"),
+    ("fedprox-svdd", "fedprox", {}, "deepsvdd"),
+    ("gcfl", "gcfl", {}, None),
+    ("fedstar", "fedstar", {}, None),
+    ("fgad", "fgad", {}, None),
+    ("fgad-distill-all", "fgad", {"distill_on": "all"}, None),
+]
+ABLATION: list[Method] = [
+    ("fgad-v1-no-collaboration", "fgad", {"collaboration": "none"}, None),
+    ("fgad-v2-fedavg-all", "fgad", {"collaboration": "all"}, None),
+    ("fgad-v3-no-distillation", "fgad", {"distill": False}, None),
+    ("fgad", "fgad", {}, None),
+]
+
+
+def _toml(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    return repr(v)
+
+
+def config_text(
+    suite: str,
+    seeds: int,
+    rounds: int,
+    clients: int,
+    domain: str,
+    only: list[str] | None = None,
+) -> str:
+    """The suite's experiment as TOML (``only``: just the rows with these labels)."""
+    lines = [f"seeds = {list(range(seeds))}", f"rounds = {rounds}", "[data]"]
+    if suite == "single":
+        lines += [f'name = "{domain}"', "normal = [0]", "anomaly = [1, 2, 3]"]
+        part = ['scheme = "iid"', f"clients = {clients}"]
+    else:
+        lines += [
+            f'name = "{DOMAINS[0]}"',
+            f"sources = {json.dumps(DOMAINS)}",
+            "normal = [0]",
+            "anomaly = [1, 2, 3]",
+        ]
+        part = ['scheme = "by-source"', f"clients = {len(DOMAINS)}"]
+    lines += ["[partition]", *part]
+    rows = ABLATION if suite == "ablation" else TABLE
+    if only:
+        unknown = sorted(set(only) - {r[0] for r in rows})
+        if unknown:
+            raise SystemExit(f"--only: no row {', '.join(unknown)} in suite {suite}")
+        rows = [r for r in rows if r[0] in only]
+    for label, name, params, detector in rows:
+        lines += ["[[methods]]", f'name = "{name}"', f'label = "{label}"']
+        if detector:
+            lines.append(f'detector = "{detector}"')
+        if params:
+            body = ", ".join(f"{k} = {_toml(v)}" for k, v in params.items())
+            lines.append("params = {" + body + "}")
+    return "\n".join(lines) + "\n"
+
+
+def _mean_std(vals: list[float]) -> tuple[float | None, float | None]:
+    return (float(np.mean(vals)), float(np.std(vals))) if vals else (None, None)
+
+
+def summarise(run: Path) -> dict[str, Any]:
+    """Per method, over the seeds finished in ``run``."""
+    per_seed = [
+        json.loads(f.read_text(encoding="utf-8"))["methods"]
+        for f in sorted(run.glob("seed-*/metrics.json"))
+    ]
+    labels = list(per_seed[0]) if per_seed else []
+    out: dict[str, Any] = {}
+    for label in labels:
+        ms = [m[label] for m in per_seed if isinstance(m.get(label), dict)]
+        row: dict[str, Any] = {"seeds": len(ms)}
+        for key in ("auroc", "aupr"):
+            client = [
+                float(np.mean([r[key] for r in m["per_client"] if r.get(key) is not None]))
+                for m in ms
+                if m.get("per_client")
+            ]
+            row[f"client_{key}"], row[f"client_{key}_std"] = _mean_std(client)
+        row["auroc"], row["auroc_std"] = _mean_std([float(m["auroc"]) for m in ms])
+        teacher = [float(m["teacher_auroc"]) for m in ms if m.get("teacher_auroc") is not None]
+        row["teacher_auroc"], row["teacher_auroc_std"] = _mean_std(teacher)
+        rounds = [max(int(m["rounds"]), 1) for m in ms]
+        clients = [max(len(m.get("per_client", [])), 1) for m in ms]
+        ups = [m["bytes_up"] / r / c / 4 for m, r, c in zip(ms, rounds, clients, strict=True)]
+        row["params_up_per_client_round"] = float(np.mean(ups)) if ups else None
+        per_round = [
+            (m["bytes_up"] + m["bytes_down"]) / r / 1e6 for m, r in zip(ms, rounds, strict=True)
+        ]
+        row["mb_per_round"] = float(np.mean(per_round)) if per_round else None
+        row["seconds"] = float(np.mean([m["seconds"] for m in ms])) if ms else None
+        out[label] = row
+    return out
+
+
+def _pm(r: dict[str, Any], key: str) -> str:
+    if r.get(key) is None:
+        return "–"
+    return f"{r[key]:.3f} ± {r[f'{key}_std']:.3f}"
+
+
+def table(rows: dict[str, Any]) -> str:
+    """Markdown: one row per method."""
+    lines = [
+        "| method | seeds | AUC (client mean) | AUPRC (client mean) | AUC (pooled) | "
+        "teacher AUC | params up / client / round | MB / round | s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, r in rows.items():
+        lines.append(
+            f"| {label} | {r['seeds']} | {_pm(r, 'client_auroc')} | {_pm(r, 'client_aupr')} | "
+            f"{_pm(r, 'auroc')} | {_pm(r, 'teacher_auroc')} | "
+            f"{r['params_up_per_client_round']:,.0f} | {r['mb_per_round']:.2f} | "
+            f"{r['seconds']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", choices=["single", "multi", "ablation"], required=True)
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--clients", type=int, default=4, help="single: clients of the domain")
+    ap.add_argument("--domain", default="graphs_social", choices=DOMAINS)
+    ap.add_argument("--only", nargs="+", default=None, metavar="LABEL")
+    ap.add_argument("--work", type=Path, default=None, help="keep (and resume) the run here")
+    ap.add_argument("--summarise-only", action="store_true")
+    args = ap.parse_args()
+
+    text = config_text(args.suite, args.seeds, args.rounds, args.clients, args.domain, args.only)
+    with tempfile.TemporaryDirectory(prefix="fedad-fgad-") as tmp:
+        work = args.work or Path(tmp) / "run"
+        cfg_path = Path(tmp) / "config.toml"
+        cfg_path.write_text(text, encoding="utf-8")
+        cfg = parse_config(read_toml(cfg_path))
+        if not args.summarise_only:
+            run_seeds(cfg, work, jobs=args.jobs, resume=work.exists())
+        rows = summarise(work)
+    OUT.mkdir(parents=True, exist_ok=True)
+    suffix = "_only" if args.only else ""
+    result = {"suite": args.suite, "config": text, "methods": rows}
+    (OUT / f"fgad_{args.suite}{suffix}.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(f"```toml\n{text}```\n")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
