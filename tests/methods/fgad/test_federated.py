@@ -121,3 +121,31 @@ def test_distilling_on_generated_graphs_too_teaches_the_student_to_flag_them() -
     _, every = _run(fed, rounds=3, pretrain_epochs=3, distill_on="all")
     flagged = [o.history[-1]["student_flags_generated"] for o in (normal, every)]
     assert flagged[1] > flagged[0]
+
+
+def test_two_rounds_on_flowers_grid_equal_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each node keeps its networks between rounds on Flower's grid too: the same evaluate
+    replies as in-process after two rounds."""
+    pytest.importorskip("flwr")
+    from fedad.config import parse_config
+    from fedad.fl import flower_app
+    from fedad.fl.flower import RunSpec
+    from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
+
+    as_server_app(monkeypatch)
+    fed = make_federation("graph", clients=3)
+    algo, ref = _run(fed, rounds=2)
+    cfg = parse_config({"seed": 3, "rounds": 2, "partition": {"clients": 3},
+                        "data": {"name": "digits", "normal": [0], "anomaly": [1]},
+                        "methods": [{"name": "fgad", "params": FAST}]})  # fmt: skip
+    monkeypatch.setattr(flower_app, "_FEDERATIONS", {flower_app.data_key(cfg): fed.clients})
+    spec = RunSpec.build(cfg, algo)
+    out = flower_app.serve(
+        FakeFlowerGrid(spec, partitions=3, sim_spec=True), spec, algo, poll_interval=0.0,
+        server_data=fed.server_normal,
+    )  # fmt: skip
+    assert out.events == ref.events == []
+    for cid, m in ref.evaluations.items():
+        got = out.evaluations[cid]
+        for k, a in m.arrays.items():
+            np.testing.assert_array_equal(got.arrays[k], a, err_msg=f"{k} of client {cid}")
