@@ -1,0 +1,1 @@
+"""FedStar (Tan et al., AAAI 2023): shared structure encoder, personal feature encoder."""
