@@ -241,8 +241,10 @@ def test_update_phases_are_the_declared_handled_ones() -> None:
     algo = _Declares(FedAvg.ParamsModel(), SETUP, "autoencoder")
     assert update_phases(algo) == ("center", "train")  # evaluate never, missing skipped
     image = Setup("image", (1, 8, 8), rounds=2, seed=0, contamination=0.1, num_clients=3)
+    graph = Setup("graph", (3,), rounds=2, seed=0, contamination=0.1, num_clients=3)
+    setups = {"vector": SETUP, "image": image, "graph": graph}
     got = {
-        name: update_phases(build_algorithm(name, {}, SETUP if "vector" in cls.kinds else image))
+        name: update_phases(build_algorithm(name, {}, setups[cls.kinds[0]]))
         for name, cls in registry().items()
     }
     assert got["centralized"] == ()
@@ -250,6 +252,9 @@ def test_update_phases_are_the_declared_handled_ones() -> None:
     # fadngs's density phase is not a model update; with density = "none" nothing is shared
     none = build_algorithm("fadngs-nosed", {"density": "none"}, image)
     assert update_phases(none) == ()
+    # fgad's train replies are the student head; without collaboration nothing is shared
+    assert got["fgad"] == ("train",)
+    assert update_phases(build_algorithm("fgad", {"collaboration": "none"}, graph)) == ()
 
 
 def _scores(algo: Any, privacy: PrivacyConfig | None) -> tuple[np.ndarray, list[str]]:

@@ -112,7 +112,10 @@ class FGAD(Algorithm):
 
     @classmethod
     def requirements(cls, params: dict[str, Any]) -> Requirements:
-        return Requirements(fields=("x", "graph"))
+        """Graphs; ``train`` replies are model updates (the shared head) unless nothing is
+        shared (``collaboration = "none"``)."""
+        shared = FGADParams.model_validate(params).collaboration != "none"
+        return Requirements(fields=("x", "graph"), update_phases=("train",) if shared else ())
 
     def make_detector(self, seed: int | None = None) -> FGADDetector:
         p = self.params
