@@ -9,6 +9,7 @@ name                      kind     where the files come from
 ``cifar10``               image    ``data.path`` (python pickle batches)
 ``odds_shuttle`` ...      vector   Debian ``r-cran-mlbench`` or ``data.path`` (``.rda``)
 ``keystroke``             vector   ``data.path`` (CMU ``DSL-StrongPasswordData.csv``)
+``graphs_molecules`` ...  graph    generated (:mod:`fedad.data.graph_domains`, four domains)
 ========================= ======== =============================================================
 
 See :mod:`fedad.data.idx`, :mod:`fedad.data.digits`, :mod:`fedad.data.cifar`,
@@ -17,6 +18,7 @@ See :mod:`fedad.data.idx`, :mod:`fedad.data.digits`, :mod:`fedad.data.cifar`,
 
 from __future__ import annotations
 
+from fedad.data import graph_domains as _graph_domains  # noqa: F401  (registers)
 from fedad.data.cifar import load_cifar10
 from fedad.data.digits import load_digits
 from fedad.data.idx import load_fashion_mnist, load_kmnist, load_mnist
