@@ -7,8 +7,9 @@
 Every suite is one fedad run with ``seeds = [0, ..., seeds - 1]`` (:func:`fedad.seeds.run_seeds`),
 every method on the same federation per seed. The paper's protocol: class 0 of a domain is
 normal, classes 1-3 anomalies; 80% of the normal graphs train, the test set is the held-out
-normals with anomalies of the client's own source; AUC and AUPRC (anomaly positive) are
-means over the clients (the paper's), the pooled ones beside them.
+normals with as many anomalies of the client's own source (``test_anomaly_fraction =
+0.5``); AUC and AUPRC (anomaly positive) are means over the clients (the paper's), the
+pooled ones beside them.
 
 * ``single``: one domain (``--domain``), its normal graphs split IID over ``--clients``
   clients (the paper's single-dataset setting).
@@ -92,6 +93,7 @@ def config_text(
             "anomaly = [1, 2, 3]",
         ]
         part = ['scheme = "by-source"', f"clients = {len(DOMAINS)}"]
+    lines.append("test_anomaly_fraction = 0.5")  # the paper: as many anomalies as normals
     lines += ["[partition]", *part]
     rows = ABLATION if suite == "ablation" else TABLE
     if only:
