@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pytest
 import torch
 
 from fedad.data.types import ClientData, Federation, GraphSet, concat
+from fedad.fl.messages import Message
 
 torch.set_num_threads(1)
 
@@ -72,6 +75,25 @@ def make_federation(
         anomaly_classes=[1],
         server_normal=normal(60),
     )
+
+
+@pytest.fixture
+def delivered(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, Message, Message | None]]:
+    """Every (node, message, reply) the in-process grid delivers, in order."""
+    from fedad.fl.engine import InProcessGrid
+
+    seen: list[tuple[int, Message, Message | None]] = []
+    original = InProcessGrid.send_and_receive
+
+    def record(
+        self: InProcessGrid, messages: Mapping[int, Message], timeout: float | None = None
+    ) -> dict[int, Message]:
+        replies = original(self, messages, timeout)
+        seen.extend((n, m, replies.get(n)) for n, m in messages.items())
+        return replies
+
+    monkeypatch.setattr(InProcessGrid, "send_and_receive", record)
+    return seen
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -11,7 +10,7 @@ import pytest
 from fedad.data.types import Federation
 from fedad.errors import ConfigError
 from fedad.fl.algorithm import Setup, build_algorithm
-from fedad.fl.engine import InProcessGrid, RunOutcome, run_inprocess
+from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import Message
 from fedad.methods.fadngs.federated import _FADngs
 from tests.conftest import make_federation
@@ -29,23 +28,6 @@ def _run(
     algo = build_algorithm(name, {**FAST, **params}, setup)
     assert isinstance(algo, _FADngs)
     return algo, run_inprocess(algo, fed, rounds=rounds, seed=seed)
-
-
-@pytest.fixture
-def delivered(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, Message, Message | None]]:
-    """Every (node, message, reply) the in-process grid delivers."""
-    seen: list[tuple[int, Message, Message | None]] = []
-    original = InProcessGrid.send_and_receive
-
-    def record(
-        self: InProcessGrid, messages: Mapping[int, Message], timeout: float | None = None
-    ) -> dict[int, Message]:
-        replies = original(self, messages, timeout)
-        seen.extend((n, m, replies.get(n)) for n, m in messages.items())
-        return replies
-
-    monkeypatch.setattr(InProcessGrid, "send_and_receive", record)
-    return seen
 
 
 def test_density_phase_uploads_only_means_and_covariances(

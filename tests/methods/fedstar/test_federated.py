@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -12,7 +11,7 @@ pytest.importorskip("torch_geometric")
 
 from fedad.data.types import ClientData, Federation, GraphSet
 from fedad.fl.algorithm import Setup, build_algorithm
-from fedad.fl.engine import InProcessGrid, RunOutcome, run_inprocess
+from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import Message
 from fedad.methods.fedstar.detector import FedStarDetector
 from fedad.methods.fedstar.federated import FedStar
@@ -30,22 +29,6 @@ def _run(
     algo = build_algorithm("fedstar", {**FAST, **params}, setup)
     assert isinstance(algo, FedStar)
     return algo, run_inprocess(algo, fed, rounds=rounds, seed=seed)
-
-
-@pytest.fixture
-def delivered(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, Message, Message | None]]:
-    seen: list[tuple[int, Message, Message | None]] = []
-    original = InProcessGrid.send_and_receive
-
-    def record(
-        self: InProcessGrid, messages: Mapping[int, Message], timeout: float | None = None
-    ) -> dict[int, Message]:
-        replies = original(self, messages, timeout)
-        seen.extend((n, m, replies.get(n)) for n, m in messages.items())
-        return replies
-
-    monkeypatch.setattr(InProcessGrid, "send_and_receive", record)
-    return seen
 
 
 def test_structure_features_are_rw_return_probabilities_and_one_hot_degree() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -12,7 +11,7 @@ pytest.importorskip("torch_geometric")
 
 from fedad.data.types import Federation
 from fedad.fl.algorithm import Setup, build_algorithm
-from fedad.fl.engine import InProcessGrid, RunOutcome, run_inprocess
+from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import Message
 from fedad.methods.fgad.federated import FGAD
 from tests.conftest import make_federation
@@ -28,23 +27,6 @@ def _run(fed: Federation, rounds: int = 2, seed: int = 3, **params: Any) -> tupl
     algo = build_algorithm("fgad", {**FAST, **params}, setup)
     assert isinstance(algo, FGAD)
     return algo, run_inprocess(algo, fed, rounds=rounds, seed=seed)
-
-
-@pytest.fixture
-def delivered(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, Message, Message | None]]:
-    """Every (node, message, reply) the in-process grid delivers."""
-    seen: list[tuple[int, Message, Message | None]] = []
-    original = InProcessGrid.send_and_receive
-
-    def record(
-        self: InProcessGrid, messages: Mapping[int, Message], timeout: float | None = None
-    ) -> dict[int, Message]:
-        replies = original(self, messages, timeout)
-        seen.extend((n, m, replies.get(n)) for n, m in messages.items())
-        return replies
-
-    monkeypatch.setattr(InProcessGrid, "send_and_receive", record)
-    return seen
 
 
 def test_only_the_student_head_goes_up_and_its_bytes_are_its_size(
