@@ -34,20 +34,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from fedad.config import parse_config, read_toml
-from fedad.seeds import run_seeds
-
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "benchmarks" / "results"
-
-Method = tuple[str, str, dict[str, Any], str | None]
-"""(label, method name, params, detector)."""
+from suites import Method, method_lines, pm, run_suite
 
 TABLE1: list[Method] = [
     ("local-ae", "local", {}, "autoencoder"),
@@ -80,14 +71,6 @@ ABLATION: list[Method] = [
 KEYS = ("auroc", "aupr", "fe", "me")
 
 
-def _toml(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return f'"{v}"'
-    return repr(v)
-
-
 def config_text(
     suite: str,
     seeds: int,
@@ -117,19 +100,7 @@ def config_text(
         "contamination = 0.01",
         f'local_test = "{local_test}"',
     ]
-    rows = ABLATION if suite == "ablation" else TABLE1
-    if only:
-        unknown = sorted(set(only) - {r[0] for r in rows})
-        if unknown:
-            raise SystemExit(f"--only: no row {', '.join(unknown)} in suite {suite}")
-        rows = [r for r in rows if r[0] in only]
-    for label, name, params, detector in rows:
-        lines += ["[[methods]]", f'name = "{name}"', f'label = "{label}"']
-        if detector:
-            lines.append(f'detector = "{detector}"')
-        if params:
-            body = ", ".join(f"{k} = {_toml(v)}" for k, v in params.items())
-            lines.append("params = {" + body + "}")
+    lines += method_lines(ABLATION if suite == "ablation" else TABLE1, only, suite)
     return "\n".join(lines) + "\n"
 
 
@@ -166,12 +137,6 @@ def summarise(run: Path) -> dict[str, Any]:
     return out
 
 
-def _pm(r: dict[str, Any], key: str) -> str:
-    if r.get(key) is None:
-        return "–"
-    return f"{r[key]:.3f} ± {r[f'{key}_std']:.3f}"
-
-
 def table(rows: dict[str, Any]) -> str:
     """Markdown: one row per method."""
     lines = [
@@ -180,8 +145,8 @@ def table(rows: dict[str, Any]) -> str:
     ]
     for label, r in rows.items():
         lines.append(
-            f"| {label} | {_pm(r, 'fe')} | {_pm(r, 'me')} | {_pm(r, 'auroc')} | "
-            f"{_pm(r, 'aupr')} | {r['client_auroc']:.3f} | {r['mb_per_round']:.2f} | "
+            f"| {label} | {pm(r, 'fe')} | {pm(r, 'me')} | {pm(r, 'auroc')} | "
+            f"{pm(r, 'aupr')} | {r['client_auroc']:.3f} | {r['mb_per_round']:.2f} | "
             f"{r['seconds']:.0f} |"
         )
     return "\n".join(lines)
@@ -206,20 +171,11 @@ def main() -> None:
     text = config_text(
         args.suite, args.seeds, args.rounds, args.per_client, args.local_test, args.only
     )
-    with tempfile.TemporaryDirectory(prefix="fedad-fadngs-") as tmp:
-        work = args.work or Path(tmp) / "run"
-        cfg_path = Path(tmp) / "config.toml"
-        cfg_path.write_text(text, encoding="utf-8")
-        cfg = parse_config(read_toml(cfg_path))
-        if not args.summarise_only:
-            run_seeds(cfg, work, jobs=args.jobs, resume=work.exists())
-        rows = summarise(work)
-    OUT.mkdir(parents=True, exist_ok=True)
-    result = {"suite": args.suite, "config": text, "methods": rows}
     suffix = "_only" if args.only else ""
-    (OUT / f"fadngs_{args.suite}_{args.local_test}{suffix}.json").write_text(
-        json.dumps(result, indent=1) + "\n"
-    )
+    rows = run_suite(
+        text, f"fadngs_{args.suite}_{args.local_test}{suffix}", summarise, work=args.work,
+        jobs=args.jobs, summarise_only=args.summarise_only, suite=args.suite,
+    )  # fmt: skip
     print(f"```toml\n{text}```\n")
     print(table(rows))
 

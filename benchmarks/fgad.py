@@ -31,21 +31,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from suites import Method, method_lines, pm, run_suite
 
-from fedad.config import parse_config, read_toml
-from fedad.seeds import run_seeds
-
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "benchmarks" / "results"
 DOMAINS = ["graphs_molecules", "graphs_proteins", "graphs_social", "graphs_grids"]
-
-Method = tuple[str, str, dict[str, Any], str | None]
-"""(label, method name, params, detector)."""
 
 TABLE: list[Method] = [
     ("self-train", "local", {}, "deepsvdd"),
@@ -62,14 +54,6 @@ ABLATION: list[Method] = [
     ("fgad-v3-no-distillation", "fgad", {"distill": False}, None),
     ("fgad", "fgad", {}, None),
 ]
-
-
-def _toml(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return f'"{v}"'
-    return repr(v)
 
 
 def config_text(
@@ -95,19 +79,7 @@ def config_text(
         part = ['scheme = "by-source"', f"clients = {len(DOMAINS)}"]
     lines.append("test_anomaly_fraction = 0.5")  # the paper: as many anomalies as normals
     lines += ["[partition]", *part]
-    rows = ABLATION if suite == "ablation" else TABLE
-    if only:
-        unknown = sorted(set(only) - {r[0] for r in rows})
-        if unknown:
-            raise SystemExit(f"--only: no row {', '.join(unknown)} in suite {suite}")
-        rows = [r for r in rows if r[0] in only]
-    for label, name, params, detector in rows:
-        lines += ["[[methods]]", f'name = "{name}"', f'label = "{label}"']
-        if detector:
-            lines.append(f'detector = "{detector}"')
-        if params:
-            body = ", ".join(f"{k} = {_toml(v)}" for k, v in params.items())
-            lines.append("params = {" + body + "}")
+    lines += method_lines(ABLATION if suite == "ablation" else TABLE, only, suite)
     return "\n".join(lines) + "\n"
 
 
@@ -149,12 +121,6 @@ def summarise(run: Path) -> dict[str, Any]:
     return out
 
 
-def _pm(r: dict[str, Any], key: str) -> str:
-    if r.get(key) is None:
-        return "–"
-    return f"{r[key]:.3f} ± {r[f'{key}_std']:.3f}"
-
-
 def table(rows: dict[str, Any]) -> str:
     """Markdown: one row per method."""
     lines = [
@@ -164,8 +130,8 @@ def table(rows: dict[str, Any]) -> str:
     ]
     for label, r in rows.items():
         lines.append(
-            f"| {label} | {r['seeds']} | {_pm(r, 'client_auroc')} | {_pm(r, 'client_aupr')} | "
-            f"{_pm(r, 'auroc')} | {_pm(r, 'teacher_auroc')} | "
+            f"| {label} | {r['seeds']} | {pm(r, 'client_auroc')} | {pm(r, 'client_aupr')} | "
+            f"{pm(r, 'auroc')} | {pm(r, 'teacher_auroc')} | "
             f"{r['params_up_per_client_round']:,.0f} | {r['mb_per_round']:.2f} | "
             f"{r['seconds']:.0f} |"
         )
@@ -186,18 +152,11 @@ def main() -> None:
     args = ap.parse_args()
 
     text = config_text(args.suite, args.seeds, args.rounds, args.clients, args.domain, args.only)
-    with tempfile.TemporaryDirectory(prefix="fedad-fgad-") as tmp:
-        work = args.work or Path(tmp) / "run"
-        cfg_path = Path(tmp) / "config.toml"
-        cfg_path.write_text(text, encoding="utf-8")
-        cfg = parse_config(read_toml(cfg_path))
-        if not args.summarise_only:
-            run_seeds(cfg, work, jobs=args.jobs, resume=work.exists())
-        rows = summarise(work)
-    OUT.mkdir(parents=True, exist_ok=True)
     suffix = "_only" if args.only else ""
-    result = {"suite": args.suite, "config": text, "methods": rows}
-    (OUT / f"fgad_{args.suite}{suffix}.json").write_text(json.dumps(result, indent=1) + "\n")
+    rows = run_suite(
+        text, f"fgad_{args.suite}{suffix}", summarise, work=args.work, jobs=args.jobs,
+        summarise_only=args.summarise_only, suite=args.suite,
+    )  # fmt: skip
     print(f"```toml\n{text}```\n")
     print(table(rows))
 

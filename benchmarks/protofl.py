@@ -34,20 +34,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from fedad.config import parse_config, read_toml
-from fedad.seeds import run_seeds
-
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "benchmarks" / "results"
-
-Method = tuple[str, str, dict[str, Any], str | None]
-"""(label, method name, params, detector)."""
+from suites import Method, method_lines, run_suite
 
 MAIN: list[Method] = [
     ("protofl", "protofl", {}, None),
@@ -84,24 +75,12 @@ def config_text(suite: str, seeds: int, rounds: int, max_test: int) -> str:
     if not digits:
         lines += ["max_train_per_client = 600", f"max_test = {max_test}"]
     lines += ["[partition]", 'scheme = "one-vs-rest"', "clients = 10"]
-    for label, name, params, detector in methods:
-        p = dict(params)
-        if digits and name in TRAINED:
-            p["local_epochs"] = 5
-        lines += ["[[methods]]", f'name = "{name}"', f'label = "{label}"']
-        if detector:
-            lines.append(f'detector = "{detector}"')
-        if p:
-            lines.append("params = {" + ", ".join(f"{k} = {_toml(v)}" for k, v in p.items()) + "}")
+    rows = [
+        (label, name, {**params, "local_epochs": 5} if digits and name in TRAINED else params, det)
+        for label, name, params, det in methods
+    ]
+    lines += method_lines(rows, None, suite)
     return "\n".join(lines) + "\n"
-
-
-def _toml(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return f'"{v}"'
-    return repr(v)
 
 
 def summarise(run: Path) -> dict[str, Any]:
@@ -180,17 +159,10 @@ def main() -> None:
     args = ap.parse_args()
 
     text = config_text(args.suite, args.seeds, args.rounds, args.max_test)
-    with tempfile.TemporaryDirectory(prefix="fedad-protofl-") as tmp:
-        work = args.work or Path(tmp) / "run"
-        cfg_path = Path(tmp) / "config.toml"
-        cfg_path.write_text(text, encoding="utf-8")
-        cfg = parse_config(read_toml(cfg_path))
-        if not args.summarise_only:
-            run_seeds(cfg, work, jobs=args.jobs, resume=work.exists())
-        rows = summarise(work)
-    OUT.mkdir(parents=True, exist_ok=True)
-    result = {"suite": args.suite, "config": text, "methods": rows}
-    (OUT / f"protofl_{args.suite}.json").write_text(json.dumps(result, indent=1) + "\n")
+    rows = run_suite(
+        text, f"protofl_{args.suite}", summarise, work=args.work, jobs=args.jobs,
+        summarise_only=args.summarise_only, suite=args.suite,
+    )  # fmt: skip
     print(f"```toml\n{text}```\n")
     print(table(rows))
 

@@ -1,0 +1,81 @@
+"""What the per-method benchmark suites share: the ``[[methods]]`` TOML of a table of rows,
+one seeded fedad run (resumable) and its summary written to ``benchmarks/results/``.
+
+Imported by ``fadngs.py``, ``fgad.py`` and ``protofl.py`` (run as scripts from this folder).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from fedad.config import parse_config, read_toml
+from fedad.seeds import run_seeds
+
+OUT = Path(__file__).resolve().parent / "results"
+
+Method = tuple[str, str, dict[str, Any], str | None]
+"""(label, method name, params, detector)."""
+
+
+def toml_value(v: Any) -> str:
+    """A TOML literal of a bool, string or number."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    return repr(v)
+
+
+def method_lines(rows: Sequence[Method], only: Sequence[str] | None, suite: str) -> list[str]:
+    """``[[methods]]`` tables of ``rows`` (``only``: just the rows with these labels)."""
+    if only:
+        unknown = sorted(set(only) - {r[0] for r in rows})
+        if unknown:
+            raise SystemExit(f"--only: no row {', '.join(unknown)} in suite {suite}")
+        rows = [r for r in rows if r[0] in only]
+    lines: list[str] = []
+    for label, name, params, detector in rows:
+        lines += ["[[methods]]", f'name = "{name}"', f'label = "{label}"']
+        if detector:
+            lines.append(f'detector = "{detector}"')
+        if params:
+            body = ", ".join(f"{k} = {toml_value(v)}" for k, v in params.items())
+            lines.append("params = {" + body + "}")
+    return lines
+
+
+def pm(r: dict[str, Any], key: str) -> str:
+    """``mean ± std`` of ``r[key]`` and ``r[key + "_std"]`` (``–`` when missing)."""
+    if r.get(key) is None:
+        return "–"
+    return f"{r[key]:.3f} ± {r[f'{key}_std']:.3f}"
+
+
+def run_suite(
+    text: str,
+    name: str,
+    summarise: Callable[[Path], dict[str, Any]],
+    *,
+    work: Path | None,
+    jobs: int,
+    summarise_only: bool,
+    suite: str,
+) -> dict[str, Any]:
+    """Run the experiment ``text`` over its seeds in ``work`` (resumed when it exists; a
+    temporary folder when None), summarise it and write ``results/<name>.json``."""
+    with tempfile.TemporaryDirectory(prefix="fedad-bench-") as tmp:
+        run = work or Path(tmp) / "run"
+        cfg_path = Path(tmp) / "config.toml"
+        cfg_path.write_text(text, encoding="utf-8")
+        cfg = parse_config(read_toml(cfg_path))
+        if not summarise_only:
+            run_seeds(cfg, run, jobs=jobs, resume=run.exists())
+        rows = summarise(run)
+    OUT.mkdir(parents=True, exist_ok=True)
+    result = {"suite": suite, "config": text, "methods": rows}
+    (OUT / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    return rows
