@@ -10,10 +10,14 @@ name                      kind     where the files come from
 ``odds_shuttle`` ...      vector   Debian ``r-cran-mlbench`` or ``data.path`` (``.rda``)
 ``keystroke``             vector   ``data.path`` (CMU ``DSL-StrongPasswordData.csv``)
 ``graphs_molecules`` ...  graph    generated (:mod:`fedad.data.graph_domains`, four domains)
+``tu``                    graph    ``data.path`` (a TU Dortmund folder: MUTAG, PROTEINS, ...)
+``mutag_structures``      graph    PyPI ``graphkernels`` 0.2.1 sdist (``scripts/setup.sh``)
 ========================= ======== =============================================================
 
 See :mod:`fedad.data.idx`, :mod:`fedad.data.digits`, :mod:`fedad.data.cifar`,
-:mod:`fedad.data.odds` and :mod:`fedad.data.keystroke` for the formats. Nothing is downloaded.
+:mod:`fedad.data.odds`, :mod:`fedad.data.keystroke`, :mod:`fedad.data.graphs.tu` and
+:mod:`fedad.data.graphs.mutag` for the formats. Nothing is downloaded at load time
+(``scripts/setup.sh`` fetches the ``graphkernels`` sdist, hash-checked).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from __future__ import annotations
 from fedad.data import graph_domains as _graph_domains  # noqa: F401  (registers)
 from fedad.data.cifar import load_cifar10
 from fedad.data.digits import load_digits
+from fedad.data.graphs.mutag import load_mutag_structures
+from fedad.data.graphs.tu import load_tu
 from fedad.data.idx import load_fashion_mnist, load_kmnist, load_mnist
 from fedad.data.keystroke import load_keystroke
 from fedad.data.odds import (
@@ -37,8 +43,10 @@ __all__ = [
     "load_keystroke",
     "load_kmnist",
     "load_mnist",
+    "load_mutag_structures",
     "load_odds_breastw",
     "load_odds_ionosphere",
     "load_odds_satellite",
     "load_odds_shuttle",
+    "load_tu",
 ]
