@@ -222,6 +222,7 @@ class Algorithm(ABC):
             arrays.update(self.anomaly_maps(det, data))
         if callable(getattr(det, "represent", None)):
             arrays.update(self.embeddings(det, data))
+        arrays.update(self.evaluation_arrays(det, data))
         if self.personalized:
             arrays.update(prefixed(det.get_arrays(), "detector"))
         return Message(
@@ -229,6 +230,11 @@ class Algorithm(ABC):
             arrays,
             {"threshold": float(det.threshold_), "num_examples": data.n_train},
         )
+
+    def evaluation_arrays(self, det: BaseDetector, data: ClientData) -> dict[str, np.ndarray]:
+        """Method-specific arrays for the evaluate reply, from the same final detector that
+        scored the test set (e.g. a second head's scores); ``{}`` by default."""
+        return {}
 
     def anomaly_maps(self, det: BaseDetector, data: ClientData) -> dict[str, np.ndarray]:
         """``{"map", "mask"}`` of the client's test images: ``det.score_maps`` at the masks'

@@ -34,6 +34,7 @@ import numpy as np
 from pydantic import Field
 
 from fedad.data.types import ClientData, GraphSet
+from fedad.detector import BaseDetector
 from fedad.evaluation import MetricFamily, ranking_scores
 from fedad.fl.algorithm import (
     Algorithm,
@@ -179,13 +180,10 @@ class FGAD(Algorithm):
             det = self.make_detector(self._client_seed(data.client_id)).set_arrays(own)
         return det.set_parts(dict(msg.arrays))
 
-    def client_evaluate(self, state: ClientState, data: ClientData, msg: Message) -> Message:
-        """The platform's evaluation, plus the teacher head's scores (``teacher_score``)."""
-        reply = super().client_evaluate(state, data, msg)
-        det = self.client_detector(state, data, msg)
-        assert isinstance(data.x_test, GraphSet)
-        arrays = {**reply.arrays, TEACHER_SCORE: det.teacher_score(data.x_test)}
-        return Message(reply.kind, arrays, dict(reply.scalars))
+    def evaluation_arrays(self, det: BaseDetector, data: ClientData) -> dict[str, np.ndarray]:
+        """The teacher head's scores of the test set (``teacher_score``)."""
+        assert isinstance(det, FGADDetector) and isinstance(data.x_test, GraphSet)
+        return {TEACHER_SCORE: det.teacher_score(data.x_test)}
 
     # -- server -----------------------------------------------------------------------------
     def server(self, ctx: ServerContext) -> ServerResult:
