@@ -1,9 +1,10 @@
 """What every pretrained resource is: a frozen image backbone and how to feed it.
 
 A resource is a :class:`Backbone`: an ``nn.Module`` whose :meth:`~Backbone.features` maps
-prepared images to global-pooled features ``(N, D)``, together with the :class:`InputSpec`
-its weights were trained with (input size, channels, per-channel mean and standard
-deviation). :meth:`Backbone.prepare` turns fedad images (``float32`` ``(N, C, H, W)`` in
+prepared images to global-pooled features ``(N, D)`` (and :meth:`~Backbone.stage_maps` to
+the feature maps of intermediate stages, where the network has them), together with the
+:class:`InputSpec` its weights were trained with (input size, channels, per-channel mean and
+standard deviation). :meth:`Backbone.prepare` turns fedad images (``float32`` ``(N, C, H, W)`` in
 [0, 1], grey or RGB) into what the network expects; :meth:`Backbone.embed` does both in
 batches and returns numpy.
 """
@@ -17,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["Backbone", "InputSpec"]
+__all__ = ["Backbone", "InputSpec", "check_stages"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,12 @@ class Backbone(nn.Module):
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Global-pooled features ``(N, feature_dim)`` of prepared images ``(N, C, H, W)``."""
         raise NotImplementedError
+
+    def stage_maps(self, x: torch.Tensor, stages: tuple[int, ...]) -> list[torch.Tensor]:
+        """The feature maps at the end of ``stages`` (1-based, increasing) of prepared images,
+        one ``(N, C_l, H_l, W_l)`` tensor per stage: the multi-level features that patch-level
+        detectors fuse. Backbones without stages raise ``NotImplementedError``."""
+        raise NotImplementedError(f"{type(self).__name__} has no stage feature maps")
 
     def prepare(self, images: torch.Tensor, size: int | None = None) -> torch.Tensor:
         """Images in [0, 1] ``(N, 1 or C, H, W)`` -> resized, channel-matched, normalised.
@@ -100,3 +107,13 @@ class Backbone(nn.Module):
             feats = self.features(prepared)
             out[start : start + batch_size] = feats.float().cpu().numpy()
         return out
+
+
+def check_stages(stages: tuple[int, ...], count: int) -> None:
+    """``stages`` must be strictly increasing 1-based stage numbers up to ``count``."""
+    if (
+        not stages
+        or any(not 1 <= s <= count for s in stages)
+        or list(stages) != sorted(set(stages))
+    ):
+        raise ValueError(f"stages must be increasing numbers in 1..{count}, got {list(stages)}")

