@@ -10,7 +10,12 @@ import torch
 
 from fedad.errors import ConfigError
 from fedad.resources import efficientnet_lite0 as lite0
-from fedad.resources.multilevel import MultiLevelFeatures, fuse_levels, stage_channels
+from fedad.resources.multilevel import (
+    MultiLevelFeatures,
+    fuse_levels,
+    grid_side,
+    stage_channels,
+)
 
 needs_weights = pytest.mark.skipif(
     importlib.util.find_spec(lite0.PACKAGE) is None,
@@ -43,6 +48,20 @@ def test_stage_maps_of_efficientnet_match_the_stage_table() -> None:
     assert torch.allclose(full, head, atol=1e-5)
     with pytest.raises(ValueError, match="increasing"):
         net.stage_maps(x, (5, 3))
+
+
+@pytest.mark.parametrize("size", [8, 33, 64, 128, 224, 225])
+def test_grid_side_matches_the_networks(size: int) -> None:
+    from fedad.resources.wide_resnet import WideResNet50
+
+    x = torch.zeros(1, 3, size, size)
+    with torch.no_grad():
+        lite = lite0.EfficientNetLite0().eval().stage_maps(x, (2, 3, 5, 7))
+        wrn = WideResNet50().eval().stage_maps(x, (1, 2, 3))
+    for stage, m in zip((2, 3, 5, 7), lite, strict=True):
+        assert grid_side("efficientnet-lite0", stage, size) == m.shape[2]
+    for stage, m in zip((1, 2, 3), wrn, strict=True):
+        assert grid_side("wide_resnet50_2", stage, size) == m.shape[2]
 
 
 def test_unknown_backbone_and_bad_stages_are_one_line_errors() -> None:

@@ -2,6 +2,7 @@
 
 from fedad.methods.baselines import federated as _baselines  # noqa: F401
 from fedad.methods.fadngs import federated as _fadngs  # noqa: F401
+from fedad.methods.feddymem import federated as _feddymem  # noqa: F401
 from fedad.methods.fedstar import federated as _fedstar  # noqa: F401
 from fedad.methods.feduv import federated as _feduv  # noqa: F401
 from fedad.methods.fgad import federated as _fgad  # noqa: F401

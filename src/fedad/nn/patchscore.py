@@ -60,7 +60,10 @@ def anomaly_maps(
     maps = F.interpolate(dist, size=size, mode="bilinear", align_corners=False)
     if sigma > 0:
         k = 2 * math.ceil(4 * sigma) + 1  # the kernel anomalib uses for PatchCore's maps
-        maps = kornia.filters.gaussian_blur2d(maps, (k, k), (sigma, sigma), border_type="reflect")
+        # reflect at the borders, as anomalib does; images smaller than half the kernel
+        # cannot be reflected that far and replicate their border pixels instead
+        border = "reflect" if k // 2 < min(size) else "replicate"
+        maps = kornia.filters.gaussian_blur2d(maps, (k, k), (sigma, sigma), border_type=border)
     return maps[:, 0]
 
 

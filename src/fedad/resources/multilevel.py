@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from fedad.errors import ConfigError
 from fedad.resources.base import Backbone
 
-__all__ = ["BACKBONES", "MultiLevelFeatures", "fuse_levels", "stage_channels"]
+__all__ = ["BACKBONES", "MultiLevelFeatures", "fuse_levels", "grid_side", "stage_channels"]
 
 BACKBONES: tuple[str, ...] = ("efficientnet-lite0", "wide_resnet50_2")
 
@@ -48,6 +48,24 @@ def stage_channels(backbone: str) -> tuple[int, ...]:
             f"unknown patch-feature backbone '{backbone}'", f"use one of {', '.join(BACKBONES)}"
         )
     return STAGE_CHANNELS
+
+
+def grid_side(backbone: str, stage: int, size: int) -> int:
+    """Side of the feature map of ``stage`` for square inputs of side ``size`` (the fused
+    features' grid when ``stage`` is the first stage taken), without running the network."""
+    stage_channels(backbone)  # a known name
+    if backbone == "efficientnet-lite0":
+        from fedad.resources.efficientnet_lite0 import STAGES
+
+        side = -(-size // 2)  # TensorFlow SAME padding: ceil(size / stride)
+        for s in STAGES[:stage]:
+            side = -(-side // s[2])
+        return side
+    side = (size + 2 * 3 - 7) // 2 + 1  # 7x7 stride-2 stem
+    side = (side + 2 - 3) // 2 + 1  # 3x3 stride-2 max pool
+    for _ in range(1, stage):  # layer2.. halve with a 3x3 stride-2 convolution
+        side = (side + 2 - 3) // 2 + 1
+    return side
 
 
 def fuse_levels(maps: list[torch.Tensor]) -> torch.Tensor:
@@ -113,6 +131,8 @@ class MultiLevelFeatures:
         self.backbone, self.stages, self.size, self.path = backbone, tuple(stages), size, path
         self.device = torch.device(device)
         self.channels = int(sum(chans[s - 1] for s in stages))
+        self.side = grid_side(backbone, self.stages[0], size)
+        """Side of the square patch grid the features come on."""
 
     def net(self) -> Backbone:
         return _backbone(self.backbone, self.path, self.device)

@@ -1,0 +1,297 @@
+"""FedDyMem's detector ``feddymem``: nearest-memory distance maps [FedDyMem Sec. IV, Fig. 9].
+
+A test image goes through the frozen backbone (multi-level features, eq. 8), the client's
+projection and memory generator (eq. 9-11); each patch's memory feature is scored by its
+Euclidean distance to the nearest entry of the global memory bank; the patch map is
+upsampled to the image and smoothed with a Gaussian of sigma 4 (:mod:`fedad.nn.patchscore`);
+the image score is the map's maximum. ``threshold_`` comes from the training images' scores.
+
+Stand-alone (:meth:`FedDyMemDetector.fit`) it is FedDyMem with one client: the bank of
+Algorithm 4 from its own data, then ``epochs`` rounds of local training (eq. 12) and
+memory-reduce (Algorithm 2); with one client the aggregation of Algorithm 3 returns the
+client's bank unchanged.
+
+Arrays: ``net.*`` (projection and generator), ``bank`` ``(K, C)`` and ``threshold_``. The
+backbone is a named resource or a user's weights file and is never stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal, Self
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
+from fedad.devices import resolve_device
+from fedad.methods.feddymem.memory import memory_reduce
+from fedad.methods.feddymem.model import FedDyMemNet
+from fedad.methods.feddymem.train import memory_features, train_epoch
+from fedad.nn.patchscore import anomaly_maps, image_scores
+from fedad.resources.multilevel import MultiLevelFeatures, stage_channels
+from fedad.seeding import rng as seeded_rng
+from fedad.seeding import torch_seeded
+
+THRESHOLD = "threshold_"
+BANK = "bank"
+NET = "net."
+DEFAULT_STAGES = {"efficientnet-lite0": (3, 5), "wide_resnet50_2": (2, 3)}
+"""Mid-level stages per backbone: stride 8 and 16, as WRN-50's layer2 and layer3 [FedDyMem
+Sec. VI-A3, after PatchCore]."""
+
+Backbone = Literal["efficientnet-lite0", "wide_resnet50_2"]
+
+
+class FedDyMemDetectorParams(BaseModel):
+    """The ``__init__`` arguments of :class:`FedDyMemDetector`, as a checkpoint may give them."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    backbone: Backbone = "efficientnet-lite0"
+    backbone_path: str | None = Field(default=None, max_length=4096)
+    stages: tuple[int, ...] | None = Field(default=None, min_length=1, max_length=7)
+    image_size: int = Field(default=224, ge=8, le=1024)
+    channels: int | None = Field(default=None, ge=1, le=4096)
+    grid: int = Field(default=8, ge=1, le=256)
+    k: int = Field(default=3, ge=1, le=1024)
+    th: float = Field(default=0.01, ge=0.0, le=1e6)
+    epochs: int = Field(default=10, ge=0, le=100_000)
+    batch_size: int = Field(default=10, ge=1, le=1 << 16)
+    lr: float = Field(default=1e-3, gt=0.0, le=10.0)
+    weight_decay: float = Field(default=5e-4, ge=0.0, le=10.0)
+    sigma: float = Field(default=4.0, ge=0.0, le=256.0)
+    projection: bool = True
+    generator: bool = True
+    contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+
+    @field_validator("stages")
+    @classmethod
+    def _increasing(cls, v: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if v is not None and (list(v) != sorted(set(v)) or v[0] < 1):
+            raise ValueError("stages must be increasing stage numbers from 1")
+        return v
+
+
+@register_detector("feddymem")
+class FedDyMemDetector(BaseDetector):
+    """Frozen multi-level features, projection, memory generator, global memory bank."""
+
+    ParamsModel = FedDyMemDetectorParams
+
+    def __init__(
+        self,
+        backbone: Backbone = "efficientnet-lite0",
+        backbone_path: str | None = None,
+        stages: tuple[int, ...] | None = None,
+        image_size: int = 224,
+        channels: int | None = None,
+        grid: int = 8,
+        k: int = 3,
+        th: float = 0.01,
+        epochs: int = 10,
+        batch_size: int = 10,
+        lr: float = 1e-3,
+        weight_decay: float = 5e-4,
+        sigma: float = 4.0,
+        projection: bool = True,
+        generator: bool = True,
+        contamination: float = DEFAULT_CONTAMINATION,
+        seed: int = 0,
+        device: str = "cpu",
+    ) -> None:
+        super().__init__(contamination=contamination)
+        self.backbone = backbone
+        self.backbone_path = backbone_path
+        self.stages = tuple(stages) if stages else DEFAULT_STAGES[backbone]
+        self.image_size = image_size
+        self.cin = int(sum(stage_channels(backbone)[s - 1] for s in self.stages))
+        self.channels = self.cin if channels is None or not projection else int(channels)
+        self.grid = grid
+        self.k = k
+        self.th = th
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.sigma = sigma
+        self.projection = projection
+        self.generator = generator
+        self.seed = seed
+        self.device = device
+        self._cache: dict[bytes, np.ndarray] = {}
+
+    def get_params(self) -> dict[str, Any]:
+        return {
+            "backbone": self.backbone,
+            "backbone_path": self.backbone_path,
+            "stages": list(self.stages),
+            "image_size": self.image_size,
+            "channels": self.channels,
+            "grid": self.grid,
+            "k": self.k,
+            "th": self.th,
+            "epochs": self.epochs,
+            "batch_size": self.batch_size,
+            "lr": self.lr,
+            "weight_decay": self.weight_decay,
+            "sigma": self.sigma,
+            "projection": self.projection,
+            "generator": self.generator,
+            "contamination": self.contamination,
+            "seed": self.seed,
+        }
+
+    # -- frozen features ---------------------------------------------------------------------
+    def extractor(self) -> MultiLevelFeatures:
+        return MultiLevelFeatures(
+            self.backbone, self.stages, self.image_size, self.backbone_path,
+            resolve_device(self.device),
+        )  # fmt: skip
+
+    @property
+    def bank_size(self) -> int:
+        """``K = H x W``: entries of a memory bank (one per position of the patch grid)."""
+        return int(self.extractor().side ** 2)
+
+    def features(self, x: np.ndarray) -> np.ndarray:
+        """Frozen fused features ``(n, C_in, H, W)`` of images ``x``; the last few inputs'
+        are kept (the backbone is the expensive part and never changes)."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        key = hashlib.blake2b(x.tobytes(), digest_size=16).digest() + str(x.shape).encode()
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self.extractor()(x)
+            if len(self._cache) >= 4:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = hit
+        return hit
+
+    # -- networks ----------------------------------------------------------------------------
+    def build(self) -> Self:
+        """``net_`` with seeded initial weights (on the CPU, so equal on every device)."""
+        with torch_seeded(self.seed):
+            net = FedDyMemNet(self.cin, self.channels, self.grid, self.projection, self.generator)
+        self.net_ = net.to(resolve_device(self.device)).eval()
+        return self
+
+    def _ensure_built(self) -> None:
+        if not hasattr(self, "net_"):
+            self.build()
+
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        """Adam, lr 1e-3, weight decay 5e-4 [FedDyMem Sec. VI-A3]; ``None`` when nothing trains."""
+        self._ensure_built()
+        params = list(self.net_.parameters())
+        if not params:
+            return None
+        return torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
+
+    def memories(self, features: np.ndarray) -> np.ndarray:
+        """Memory features ``(n, K, C)`` of frozen features (Algorithm 1)."""
+        self._ensure_built()
+        return memory_features(self.net_, features, device=self._dev())
+
+    def _dev(self) -> torch.device:
+        return next(iter(self.net_.parameters()), torch.zeros(0)).device
+
+    def train_epochs(self, features: np.ndarray, epochs: int, rng: np.random.Generator) -> float:
+        """``epochs`` of eq. 12 against ``bank_``; the last epoch's mean loss (0 if nothing
+        trains, e.g. both ablations on)."""
+        opt = self.optimizer()
+        loss = 0.0
+        if opt is None:
+            return loss
+        for _ in range(epochs):
+            loss = train_epoch(
+                self.net_, opt, features, self.bank_, k=self.k, th=self.th,
+                batch_size=self.batch_size, rng=rng, device=self._dev(),
+            )  # fmt: skip
+        return loss
+
+    def fit(self, x: np.ndarray) -> Self:
+        """FedDyMem with one client: Algorithm 4, then ``epochs`` x (eq. 12, Algorithm 2)."""
+        feats = self.features(x)
+        self.build()
+        self.bank_ = memory_reduce(self.memories(feats), None, 0)
+        rng = seeded_rng(self.seed, 0xFD)
+        for t in range(1, self.epochs + 1):
+            self.train_epochs(feats, 1, rng)
+            self.bank_ = memory_reduce(self.memories(feats), self.bank_, t)
+        return self.set_threshold(x)
+
+    # -- scoring -----------------------------------------------------------------------------
+    def score_maps(self, x: np.ndarray) -> np.ndarray:
+        """Anomaly maps ``(N, H, W)`` float32 at the images' resolution."""
+        if not hasattr(self, "bank_"):
+            raise RuntimeError("FedDyMemDetector has no memory bank: fit it or set its arrays")
+        if x.ndim != 4:
+            raise ValueError(f"expected images (N, C, H, W), got shape {x.shape}")
+        self._ensure_built()
+        feats = self.features(x)
+        dev = self._dev()
+        bank = torch.as_tensor(self.bank_, dtype=torch.float32, device=dev)
+        out = []
+        with torch.no_grad():
+            for s in range(0, len(feats), 32):
+                m = self.net_(torch.as_tensor(feats[s : s + 32]).to(dev))
+                maps = anomaly_maps(m, bank, (int(x.shape[2]), int(x.shape[3])), self.sigma)
+                out.append(maps.float().cpu().numpy())
+        if not out:
+            return np.zeros((0, int(x.shape[2]), int(x.shape[3])), np.float32)
+        return np.concatenate(out)
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        """The image score: the maximum of the anomaly map."""
+        maps = self.score_maps(x)
+        return image_scores(torch.from_numpy(maps)).double().numpy()
+
+    # -- persistence ---------------------------------------------------------------------------
+    def get_arrays(self) -> dict[str, np.ndarray]:
+        self._ensure_built()
+        out = {NET + k: v.detach().cpu().numpy().copy() for k, v in self.net_.state_dict().items()}
+        if hasattr(self, "bank_"):
+            out[BANK] = np.asarray(self.bank_, dtype=np.float32).copy()
+        if hasattr(self, "threshold_"):
+            out[THRESHOLD] = np.asarray(self.threshold_, dtype=np.float64)
+        return out
+
+    def set_net(self, arrays: dict[str, np.ndarray]) -> Self:
+        """Load the network's tensors (``net.*``; every one, each with its exact shape)."""
+        self._ensure_built()
+        state = self.net_.state_dict()
+        given = {k[len(NET) :]: v for k, v in arrays.items() if k.startswith(NET)}
+        if set(given) != set(state):
+            gap = sorted(set(state) ^ set(given))
+            raise KeyError(f"FedDyMem detector arrays: missing or unknown tensor 'net.{gap[0]}'")
+        for key, value in given.items():
+            t = torch.as_tensor(np.asarray(value, dtype=np.float32))
+            if t.shape != state[key].shape:
+                raise ValueError(
+                    f"tensor 'net.{key}' has shape {tuple(t.shape)}, not {tuple(state[key].shape)}"
+                )
+            state[key].copy_(t)
+        return self
+
+    def set_bank(self, bank: np.ndarray) -> Self:
+        """The global memory bank ``(K, C)``: finite, ``C`` the memory's channels."""
+        b = np.asarray(bank, dtype=np.float32)
+        if b.ndim != 2 or b.shape[1] != self.channels or b.shape[0] < 1:
+            raise ValueError(f"bank must be (K, {self.channels}), got shape {b.shape}")
+        if not np.isfinite(b).all():
+            raise ValueError("bank holds non-finite values")
+        self.bank_ = b
+        return self
+
+    def set_arrays(self, arrays: dict[str, np.ndarray]) -> Self:
+        self.build().set_net(arrays)
+        if BANK in arrays:
+            self.set_bank(arrays[BANK])
+        if THRESHOLD in arrays:
+            t = np.asarray(arrays[THRESHOLD], dtype=np.float64)
+            if t.shape != () or not np.isfinite(t):
+                raise ValueError("threshold_ must be one finite number")
+            self.threshold_ = float(t)
+        return self

@@ -1,0 +1,241 @@
+"""FedDyMem ([FedDyMem]: Chen et al., 2025): the FL protocol, method ``feddymem``.
+
+Clients share memory banks, never models [FedDyMem Algorithm 5]:
+
+0. **Initialisation** (Algorithm 4, phase ``init``, before round 1's training): each client
+   builds its projection and memory generator from its own random seed, computes the
+   memory features of all its training images and reduces them with weights 1
+   (Algorithm 2 at t = 0); the server clusters the banks into the global bank
+   :math:`\\bar M^0` (Algorithm 3).
+1. **Round t** (phase ``train``): each client loads :math:`\\bar M^{t-1}` as its bank
+   :math:`M'`, trains its projection and generator for ``local_epochs`` epochs of eq. 12
+   against it, recomputes its memory features and replies with the memory-reduced bank
+   (eq. 13-16, :math:`\\alpha = 1/(t+1)`); the server clusters the replies into
+   :math:`\\bar M^t` (Algorithm 3, k-means with ``K = H x W`` clusters).
+
+Each client keeps its networks in its own state; what travels up is one ``(K, C)`` bank
+per client and round, and down the global bank. That is statistics, not a model update, so
+no phase is declared an update phase: ``[privacy]`` and the model attacks of ``[attack]``
+have nothing to act on and say so when configured.
+
+At evaluation each client scores its test images with its own networks and the final
+global bank (Algorithm 5 line 9); anomaly maps go through the evaluate reply, so pixel
+AUROC and PRO are computed on data with defect masks.
+
+Ablations of [FedDyMem Table III]: ``projection = false``, ``generator = false``,
+``aggregation = "mean"`` (the banks averaged position by position instead of k-means).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import Field
+
+from fedad.data.types import ClientData
+from fedad.evaluation import MetricFamily
+from fedad.fl.algorithm import (
+    Algorithm,
+    ClientState,
+    Handler,
+    Params,
+    Requirements,
+    ServerResult,
+    register,
+)
+from fedad.fl.context import ServerContext
+from fedad.fl.fedavg import log_weighted_scalars
+from fedad.fl.messages import Message, prefixed, unprefixed
+from fedad.fl.validate import ArraySpec
+from fedad.methods.feddymem.detector import BANK, FedDyMemDetector
+from fedad.methods.feddymem.memory import aggregate_banks, memory_reduce
+from fedad.seeding import rng as seeded_rng
+
+INIT = "init"
+TRAIN = "train"
+OWN = "own"
+FEATURES = "features"
+"""Client state: the frozen backbone's features of the client's training images."""
+
+
+class FedDyMemParams(Params):
+    """``[methods.params]`` of ``feddymem``; every default works on any data set size."""
+
+    backbone: Literal["efficientnet-lite0", "wide_resnet50_2"] = Field(
+        default="efficientnet-lite0", description="frozen feature extractor"
+    )
+    backbone_path: str | None = Field(
+        default=None, max_length=4096, description="torchvision weights of wide_resnet50_2"
+    )
+    stages: list[int] | None = Field(
+        default=None, min_length=1, max_length=7, description="default: stride 8 and 16"
+    )
+    image_size: int | None = Field(
+        default=None, ge=8, le=1024, description="backbone input side (default: see below)"
+    )
+    channels: int | None = Field(
+        default=None, ge=1, le=4096, description="memory channels (default: the input's)"
+    )
+    grid: int = Field(default=8, ge=1, le=256, description="H_G = W_G of the trainable grid")
+    k: int = Field(default=3, ge=1, le=1024, description="nearest bank entries in eq. 12")
+    th: float = Field(default=0.01, ge=0.0, le=1e6, description="margin of eq. 12")
+    local_epochs: int = Field(default=1, ge=1, le=10_000)
+    batch_size: int = Field(default=10, ge=1, le=1 << 16)
+    lr: float = Field(default=1e-3, gt=0.0, le=10.0, description="Adam")
+    weight_decay: float = Field(default=5e-4, ge=0.0, le=10.0)
+    sigma: float = Field(default=4.0, ge=0.0, le=256.0, description="map smoothing")
+    projection: bool = Field(default=True, description="Table III: false = no projection")
+    generator: bool = Field(default=True, description="Table III: false = no generator")
+    aggregation: Literal["kmeans", "mean"] = Field(
+        default="kmeans", description="Algorithm 3, or the position-wise mean (Table III)"
+    )
+    bank_order: Literal["matched", "kmeans"] = Field(
+        default="matched", description="how k-means centres are placed on the H x W map"
+    )
+
+
+@register
+class FedDyMem(Algorithm):
+    """FedDyMem: shared dynamic memory banks, personal projection and generator."""
+
+    name = "feddymem"
+    summary = "FedDyMem: memory banks shared instead of models, pixel-level anomaly maps"
+    kinds = ("image",)
+    personalized = True
+    ParamsModel = FedDyMemParams
+    params: FedDyMemParams
+    metric_families: ClassVar[tuple[MetricFamily, ...]] = ()
+
+    @classmethod
+    def requirements(cls, params: dict[str, Any]) -> Requirements:
+        """Images; the named backbone; no update phase (banks are not model updates)."""
+        p = FedDyMemParams.model_validate(params)
+        resources = ("efficientnet-lite0",) if p.backbone == "efficientnet-lite0" else ()
+        return Requirements(resources=resources, update_phases=())
+
+    def image_size(self) -> int:
+        """The backbone's input side: ``image_size``, else the images' own side kept within
+        [64, 224] (the paper resizes to 224; the backbone is fully convolutional, so smaller
+        images are read at their own scale, and tiny ones are enlarged to 64 so that the
+        patch grid has at least 8 x 8 positions)."""
+        if self.params.image_size is not None:
+            return self.params.image_size
+        shape = self.setup.feature_shape
+        side = max(int(shape[-1]), int(shape[-2])) if len(shape) == 3 else 224
+        return min(224, max(64, side))
+
+    def make_detector(self, seed: int | None = None) -> FedDyMemDetector:
+        p = self.params
+        return FedDyMemDetector(
+            backbone=p.backbone, backbone_path=p.backbone_path,
+            stages=tuple(p.stages) if p.stages else None, image_size=self.image_size(),
+            channels=p.channels, grid=p.grid, k=p.k, th=p.th, epochs=p.local_epochs,
+            batch_size=p.batch_size, lr=p.lr, weight_decay=p.weight_decay, sigma=p.sigma,
+            projection=p.projection, generator=p.generator, contamination=self.contamination,
+            seed=self.setup.seed if seed is None else seed, device=self.setup.device,
+        )  # fmt: skip
+
+    def bank_spec(self) -> dict[str, ArraySpec]:
+        det = self.make_detector()
+        return {BANK: ArraySpec((det.bank_size, det.channels), "float32")}
+
+    # -- client -----------------------------------------------------------------------------
+    def handlers(self) -> dict[str, Handler]:
+        return {**super().handlers(), INIT: self.client_init, TRAIN: self.client_train}
+
+    def _client_seed(self, client_id: int) -> int:
+        return int(seeded_rng(self.setup.seed, client_id, 0xFD).integers(2**62))
+
+    def _restore(self, state: ClientState, data: ClientData) -> tuple[FedDyMemDetector, np.ndarray]:
+        """The client's detector (built from its seed the first time) and its features."""
+        det = self.make_detector(self._client_seed(data.client_id))
+        x = np.asarray(data.x_train, dtype=np.float32)
+        feats = state.get(FEATURES)
+        if feats is None:
+            feats = det.features(x)
+            state[FEATURES] = feats
+        own = unprefixed(state, OWN)
+        if own:
+            det.set_net(own)
+        else:
+            det.build()
+        return det, feats
+
+    def _keep(self, state: ClientState, det: FedDyMemDetector) -> None:
+        for key in [k for k in state if k.startswith(f"{OWN}/")]:
+            del state[key]
+        state.update(prefixed({k: v for k, v in det.get_arrays().items() if k != BANK}, OWN))
+
+    def client_init(self, state: ClientState, data: ClientData, msg: Message) -> Message:
+        """Algorithm 4, lines 2-8: random networks, memory-reduce with weights 1."""
+        det, feats = self._restore(state, data)
+        self._keep(state, det)
+        bank = memory_reduce(det.memories(feats), None, 0)
+        return Message(INIT, {BANK: bank}, {"num_examples": data.n_train})
+
+    def _train(
+        self, state: ClientState, data: ClientData, bank: np.ndarray, t: int
+    ) -> tuple[FedDyMemDetector, np.ndarray, float]:
+        det, feats = self._restore(state, data)
+        det.set_bank(bank)
+        rng = seeded_rng(self.setup.seed, t, data.client_id, 0xFE)
+        loss = det.train_epochs(feats, self.params.local_epochs, rng)
+        reduced = memory_reduce(det.memories(feats), det.bank_, t)
+        self._keep(state, det)
+        return det, reduced, loss
+
+    def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
+        """Algorithm 5, ClientUpdate: eq. 12 against the global bank, then Algorithm 2."""
+        t = int(msg.get("round", 1))
+        _, reduced, loss = self._train(state, data, msg.arrays[BANK], t)
+        return Message(TRAIN, {BANK: reduced}, {"num_examples": data.n_train, "loss": loss})
+
+    def client_detector(
+        self, state: ClientState, data: ClientData, msg: Message
+    ) -> FedDyMemDetector:
+        """The client's own networks with the final global bank."""
+        det, _ = self._restore(state, data)
+        return det.set_bank(msg.arrays[BANK])
+
+    # -- server -----------------------------------------------------------------------------
+    def _aggregate(self, ctx: ServerContext, replies: dict[int, Message], r: int) -> np.ndarray:
+        p = self.params
+        ids = sorted(replies)
+        return aggregate_banks(
+            [replies[i].arrays[BANK] for i in ids],
+            seed=int(seeded_rng(self.setup.seed, r, 0xA6).integers(2**31)),
+            weights=[float(replies[i].scalars["num_examples"]) for i in ids],
+            method=p.aggregation,
+            order=p.bank_order,
+        )
+
+    def server(self, ctx: ServerContext) -> ServerResult:
+        spec = self.bank_spec()
+        bank: np.ndarray | None = None
+        result = ServerResult({}, {})
+        for r in range(1, ctx.rounds + 1):
+            if bank is None:  # Algorithm 4 (repeated next round if nobody answered)
+                init = ctx.send(
+                    {i: Message(INIT, {}, {}) for i in ctx.sample()},
+                    arrays=spec, scalars=["num_examples"],
+                )  # fmt: skip
+                if not init:
+                    ctx.event("no valid init replies; initialisation is repeated next round")
+                    ctx.end_round(r)
+                    continue
+                bank = self._aggregate(ctx, init, 0)
+            msgs = {i: Message(TRAIN, {BANK: bank}, {"round": r}) for i in ctx.sample()}
+            replies = ctx.send(msgs, arrays=spec, scalars=["num_examples", "loss"])
+            if replies:
+                bank = self._aggregate(ctx, replies, r)
+                log_weighted_scalars(ctx, replies, ["loss"])
+            else:
+                ctx.event("no valid replies; the global bank is unchanged")
+            result = ServerResult({BANK: bank}, {})
+            if ctx.wants_checkpoint(r) and r < ctx.rounds:
+                ctx.checkpoint(r, result)
+            ctx.end_round(r)
+        if bank is None:
+            raise RuntimeError("FedDyMem: no client ever answered the initialisation")
+        return ServerResult({BANK: bank}, {})

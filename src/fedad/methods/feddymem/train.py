@@ -1,0 +1,65 @@
+"""FedDyMem's local training loop and memory features (Algorithm 5, ClientUpdate).
+
+The frozen backbone's features are computed once per client (they never change); each
+local epoch runs the projection and memory generator over shuffled mini-batches of them
+and steps Adam on the metric loss of eq. 12 against the client's copy of the global bank
+(Algorithm 5 lines 10-16). :func:`memory_features` then gives the memory features of every
+training sample (line 17) for memory-reduce (line 18).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedad.methods.feddymem.losses import metric_loss
+
+__all__ = ["memory_features", "train_epoch"]
+
+
+def memory_features(
+    net: nn.Module, features: np.ndarray, batch_size: int = 32, device: torch.device | None = None
+) -> np.ndarray:
+    """``(n, K, C)`` float32 memory features of frozen features ``(n, C_in, H, W)``, rows in
+    row-major ``(h, w)`` order (Algorithm 1)."""
+    dev = device or next(iter(net.parameters()), torch.zeros(0)).device
+    out = []
+    net.eval()
+    with torch.no_grad():
+        for s in range(0, len(features), batch_size):
+            m = net(torch.as_tensor(features[s : s + batch_size]).to(dev))
+            out.append(m.permute(0, 2, 3, 1).flatten(1, 2).float().cpu().numpy())
+    if not out:
+        raise ValueError("no samples to compute memory features of")
+    return np.concatenate(out)
+
+
+def train_epoch(
+    net: nn.Module,
+    opt: torch.optim.Optimizer,
+    features: np.ndarray,
+    bank: np.ndarray,
+    *,
+    k: int,
+    th: float,
+    batch_size: int,
+    rng: np.random.Generator,
+    device: torch.device,
+) -> float:
+    """One epoch of eq. 12 over shuffled mini-batches; the epoch's mean loss."""
+    net.train()
+    target = torch.as_tensor(bank, dtype=torch.float32, device=device)
+    order = rng.permutation(len(features))
+    total, seen = 0.0, 0
+    for s in range(0, len(order), batch_size):
+        idx = np.sort(order[s : s + batch_size])
+        x = torch.as_tensor(features[idx]).to(device)
+        loss = metric_loss(net(x), target, k=k, th=th)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        opt.step()
+        total += float(loss.detach()) * len(idx)
+        seen += len(idx)
+    net.eval()
+    return total / max(seen, 1)

