@@ -1,7 +1,8 @@
 """What the per-method benchmark suites share: the ``[[methods]]`` TOML of a table of rows,
 one seeded fedad run (resumable) and its summary written to ``benchmarks/results/``.
 
-Imported by ``fadngs.py``, ``fgad.py`` and ``protofl.py`` (run as scripts from this folder).
+Imported by ``fadngs.py``, ``feddymem.py``, ``fgad.py`` and ``protofl.py`` (run as scripts
+from this folder).
 """
 
 from __future__ import annotations
