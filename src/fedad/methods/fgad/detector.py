@@ -56,6 +56,8 @@ class FGADDetectorParams(BaseModel):
     tau: float = Field(default=1.0, gt=0.0, le=1e6)
     kl_weight: float = Field(default=1e-3, ge=0.0, le=1e6)
     distill_on: Literal["normal", "all"] = "normal"
+    decoder: Literal["dot", "scaled"] = "dot"
+    fake_graphs: Literal["soft", "sampled"] = "soft"
     contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
 
@@ -83,6 +85,8 @@ class FGADDetector(BaseDetector):
         tau: float = 1.0,
         kl_weight: float = 1e-3,
         distill_on: Literal["normal", "all"] = "normal",
+        decoder: Literal["dot", "scaled"] = "dot",
+        fake_graphs: Literal["soft", "sampled"] = "soft",
         contamination: float = DEFAULT_CONTAMINATION,
         seed: int = 0,
         device: str = "cpu",
@@ -103,6 +107,8 @@ class FGADDetector(BaseDetector):
         self.tau = tau
         self.kl_weight = kl_weight
         self.distill_on = distill_on
+        self.decoder = decoder
+        self.fake_graphs = fake_graphs
         self.seed = seed
         self.device = device
 
@@ -123,6 +129,8 @@ class FGADDetector(BaseDetector):
             "tau": self.tau,
             "kl_weight": self.kl_weight,
             "distill_on": self.distill_on,
+            "decoder": self.decoder,
+            "fake_graphs": self.fake_graphs,
             "contamination": self.contamination,
             "seed": self.seed,
         }
@@ -202,7 +210,8 @@ class FGADDetector(BaseDetector):
             last = train_epoch(
                 self.net_, self.gen_, graphs, opt, batch_size=self.batch_size, rng=rng,
                 lam=self.lam, gamma=self.gamma, tau=self.tau, kl_weight=self.kl_weight,
-                distill=distill, distill_on=self.distill_on,
+                distill=distill, distill_on=self.distill_on, decoder=self.decoder,
+                fake_graphs=self.fake_graphs,
                 device=next(self.net_.parameters()).device,
             )  # fmt: skip
         self.net_.eval()

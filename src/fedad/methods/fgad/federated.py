@@ -85,6 +85,12 @@ class FGADParams(Params):
         default="head", description="Table 3: 'none' = FGAD_v1, 'all' = FGAD_v2"
     )
     distill: bool = Field(default=True, description="false = FGAD_v3 (teacher travels)")
+    decoder: Literal["dot", "scaled"] = Field(
+        default="dot", description="eq. 7 logits Z Z^T, or Z Z^T / sqrt(d) (ours)"
+    )
+    fake_graphs: Literal["soft", "sampled"] = Field(
+        default="soft", description="the detector sees A~ itself, or a 0/1 sample of it (ours)"
+    )
     distill_on: Literal["normal", "all"] = Field(
         default="normal", description="eq. 12 on real graphs (paper) or also generated ones"
     )
@@ -126,7 +132,8 @@ class FGAD(Algorithm):
             gen_hidden=p.gen_hidden, gen_layers=p.gen_layers, epochs=p.local_epochs,
             pretrain_epochs=p.pretrain_epochs, lr=p.lr, weight_decay=p.weight_decay,
             batch_size=p.batch_size, lam=p.lam, gamma=p.gamma, tau=p.tau,
-            kl_weight=p.kl_weight, distill_on=p.distill_on, contamination=self.contamination,
+            kl_weight=p.kl_weight, distill_on=p.distill_on, decoder=p.decoder,
+            fake_graphs=p.fake_graphs, contamination=self.contamination,
             seed=self.setup.seed if seed is None else seed, device=self.setup.device,
         )  # fmt: skip
 

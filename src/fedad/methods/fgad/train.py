@@ -18,6 +18,7 @@ tell apart, against that intent.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,13 +38,24 @@ from fedad.nn.gin import dense_graphs, dense_nodes
 if TYPE_CHECKING:
     from fedad.data.types import GraphSet
 
-__all__ = ["LOSS_KEYS", "train_epoch"]
+__all__ = ["LOSS_KEYS", "sample_adjacency", "train_epoch"]
 
 LOSS_KEYS = ("loss", "loss_ad", "loss_g", "loss_kd", "student_flags_generated")
 """The per-epoch means :func:`train_epoch` returns: the losses (``loss_kd`` is 0 without
 ``distill``) and, a label-free check of the distillation, the share of the batch's generated
 graphs that the student head classifies as generated (the teacher is trained to flag them
 all; a student that never saw them during distillation may not)."""
+
+
+def sample_adjacency(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """A symmetric 0/1 adjacency with edge ``(i, j)``, ``i < j``, drawn with probability
+    ``probs[b, i, j]`` (zero where ``probs`` is, e.g. the diagonal and padding).
+
+    Shapes: ``(B, N, N)`` -> ``(B, N, N)``.
+    """
+    u = torch.rand(probs.shape, generator=generator, dtype=probs.dtype).to(probs.device)
+    upper = torch.triu((u < probs).to(probs.dtype), diagonal=1)
+    return upper + upper.transpose(1, 2)
 
 
 def train_epoch(
@@ -60,6 +72,8 @@ def train_epoch(
     kl_weight: float,
     distill: bool,
     distill_on: str = "normal",
+    decoder: str = "dot",
+    fake_graphs: str = "soft",
     device: torch.device | str = "cpu",
 ) -> dict[str, float]:
     """One epoch of [FGAD eq. 13] (``distill``) or eq. 10 (pre-training, without
@@ -67,7 +81,11 @@ def train_epoch(
     term of :data:`LOSS_KEYS`. ``rng`` orders the batches and seeds the generator's noise.
     ``distill_on = "normal"`` distils on the real graphs only (the paper: "only normal graphs
     are considered in the knowledge distillation"); ``"all"`` also on the generated ones (a
-    variant: the student then sees what the teacher flags)."""
+    variant: the student then sees what the teacher flags). ``decoder = "scaled"`` divides the
+    logits :math:`\\tilde Z \\tilde Z^\\top` by :math:`\\sqrt d` (our variant; eq. 7 has no
+    scale); ``fake_graphs = "sampled"`` shows the detector a symmetric 0/1 adjacency drawn
+    edge by edge from :math:`\\tilde A` instead of :math:`\\tilde A` itself (our variant: a
+    real adjacency is 0/1, so a soft one is told apart by its values alone)."""
     net.train()
     gen.train()
     sums = dict.fromkeys(LOSS_KEYS, 0.0)
@@ -81,9 +99,13 @@ def train_epoch(
         z = Generator.sample(mu, logstd, noise)
         z_dense = dense_nodes(z, b.batch, n, x.shape[1])
         logits = Generator.decode(z_dense)
+        if decoder == "scaled":
+            logits = logits / math.sqrt(z_dense.shape[-1])
         loss_g = reconstruction_loss(logits, adj, mask)
         kl = kl_divergence(mu, logstd)
         fake_adj = Generator.adjacency(logits, mask).detach()
+        if fake_graphs == "sampled":
+            fake_adj = sample_adjacency(fake_adj, noise)
         real_z = net.represent(b.x, b.edge_index, b.batch, n)
         fake_z = net.backbone.forward_dense(x, fake_adj, mask)
         real_t, fake_t = net.teacher(real_z), net.teacher(fake_z)
