@@ -15,8 +15,9 @@ TORCH_PIN="torch==2.13.0"
 FLOWER_PINS=("flwr[simulation]==1.41.0" "click<8.5")
 EXTRAS="${FEDAD_EXTRAS:-dev,flower,pretrained,graph}"
 
-# 1. Data packages: Fashion-MNIST IDX files and mlbench's ODDS source tables.
-APT_PKGS=(dataset-fashion-mnist r-cran-mlbench)
+# 1. Data packages: Fashion-MNIST IDX files, mlbench's ODDS source tables, and GIMP's
+#    tileable texture photographs (the `textures` data set; without them it keeps 3 types).
+APT_PKGS=(dataset-fashion-mnist r-cran-mlbench gimp-data)
 missing=()
 if command -v dpkg >/dev/null 2>&1; then
   for p in "${APT_PKGS[@]}"; do

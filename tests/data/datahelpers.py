@@ -117,6 +117,26 @@ def synth_images(offset: int = 0, size: int = 6) -> Dataset:
     return Dataset("synth_img", x, y, "image", classes, x_test=xt, y_test=yt)
 
 
+def synth_defects() -> Dataset:
+    """A defect set: 5 product types of ``synth_images``; in each type's test part, 8 of 20
+    images are defective (a bright 2x2 patch, in their masks)."""
+    ds = synth_images(7000)
+    assert ds.x_test is not None and ds.y_test is not None
+    xt = ds.x_test.copy()
+    defect = np.zeros(len(xt), bool)
+    mask_test = np.zeros((len(xt), 6, 6), np.uint8)
+    for c in range(SYNTH_CLASSES):
+        for i in np.flatnonzero(ds.y_test == c)[:8]:
+            defect[i] = True
+            xt[i, 0, 3:5, 3:5] = 1.0
+            mask_test[i, 3:5, 3:5] = 1
+    return Dataset(
+        "synth_defects", ds.x, ds.y, "image", tuple(f"t{i}" for i in range(5)), x_test=xt,
+        y_test=ds.y_test, mask=np.zeros((len(ds.x), 6, 6), np.uint8), mask_test=mask_test,
+        defect=np.zeros(len(ds.x), bool), defect_test=defect,
+    )  # fmt: skip
+
+
 def synth_fixed() -> Dataset:
     """An ODDS-like fixed-definition set: 300 normal, 60 anomalous rows, 3 features."""
     rng = np.random.default_rng(2)
@@ -185,6 +205,7 @@ SYNTHETIC: dict[str, tuple[Callable[..., Dataset], DataKind]] = {
     "synth_img_b": (lambda path=None, size=None: synth_images(5000), "image"),
     "synth_img_big": (lambda path=None, size=None: synth_images(9000, size=8), "image"),
     "synth_fixed": (lambda path=None, size=None: synth_fixed(), "vector"),
+    "synth_defects": (lambda path=None, size=None: synth_defects(), "image"),
 }
 
 

@@ -51,7 +51,7 @@ Impossible requests raise a one-line :class:`~fedad.errors.FedadError` that name
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -178,6 +178,8 @@ class _Member:
     role: Literal["source", "anomaly_source"]
     normal: tuple[int, ...]
     anomaly: tuple[int, ...]
+    parent: dict[int, int] = field(default_factory=dict)
+    """Defect sets: each defect class's product type (member-local class ids)."""
 
 
 def parse_source(entry: str) -> tuple[str, str | None]:
@@ -230,6 +232,57 @@ def _roles(cfg: ExperimentConfig, ds: Dataset, name: str) -> tuple[tuple[int, ..
             f"list anomaly classes ({_class_list(ds, name)}) or set data.anomaly_source",
         )
     return normal, anomaly
+
+
+def as_class_set(ds: Dataset) -> tuple[Dataset, dict[int, int]]:
+    """A defect set as a class set: the defective samples of type ``c`` (of ``T`` types)
+    become class ``T + c``, named ``"<type> (defect)"``; returns the set and each defect
+    class's type. Any other data set is returned as it is, with an empty map."""
+    if not ds.is_defect_set:
+        return ds, {}
+    t = len(ds.classes)
+
+    def relabel(y: np.ndarray | None, defect: np.ndarray | None) -> np.ndarray | None:
+        if y is None or defect is None:
+            return y
+        d = np.asarray(defect, dtype=bool)
+        if d.shape != y.shape:
+            raise DataError(f"data set '{ds.name}' has a defect flag per sample of another count")
+        return np.where(d, y + t, y).astype(np.int64)
+
+    y = relabel(ds.y, ds.defect)
+    assert y is not None
+    out = replace(
+        ds,
+        y=y,
+        y_test=relabel(ds.y_test, ds.defect_test),
+        classes=(*ds.classes, *(f"{c} (defect)" for c in ds.classes)),
+        defect=None,
+        defect_test=None,
+    )
+    return out, {t + c: c for c in range(t)}
+
+
+def _defect_roles(
+    cfg: ExperimentConfig, ds: Dataset, name: str
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A defect set's roles: ``data.normal`` selects product types (default: all); the
+    anomalies are the defective samples of those types; ``data.anomaly`` must be omitted."""
+    d = cfg.data
+    if d.anomaly is not None:
+        raise ConfigError(
+            f"data.anomaly must be omitted for '{name}': its anomalies are the defective "
+            "images of the product types in data.normal",
+            "remove data.anomaly (data.normal selects product types; default all)",
+        )
+    if cfg.partition.scheme == "one-vs-rest":
+        raise ConfigError(
+            f"partition.scheme = 'one-vs-rest' does not apply to '{name}', whose anomalies "
+            "are defective items of each product type",
+            "use dirichlet, iid, dominant or one-class",
+        )
+    normal = _class_ids(d.normal, "data.normal", ds, name) or tuple(range(len(ds.classes)))
+    return normal, tuple(len(ds.classes) + c for c in normal)
 
 
 def _one_vs_rest_roles(
@@ -297,9 +350,19 @@ def _load_members(cfg: ExperimentConfig) -> list[_Member]:
     for i, (name, path) in enumerate(wanted):
         where = "" if i == 0 else "data.sources entry"
         ds = _load_checked(cfg, name, path, where, f"give its path as '{name}@PATH'")
-        normal, anomaly = _roles(cfg, ds, name)
-        members.append(_Member(name, ds, offset, "source", normal, anomaly))
+        if ds.is_defect_set:
+            normal, anomaly = _defect_roles(cfg, ds, name)
+            ds, parent = as_class_set(ds)
+        else:
+            (normal, anomaly), parent = _roles(cfg, ds, name), {}
+        members.append(_Member(name, ds, offset, "source", normal, anomaly, parent))
         offset += len(ds.classes)
+    if len({bool(m.parent) for m in members}) > 1:
+        raise ConfigError(
+            "data.sources mixes defect sets (product types with defective items) and other "
+            f"data sets ({', '.join(m.name for m in members)})",
+            "use sources of one kind",
+        )
     fixed = {m.dataset.fixed_split for m in members}
     if len(fixed) > 1:
         raise ConfigError(
@@ -422,14 +485,18 @@ def _assign_local_tests(
     rng: np.random.Generator,
     anomaly_group: np.ndarray | None = None,
     client_group: np.ndarray | None = None,
+    anomaly_parent: np.ndarray | None = None,
 ) -> tuple[list[np.ndarray], list[np.ndarray], int]:
     """Split the pooled test set over clients (see the module docstring, step 7).
 
     ``counts[c]`` is the per-client training count of class ``c``. With ``anomaly_group``
     (the source of each test anomaly) and ``client_group`` (each client's source), the
     anomalies of a source are dealt among that source's clients only (``by-source``); a
-    source with no client deals to all. Returns the per-client test normals, test anomalies,
-    and how many test normals went uniformly (class unheld).
+    source with no client deals to all. With ``anomaly_parent`` (defect sets: each test
+    anomaly's product type), an anomaly of type ``c`` goes to a client drawn like the test
+    normals of ``c``: in proportion to the clients' training counts of ``c`` (uniformly when
+    no client holds ``c``). Returns the per-client test normals, test anomalies, and how many
+    test normals went uniformly (class unheld).
     """
     owner = np.empty(len(test_normals), dtype=np.int64)
     test_classes = classes[test_normals]
@@ -456,6 +523,14 @@ def _assign_local_tests(
         preferred = donors[np.isin(test_classes[donors], held)] if held else donors
         owner[rng.choice(preferred if len(preferred) else donors)] = k
     normals = [test_normals[owner == k] for k in range(num_clients)]
+    if anomaly_parent is not None:
+        bad_owner = np.empty(len(test_anomalies), dtype=np.int64)
+        for c in np.unique(anomaly_parent):
+            where = np.flatnonzero(anomaly_parent == c)
+            w = counts.get(int(c), np.zeros(num_clients)).astype(np.float64)
+            w = w if w.sum() > 0 else np.ones(num_clients)
+            bad_owner[where] = rng.choice(num_clients, size=len(where), p=w / w.sum())
+        return normals, [test_anomalies[bad_owner == k] for k in range(num_clients)], uniform
     # Anomalies: dealt like cards in random order, to clients in random order.
     if anomaly_group is None or client_group is None:
         dealt = test_anomalies[rng.permutation(len(test_anomalies))]
@@ -637,8 +712,7 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
         )
     if ovr and cfg.attack.kind == "contamination":
         raise ConfigError(
-            "attack.kind = 'contamination' is not supported with partition.scheme = "
-            "'one-vs-rest'",
+            "attack.kind = 'contamination' is not supported with partition.scheme = 'one-vs-rest'",
             "use partition.contamination, or a model attack",
         )
     test_normals = test_all[np.isin(classes[test_all], normal_set)]
@@ -746,6 +820,13 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
              for ids, flag in zip(train_ids, train_anomaly, strict=True)]
         )  # fmt: skip
         groups = {"anomaly_group": source_of[test_anomalies], "client_group": client_group}
+    parent_of = {m.offset + a: m.offset + c for m in members for a, c in m.parent.items()}
+    parents: dict[str, np.ndarray] = {}
+    if parent_of and not groups:
+        # defect sets: a client is tested on the defective items of its own product types
+        parents = {
+            "anomaly_parent": np.array([parent_of.get(int(c), -1) for c in classes[test_anomalies]])
+        }
     if ovr:
         local_n, local_a, uniform = _one_vs_rest_tests(
             test_normals, classes, counts, k_clients, rngs["local_test"]
@@ -757,7 +838,7 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
     else:
         local_n, local_a, uniform = _assign_local_tests(
             test_normals, test_anomalies, classes, counts, k_clients, rngs["local_test"],
-            **groups,
+            **groups, **parents,
         )  # fmt: skip
     mixed = [_mix(nn, aa, rngs["local_test"]) for nn, aa in zip(local_n, local_a, strict=True)]
     test_ids = [ids for ids, _ in mixed]

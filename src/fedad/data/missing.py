@@ -86,6 +86,7 @@ def check_missing(ds: Dataset, name: str, policy: MissingPolicy) -> Dataset:
             x=take(ds.x, keep),
             y=ds.y[keep],
             mask=None if ds.mask is None else ds.mask[keep],
+            defect=None if ds.defect is None else ds.defect[keep],
         )
         if ds.x_test is not None and ds.y_test is not None:
             keep_test = np.flatnonzero(~bad_test)
@@ -94,6 +95,7 @@ def check_missing(ds: Dataset, name: str, policy: MissingPolicy) -> Dataset:
                 x_test=take(ds.x_test, keep_test),
                 y_test=ds.y_test[keep_test],
                 mask_test=None if ds.mask_test is None else ds.mask_test[keep_test],
+                defect_test=None if ds.defect_test is None else ds.defect_test[keep_test],
             )
         return out
     if isinstance(ds.x, GraphSet):

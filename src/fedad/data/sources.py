@@ -10,6 +10,7 @@ name                      kind     where the files come from
 ``odds_shuttle`` ...      vector   Debian ``r-cran-mlbench`` or ``data.path`` (``.rda``)
 ``keystroke``             vector   ``data.path`` (CMU ``DSL-StrongPasswordData.csv``)
 ``graphs_molecules`` ...  graph    generated (:mod:`fedad.data.graph_domains`, four domains)
+``textures``              image    Debian ``gimp-data`` patterns + scikit-image (defect masks)
 ``tu``                    graph    ``data.path`` (a TU Dortmund folder: MUTAG, PROTEINS, ...)
 ``mutag_structures``      graph    PyPI ``graphkernels`` 0.2.1 sdist (``scripts/setup.sh``)
 ========================= ======== =============================================================
@@ -23,6 +24,7 @@ See :mod:`fedad.data.idx`, :mod:`fedad.data.digits`, :mod:`fedad.data.cifar`,
 from __future__ import annotations
 
 from fedad.data import graph_domains as _graph_domains  # noqa: F401  (registers)
+from fedad.data import textures as _textures  # noqa: F401  (registers)
 from fedad.data.cifar import load_cifar10
 from fedad.data.digits import load_digits
 from fedad.data.graphs.mutag import load_mutag_structures

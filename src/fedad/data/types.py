@@ -310,6 +310,7 @@ class Dataset:
     (Fashion-MNIST, CIFAR-10); otherwise the federation builder holds out a seeded,
     class-stratified share of ``x``. ``x`` is a :class:`GraphSet` for ``kind == "graph"``.
     ``mask``/``mask_test`` are the images' pixel masks, when the data set annotates defects.
+    ``defect``/``defect_test`` mark defective samples of a defect set (see the field).
     """
 
     name: str
@@ -324,10 +325,19 @@ class Dataset:
     """Names of the features of a table (empty: features are named by their index)."""
     mask: np.ndarray | None = None
     mask_test: np.ndarray | None = None
+    defect: np.ndarray | None = None
+    """A *defect set* (product types as classes, anomalies the defective items of a type):
+    per sample of ``x``, whether it is defective; ``defect_test`` likewise for ``x_test``.
+    See :func:`fedad.data.federation.as_class_set` for how the federation reads it."""
+    defect_test: np.ndarray | None = None
 
     @property
     def feature_shape(self) -> tuple[int, ...]:
         return feature_shape(self.x)
+
+    @property
+    def is_defect_set(self) -> bool:
+        return self.defect is not None or self.defect_test is not None
 
     @property
     def has_masks(self) -> bool:
