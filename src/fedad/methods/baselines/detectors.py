@@ -271,6 +271,24 @@ class AutoEncoderDetector(TorchDetector):
     def score(self, x: Features) -> np.ndarray:
         return batched(self.model_.score, self._inputs(x))  # type: ignore[arg-type]
 
+    def score_maps(self, x: np.ndarray) -> np.ndarray:
+        """Images only: the reconstruction error per pixel, the squared error
+        :math:`(x - g(f(x)))^2` averaged over channels, ``(N, H, W)`` float32. Its mean over
+        pixels is the image score."""
+        if self.kind != "image":
+            raise ValueError("anomaly maps need image data; this autoencoder reads vectors")
+        xs = torch.from_numpy(np.ascontiguousarray(self._inputs(x), dtype=np.float32))
+        dev = next(self.model_.parameters()).device
+        out = []
+        self.model_.eval()
+        with torch.no_grad():
+            for i in range(0, len(xs), 256):
+                b = xs[i : i + 256].to(dev)
+                out.append(((b - self.model_(b)) ** 2).mean(dim=1).float().cpu().numpy())
+        if not out:
+            return np.zeros((0, *self.input_shape[1:]), np.float32)
+        return np.concatenate(out)
+
 
 @register_detector("deepsvdd")
 class DeepSVDDDetector(TorchDetector):
