@@ -84,6 +84,7 @@ from fedad.methods.baselines.detectors import (
     TorchDetector,
 )
 from fedad.methods.baselines.ocsvm import OCSVM, OCSVMDetector
+from fedad.methods.baselines.patchcore import PATCHCORE, PatchCoreDetector
 from fedad.methods.baselines.pretrained import (
     PRETRAINED,
     PretrainedDetector,
@@ -123,8 +124,15 @@ class ProxParams(TrainParams):
     mu: float = Field(default=0.01, ge=0.0, description="proximal term coefficient")
 
 
-TORCH_DETECTORS: dict[str, type[TorchDetector]] = {**DETECTORS, CONTRASTIVE: ContrastiveDetector}
-"""The trained detectors: the autoencoder, Deep SVDD and the contrastive detector."""
+TORCH_DETECTORS: dict[str, type[TorchDetector]] = {
+    **DETECTORS,
+    CONTRASTIVE: ContrastiveDetector,
+    PATCHCORE: PatchCoreDetector,
+}
+"""The trained detectors: the autoencoder, Deep SVDD, the contrastive and PatchCore-style
+detectors."""
+BANKED = (CONTRASTIVE, PATCHCORE)
+"""Detectors scored against a bank of their holder's own training data."""
 
 
 def client_rng(seed: int, round_no: int, client_id: int) -> np.random.Generator:
@@ -135,12 +143,13 @@ def client_rng(seed: int, round_no: int, client_id: int) -> np.random.Generator:
 class TorchBaseline(Algorithm):
     """Shared parts of the baselines: detector construction and the deep SVDD centre."""
 
-    detectors = (*DETECTORS, CONTRASTIVE)
+    detectors = (*DETECTORS, CONTRASTIVE, PATCHCORE)
     default_detector = "autoencoder"
     detector_kinds: ClassVar[dict[str, tuple[DataKind, ...]]] = {
         PRETRAINED: ("image",),
         OCSVM: ("vector", "image"),
         CONTRASTIVE: ("image",),
+        PATCHCORE: ("image",),
         AutoEncoderDetector.name: ("vector", "image"),
     }
     """Detectors that take fewer data kinds than the method (checked when it is built)."""
@@ -169,7 +178,11 @@ class TorchBaseline(Algorithm):
         shape = [int(s) for s in self.setup.feature_shape]
         if self.setup.kind == "graph":
             shape = [max(shape[-1] if shape else 1, 1)]  # -1: widths differ
+        extra = {}
+        if cls is PatchCoreDetector:  # the backbone reads images at their side, in 64..224
+            extra = {"image_size": min(224, max(64, max(shape[1:], default=64)))}
         return cls(
+            **extra,
             kind=self.setup.kind,
             input_shape=shape,
             latent_dim=self.params.latent_dim,
@@ -190,7 +203,7 @@ class TorchBaseline(Algorithm):
     def _with_bank(det: BaselineDetector, x: Features) -> BaselineDetector:
         """``det`` ready to score: the contrastive detector's bank := ``x`` (the training
         images of whoever holds the detector); other detectors as they are."""
-        if isinstance(det, ContrastiveDetector):
+        if isinstance(det, ContrastiveDetector | PatchCoreDetector):
             det.set_bank(dense(x))
         return det
 
@@ -199,7 +212,7 @@ class TorchBaseline(Algorithm):
         """What the server hands to the evaluate phase: the model, and the contrastive
         detector's bank when it has one (``centralized``: the pooled data's)."""
         out = det.model_arrays()
-        if isinstance(det, ContrastiveDetector) and hasattr(det, "bank_"):
+        if isinstance(det, ContrastiveDetector | PatchCoreDetector) and hasattr(det, "bank_"):
             out["bank_"] = det.bank_
         return out
 
@@ -258,7 +271,7 @@ class _GlobalModel(TorchBaseline):
         """With ``contrastive`` every client's detector differs (its own bank), and on graphs
         (its own input layer), so it is saved per client like a personalised method's;
         otherwise all share the global model."""
-        return self.detector == CONTRASTIVE or self.setup.kind == "graph"
+        return self.detector in BANKED or self.setup.kind == "graph"
 
     # server side
     def _center_round(self, ctx: ServerContext, det: TorchDetector) -> None:
@@ -320,7 +333,7 @@ class Local(TorchBaseline):
     summary = "Local: each client trains alone (no federation), lower reference"
     kinds = ("vector", "image", "graph")
     personalized = True
-    detectors = (*DETECTORS, CONTRASTIVE, PRETRAINED, OCSVM)
+    detectors = (*DETECTORS, CONTRASTIVE, PATCHCORE, PRETRAINED, OCSVM)
     ParamsModel = BaselineParams
 
     def handlers(self) -> dict[str, Handler]:
@@ -370,7 +383,7 @@ class Centralized(TorchBaseline):
 
     name = "centralized"
     summary = "Centralized: clients upload their data, one model on the pool (upper reference)"
-    detectors = (*DETECTORS, CONTRASTIVE, PRETRAINED, OCSVM)
+    detectors = (*DETECTORS, CONTRASTIVE, PATCHCORE, PRETRAINED, OCSVM)
     ParamsModel = BaselineParams
 
     def handlers(self) -> dict[str, Handler]:

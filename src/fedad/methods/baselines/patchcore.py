@@ -1,0 +1,285 @@
+"""The PatchCore-style detector ``patchcore``: FedDyMem's "all parameters aggregated" baseline.
+
+PatchCore (Roth et al., CVPR 2022) scores an image patch by its distance to the nearest
+entry of a memory bank of normal training patches. Here, on the same frozen multi-level
+features as FedDyMem (:mod:`fedad.resources.multilevel`, [FedDyMem eq. 8]) followed by
+PatchCore's local neighbourhood aggregation (3x3 average pooling):
+
+* a trainable **projection**, a 1x1 convolution initialised to the identity and without
+  activation, so that the untrained detector is PatchCore exactly;
+* a **memory bank** of projected training patches: PatchCore's greedy k-center coreset
+  (a seeded random projection to 128 dimensions for the selection) of ``coreset`` (10%) of
+  the patches, at most :data:`MAX_BANK` entries;
+* **training** of the projection with FedDyMem's metric loss [FedDyMem eq. 12] (the mean
+  over patches and their K = 3 nearest bank entries of max(0, distance - 0.01)) against a
+  bank rebuilt from the current projection at the start of every training call (a seeded
+  random 10% of the patches there, at most 1,024: the greedy coreset and a full-size bank
+  cost seconds per call); Adam, lr
+  1e-3, weight decay 5e-4, batches of 10 images. The loss pulls patches towards their
+  neighbours, so it can shrink the feature space (scores fall with it);
+* **scoring** as FedDyMem's (:mod:`fedad.nn.patchscore`): nearest-bank distance maps,
+  bilinear upsampling, Gaussian smoothing with sigma 4, image score the maximum.
+
+In ``fedavg``/``fedprox`` only the projection travels; each client's final detector is the
+global projection with a coreset bank of its own training images, computed on the client
+(personalised, like the ``contrastive`` detector). ``centralized``: the pooled data's bank.
+``local``: each client's own projection and bank.
+
+Arrays: the projection (``weight``, ``bias``), ``bank_`` and ``threshold_``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any, ClassVar, Literal, Self
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from fedad.data.types import Features, dense
+from fedad.detector import DEFAULT_CONTAMINATION, register_detector
+from fedad.methods.baselines.detectors import TorchDetector, TorchDetectorParams
+from fedad.methods.feddymem.losses import metric_loss
+from fedad.nn.patchscore import anomaly_maps, image_scores
+from fedad.resources.multilevel import MultiLevelFeatures
+from fedad.seeding import rng as seeded_rng
+
+PATCHCORE = "patchcore"
+BANK = "bank_"
+MAX_BANK = 16_384
+"""Most entries of a coreset bank."""
+TRAIN_BANK_SHARE = 0.1
+TRAIN_BANK_MAX = 1024
+"""The training bank: a random 10% of the patches, at most this many (the kNN of eq. 12
+against every patch of every batch is the cost of a round)."""
+SELECT_DIM = 128
+
+
+class PatchCoreParams(TorchDetectorParams):
+    """The ``__init__`` arguments of :class:`PatchCoreDetector`, as a checkpoint may give them."""
+
+    backbone: Literal["efficientnet-lite0", "wide_resnet50_2"] = "efficientnet-lite0"
+    backbone_path: str | None = Field(default=None, max_length=4096)
+    image_size: int = Field(default=128, ge=8, le=1024)
+    coreset: float = Field(default=0.1, gt=0.0, le=1.0)
+
+
+def greedy_coreset(patches: torch.Tensor, n: int, seed: int) -> torch.Tensor:
+    """Indices of ``n`` patches chosen by greedy k-center selection (PatchCore's coreset):
+    start from a seeded random patch, then repeatedly add the patch farthest from the chosen
+    ones, distances measured after a seeded Gaussian random projection to 128 dimensions.
+
+    Shapes: ``(P, C)`` -> ``(n,)`` int64.
+    """
+    p = int(patches.shape[0])
+    n = min(n, p)
+    g = torch.Generator().manual_seed(seed % (2**63))
+    x = patches
+    if x.shape[1] > SELECT_DIM:
+        proj = torch.randn(x.shape[1], SELECT_DIM, generator=g) / math.sqrt(SELECT_DIM)
+        x = x @ proj.to(x)
+    chosen = torch.empty(n, dtype=torch.int64)
+    chosen[0] = int(torch.randint(p, (1,), generator=g))
+    dist = torch.cdist(x, x[chosen[:1]])[:, 0]
+    for i in range(1, n):
+        chosen[i] = int(dist.argmax())
+        dist = torch.minimum(dist, torch.cdist(x, x[chosen[i : i + 1]])[:, 0])
+    return chosen
+
+
+@register_detector(PATCHCORE)
+class PatchCoreDetector(TorchDetector):
+    """Frozen patch features, a trainable identity-initialised projection, a coreset bank."""
+
+    name = PATCHCORE
+    ParamsModel = PatchCoreParams
+    default_weight_decay = 5e-4
+    bank_: np.ndarray
+    _arrays_only: ClassVar[tuple[str, ...]] = ("threshold_", BANK)
+
+    def __init__(
+        self,
+        kind: str = "image",
+        input_shape: tuple[int, ...] | list[int] = (3, 128, 128),
+        latent_dim: int | None = None,
+        lr: float = 1e-3,
+        epochs: int = 1,
+        batch_size: int = 10,
+        weight_decay: float | None = None,
+        contamination: float = DEFAULT_CONTAMINATION,
+        seed: int = 0,
+        device: str = "cpu",
+        backbone: Literal["efficientnet-lite0", "wide_resnet50_2"] = "efficientnet-lite0",
+        backbone_path: str | None = None,
+        image_size: int = 128,
+        coreset: float = 0.1,
+    ) -> None:
+        super().__init__(
+            kind, input_shape, latent_dim, lr, epochs, batch_size, weight_decay,
+            contamination, seed, device,
+        )  # fmt: skip
+        if kind != "image":
+            raise ValueError("the patchcore detector takes images")
+        self.backbone = backbone
+        self.backbone_path = backbone_path
+        self.image_size = image_size
+        self.coreset = coreset
+        self._cache: dict[bytes, np.ndarray] = {}
+
+    def get_params(self) -> dict[str, Any]:
+        return {
+            **super().get_params(),
+            "backbone": self.backbone,
+            "backbone_path": self.backbone_path,
+            "image_size": self.image_size,
+            "coreset": self.coreset,
+        }
+
+    def extractor(self) -> MultiLevelFeatures:
+        return MultiLevelFeatures(
+            self.backbone, (3, 5) if self.backbone == "efficientnet-lite0" else (2, 3),
+            self.image_size, self.backbone_path, self.device,
+        )  # fmt: skip
+
+    def _make_model(self, latent: int) -> nn.Module:
+        c = self.extractor().channels
+        conv = nn.Conv2d(c, c, 1)
+        with torch.no_grad():
+            conv.weight.copy_(torch.eye(c).view(c, c, 1, 1))
+        assert conv.bias is not None
+        nn.init.zeros_(conv.bias)
+        return conv
+
+    def loss(self, batch: torch.Tensor) -> torch.Tensor:  # pragma: no cover - own loop
+        raise NotImplementedError("PatchCoreDetector trains on cached features")
+
+    # -- features ------------------------------------------------------------------------------
+    def features(self, x: Features) -> np.ndarray:
+        """Frozen features ``(n, C, h, w)`` after 3x3 average pooling; the last few inputs'
+        are cached (the backbone never changes)."""
+        xs = np.ascontiguousarray(dense(x, "the patchcore detector"), dtype=np.float32)
+        key = hashlib.blake2b(xs.tobytes(), digest_size=16).digest() + str(xs.shape).encode()
+        hit = self._cache.get(key)
+        if hit is None:
+            f = torch.from_numpy(self.extractor()(xs))
+            hit = F.avg_pool2d(f, 3, stride=1, padding=1, count_include_pad=False).numpy()
+            if len(self._cache) >= 4:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = hit
+        return hit
+
+    def _project(self, feats: np.ndarray, grad: bool = False) -> torch.Tensor:
+        dev = next(self.model_.parameters()).device
+        with torch.set_grad_enabled(grad):
+            out: torch.Tensor = self.model_(torch.as_tensor(feats).to(dev))
+        return out
+
+    def _patches(self, feats: np.ndarray) -> torch.Tensor:
+        parts = [
+            self._project(feats[i : i + 64]).permute(0, 2, 3, 1).flatten(0, 2)
+            for i in range(0, len(feats), 64)
+        ]
+        return torch.cat(parts)
+
+    # -- bank ----------------------------------------------------------------------------------
+    def set_bank(self, x: Features) -> Self:
+        """The coreset bank of ``x``'s projected patches (the data whose patches count as
+        normal: the holder's training images)."""
+        self._ensure_built()
+        patches = self._patches(self.features(x)).cpu()
+        n = min(MAX_BANK, max(1, math.ceil(self.coreset * len(patches))))
+        idx = greedy_coreset(patches, n, int(seeded_rng(self.seed, 0xC0E).integers(2**62)))
+        self.bank_ = patches[idx].numpy().astype(np.float32)
+        return self
+
+    # -- training ------------------------------------------------------------------------------
+    def train_epochs(
+        self, x: Features, epochs: int, rng: np.random.Generator, prox_mu: float = 0.0
+    ) -> float:
+        """``epochs`` of [FedDyMem eq. 12] against a bank of a random 10% (at most 1,024) of
+        the current projected patches (with the FedProx term around the starting weights when
+        ``prox_mu > 0``); the last epoch's mean loss."""
+        self._ensure_built()
+        feats = self.features(x)
+        patches = self._patches(feats)
+        take = min(TRAIN_BANK_MAX, max(1, math.ceil(TRAIN_BANK_SHARE * len(patches))))
+        bank = patches[torch.from_numpy(rng.permutation(len(patches))[:take])].detach()
+        params = list(self.model_.parameters())
+        anchor = [p.detach().clone() for p in params]
+        wd = self.default_weight_decay if self.weight_decay is None else self.weight_decay
+        opt = torch.optim.Adam(params, lr=self.lr, weight_decay=wd)
+        last = 0.0
+        self.model_.train()
+        for _ in range(epochs):
+            order = rng.permutation(len(feats))
+            total = 0.0
+            for s in range(0, len(order), self.batch_size):
+                idx = np.sort(order[s : s + self.batch_size])
+                loss = metric_loss(self._project(feats[idx], grad=True), bank)
+                objective = loss
+                if prox_mu > 0:
+                    prox = sum(((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
+                    objective = loss + 0.5 * prox_mu * prox
+                opt.zero_grad(set_to_none=True)
+                objective.backward()  # type: ignore[no-untyped-call]
+                opt.step()
+                total += float(loss.detach()) * len(idx)
+            last = total / max(len(feats), 1)
+        self.model_.eval()
+        if hasattr(self, "bank_"):
+            del self.bank_  # the projection changed: the bank must be rebuilt
+        return last
+
+    def fit(self, x: Features) -> Self:
+        self.build()
+        self.train_epochs(x, self.epochs, np.random.default_rng(self.seed))
+        self.set_bank(x)
+        return self.set_threshold(x)  # type: ignore[arg-type]
+
+    # -- scoring -------------------------------------------------------------------------------
+    def score_maps(self, x: np.ndarray) -> np.ndarray:
+        """Anomaly maps ``(N, H, W)`` float32 at the images' resolution."""
+        if not hasattr(self, "bank_"):
+            raise RuntimeError("PatchCoreDetector has no memory bank: call set_bank or fit")
+        xs = dense(x, "the patchcore detector")
+        feats = self.features(xs)
+        bank = torch.as_tensor(self.bank_, device=next(self.model_.parameters()).device)
+        size = (int(xs.shape[2]), int(xs.shape[3]))
+        out = []
+        with torch.no_grad():
+            for s in range(0, len(feats), 32):
+                maps = anomaly_maps(self._project(feats[s : s + 32]), bank, size)
+                out.append(maps.float().cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, *size), np.float32)
+
+    def score(self, x: Features) -> np.ndarray:
+        """The image score: the maximum of the anomaly map."""
+        maps = torch.from_numpy(self.score_maps(dense(x, "the patchcore detector")))
+        return image_scores(maps).double().numpy()
+
+    # -- persistence ---------------------------------------------------------------------------
+    def get_arrays(self) -> dict[str, np.ndarray]:
+        out = super().get_arrays()
+        if hasattr(self, "bank_"):
+            out[BANK] = self.bank_.copy()
+        return out
+
+    def model_arrays(self) -> dict[str, np.ndarray]:
+        return {k: v for k, v in self.get_arrays().items() if k not in self._arrays_only}
+
+    def set_arrays(self, arrays: dict[str, np.ndarray]) -> Self:
+        bank = arrays.get(BANK)
+        super().set_arrays({k: v for k, v in arrays.items() if k != BANK})
+        if bank is not None:
+            b = np.asarray(bank, dtype=np.float32)
+            c = self.extractor().channels
+            if b.ndim != 2 or b.shape[1] != c or not 1 <= b.shape[0] <= MAX_BANK:
+                raise ValueError(f"bank_ must be (n <= {MAX_BANK}, {c}), got {b.shape}")
+            if not np.isfinite(b).all():
+                raise ValueError("bank_ holds non-finite values")
+            self.bank_ = b
+        return self
