@@ -11,10 +11,10 @@ with exact pixel masks), a Dirichlet partition over the product types with ``alp
 over 5 clients; each client's local test set holds its own types' normal and defective
 images.
 
-* ``table``: ``local``, ``fedavg``, ``fedprox`` with the autoencoder (its reconstruction
-  error as the anomaly map), ``centralized`` with the autoencoder (the upper reference:
-  pooled data), ``feddymem``. The issue's PatchCore-style baseline (the same frozen
-  features, a projection averaged by FedAvg, a local coreset bank) is not in fedad yet.
+* ``table``: ``local``, ``fedavg``, ``fedprox`` and ``centralized`` (the upper reference:
+  pooled data) with the autoencoder (its reconstruction error as the anomaly map) and with
+  the PatchCore-style detector (the same frozen features as FedDyMem, a projection averaged
+  by FedAvg, a coreset bank of each client's own images); ``feddymem``.
 * ``ablation``: Table III: FedDyMem without the projection, without the generator, with
   the position-wise mean instead of k-means, with k-means' own centre order, and whole.
 
@@ -38,6 +38,10 @@ TABLE: list[Method] = [
     ("fedavg-ae", "fedavg", {}, "autoencoder"),
     ("fedprox-ae", "fedprox", {}, "autoencoder"),
     ("centralized-ae", "centralized", {}, "autoencoder"),
+    ("local-patchcore", "local", {}, "patchcore"),
+    ("fedavg-patchcore", "fedavg", {}, "patchcore"),
+    ("fedprox-patchcore", "fedprox", {}, "patchcore"),
+    ("centralized-patchcore", "centralized", {}, "patchcore"),
     ("feddymem", "feddymem", {}, None),
 ]
 ABLATION: list[Method] = [
