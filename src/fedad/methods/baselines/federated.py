@@ -47,6 +47,12 @@ apart, a ``width x 64`` matrix per client. Each client's detector is thus its ow
 ``contrastive`` detector below). ``local`` builds each client's network for its own width;
 ``centralized`` does not take graphs (one network cannot read several widths).
 
+The ``patchcore`` detector (:mod:`.patchcore`, images only: FedDyMem's "all parameters
+aggregated" baseline) works like ``contrastive``: rounds exchange its projection only (a
+1x1 convolution on frozen EfficientNet-Lite0 patch features), and each client's final
+detector is the global projection with a coreset bank of its own training patches,
+computed on the client; ``centralized`` builds the bank of the pooled uploads.
+
 ``fedavg`` and ``fedprox`` aggregate through :meth:`ServerContext.mean
 <fedad.fl.context.ServerContext.mean>`, so both their phases run under SecAgg+ when
 ``privacy.secagg`` is on.
