@@ -33,12 +33,11 @@ seconds; the privacy measures) and prints a markdown table.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from suites import Method, method_lines, pm, run_suite
+from suites import Method, method_lines, pm, run_suite, seed_methods
 
 TABLE1: list[Method] = [
     ("local-ae", "local", {}, "autoencoder"),
@@ -107,10 +106,7 @@ def config_text(
 def summarise(run: Path) -> dict[str, Any]:
     """Per method, over the seeds finished in ``run``: mean and population std of each of
     :data:`KEYS`, the mean per-client AUROC, MB per round, seconds, privacy measures."""
-    per_seed = [
-        json.loads(f.read_text(encoding="utf-8"))["methods"]
-        for f in sorted(run.glob("seed-*/metrics.json"))
-    ]
+    per_seed = seed_methods(run)
     labels = list(per_seed[0]) if per_seed else []
     out: dict[str, Any] = {}
     for label in labels:

@@ -26,12 +26,11 @@ bytes up per client per round, MB per round, seconds) and prints a markdown tabl
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from suites import Method, method_lines, pm, run_suite
+from suites import Method, mean_std, method_lines, pm, run_suite, seed_methods
 
 TABLE: list[Method] = [
     ("local-ae", "local", {}, "autoencoder"),
@@ -71,23 +70,16 @@ def config_text(
     return "\n".join(lines) + "\n"
 
 
-def _mean_std(vals: list[float]) -> tuple[float | None, float | None]:
-    return (float(np.mean(vals)), float(np.std(vals))) if vals else (None, None)
-
-
 def summarise(run: Path) -> dict[str, Any]:
     """Per method, over the seeds finished in ``run``."""
-    per_seed = [
-        json.loads(f.read_text(encoding="utf-8"))["methods"]
-        for f in sorted(run.glob("seed-*/metrics.json"))
-    ]
+    per_seed = seed_methods(run)
     labels = list(per_seed[0]) if per_seed else []
     out: dict[str, Any] = {}
     for label in labels:
         ms = [m[label] for m in per_seed if isinstance(m.get(label), dict)]
         row: dict[str, Any] = {"seeds": len(ms)}
         for key in ("auroc", "pixel_auroc", "pro"):
-            row[key], row[f"{key}_std"] = _mean_std(
+            row[key], row[f"{key}_std"] = mean_std(
                 [float(m[key]) for m in ms if m.get(key) is not None]
             )
         client = [
@@ -95,7 +87,7 @@ def summarise(run: Path) -> dict[str, Any]:
             for m in ms
             if m.get("per_client")
         ]
-        row["client_auroc"], row["client_auroc_std"] = _mean_std(client)
+        row["client_auroc"], row["client_auroc_std"] = mean_std(client)
         rounds = [max(int(m["rounds"]), 1) for m in ms]
         clients = [max(len(m.get("per_client", [])), 1) for m in ms]
         ups = [m["bytes_up"] / r / c for m, r, c in zip(ms, rounds, clients, strict=True)]

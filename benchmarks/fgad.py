@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from suites import Method, method_lines, pm, run_suite
+from suites import Method, mean_std, method_lines, pm, run_suite, seed_methods
 
 DOMAINS = ["graphs_molecules", "graphs_proteins", "graphs_social", "graphs_grids"]
 
@@ -83,16 +83,9 @@ def config_text(
     return "\n".join(lines) + "\n"
 
 
-def _mean_std(vals: list[float]) -> tuple[float | None, float | None]:
-    return (float(np.mean(vals)), float(np.std(vals))) if vals else (None, None)
-
-
 def summarise(run: Path) -> dict[str, Any]:
     """Per method, over the seeds finished in ``run``."""
-    per_seed = [
-        json.loads(f.read_text(encoding="utf-8"))["methods"]
-        for f in sorted(run.glob("seed-*/metrics.json"))
-    ]
+    per_seed = seed_methods(run)
     labels = list(per_seed[0]) if per_seed else []
     out: dict[str, Any] = {}
     for label in labels:
@@ -104,10 +97,10 @@ def summarise(run: Path) -> dict[str, Any]:
                 for m in ms
                 if m.get("per_client")
             ]
-            row[f"client_{key}"], row[f"client_{key}_std"] = _mean_std(client)
-        row["auroc"], row["auroc_std"] = _mean_std([float(m["auroc"]) for m in ms])
+            row[f"client_{key}"], row[f"client_{key}_std"] = mean_std(client)
+        row["auroc"], row["auroc_std"] = mean_std([float(m["auroc"]) for m in ms])
         teacher = [float(m["teacher_auroc"]) for m in ms if m.get("teacher_auroc") is not None]
-        row["teacher_auroc"], row["teacher_auroc_std"] = _mean_std(teacher)
+        row["teacher_auroc"], row["teacher_auroc_std"] = mean_std(teacher)
         rounds = [max(int(m["rounds"]), 1) for m in ms]
         clients = [max(len(m.get("per_client", [])), 1) for m in ms]
         ups = [m["bytes_up"] / r / c / 4 for m, r, c in zip(ms, rounds, clients, strict=True)]

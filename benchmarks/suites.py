@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fedad.config import parse_config, read_toml
 from fedad.seeds import run_seeds
 
@@ -54,6 +56,19 @@ def pm(r: dict[str, Any], key: str) -> str:
     if r.get(key) is None:
         return "–"
     return f"{r[key]:.3f} ± {r[f'{key}_std']:.3f}"
+
+
+def mean_std(vals: Sequence[float]) -> tuple[float | None, float | None]:
+    """Mean and population standard deviation (``None`` for no values)."""
+    return (float(np.mean(vals)), float(np.std(vals))) if len(vals) else (None, None)
+
+
+def seed_methods(run: Path) -> list[dict[str, Any]]:
+    """The ``methods`` of every finished seed's ``metrics.json`` in ``run``, in seed order."""
+    return [
+        json.loads(f.read_text(encoding="utf-8"))["methods"]
+        for f in sorted(run.glob("seed-*/metrics.json"))
+    ]
 
 
 def run_suite(
