@@ -11,19 +11,22 @@ name                      kind     where the files come from
 ``keystroke``             vector   ``data.path`` (CMU ``DSL-StrongPasswordData.csv``)
 ``graphs_molecules`` ...  graph    generated (:mod:`fedad.data.graph_domains`, four domains)
 ``textures``              image    Debian ``gimp-data`` patterns + scikit-image (defect masks)
+``mvtec``                 image    ``data.path`` (MVTec AD folder or one category; masks)
 ``tu``                    graph    ``data.path`` (a TU Dortmund folder: MUTAG, PROTEINS, ...)
 ``mutag_structures``      graph    PyPI ``graphkernels`` 0.2.1 sdist (``scripts/setup.sh``)
 ========================= ======== =============================================================
 
 See :mod:`fedad.data.idx`, :mod:`fedad.data.digits`, :mod:`fedad.data.cifar`,
-:mod:`fedad.data.odds`, :mod:`fedad.data.keystroke`, :mod:`fedad.data.graphs.tu` and
-:mod:`fedad.data.graphs.mutag` for the formats. Nothing is downloaded at load time
-(``scripts/setup.sh`` fetches the ``graphkernels`` sdist, hash-checked).
+:mod:`fedad.data.odds`, :mod:`fedad.data.keystroke`, :mod:`fedad.data.mvtec`,
+:mod:`fedad.data.graphs.tu` and :mod:`fedad.data.graphs.mutag` for the formats. Nothing is
+downloaded at load time (``scripts/setup.sh`` fetches the ``graphkernels`` sdist,
+hash-checked).
 """
 
 from __future__ import annotations
 
 from fedad.data import graph_domains as _graph_domains  # noqa: F401  (registers)
+from fedad.data import mvtec as _mvtec  # noqa: F401  (registers)
 from fedad.data import textures as _textures  # noqa: F401  (registers)
 from fedad.data.cifar import load_cifar10
 from fedad.data.digits import load_digits
