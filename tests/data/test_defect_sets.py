@@ -10,7 +10,7 @@ import pytest
 from fedad.config import parse_config
 from fedad.data.federation import as_class_set, build_federation
 from fedad.data.types import Federation
-from fedad.errors import ConfigError
+from fedad.errors import ConfigError, DataError
 from tests.data.datahelpers import make_config, synth_defects
 
 
@@ -66,3 +66,31 @@ def test_normal_selects_types_and_anomaly_must_be_omitted() -> None:
         build(data={"normal": [0], "anomaly": [1]})
     with pytest.raises(ConfigError, match="one-vs-rest"):
         build(scheme="one-vs-rest", data={"normal": [0, 1]})
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_client_gets_a_defect_of_its_own_types(seed: int) -> None:
+    fed = build(seed, clients=5)
+    assert all(int(c.y_test.sum()) > 0 for c in fed.clients)
+    assert sum(int(c.y_test.sum()) for c in fed.clients) == 40
+
+
+def test_defect_sets_do_not_mix_with_class_sets_in_sources() -> None:
+    with pytest.raises(ConfigError, match="mixes defect sets"):
+        build(data={"sources": ["synth_img_b"]})
+
+
+def test_anomaly_source_adds_anomalies_dealt_evenly() -> None:
+    fed = build(data={"anomaly_source": "synth_img_b"})
+    extra = fed.notes["n_test_anomaly"]
+    assert isinstance(extra, int) and extra > 40
+    per_client = [int(c.y_test.sum()) for c in fed.clients]
+    assert sum(per_client) == extra
+    assert "masks_dropped" in fed.notes  # synth_img_b has no masks
+
+
+def test_contamination_draws_defective_training_samples_only() -> None:
+    ds, _ = as_class_set(synth_defects())
+    assert not (ds.y >= 5).any()  # synth_defects has no defective training image
+    with pytest.raises(DataError, match=r"needs \d+ training anomalies but only 0"):
+        build(contamination=0.1)

@@ -16,6 +16,11 @@ The protocol (also in ``docs/data.md``); every random step draws from its own st
    0 is normal, 1 anomaly. The ``normal``/``anomaly`` ids apply to every entry of
    ``data.sources``. **Every** sample of ``data.anomaly_source`` is an anomaly (its own
    classes are kept, offset, in ``c_train``); it adds to the anomaly classes of the main set.
+   A *defect set* (``Dataset.defect``/``defect_test``: ``textures``, ``mvtec``) has product
+   types as classes: ``data.normal`` selects types (default all), ``data.anomaly`` must be
+   omitted, and the defective samples of type ``c`` become class ``"<type> (defect)"``, an
+   anomaly class (:func:`as_class_set`). It cannot be mixed with other sets in
+   ``data.sources``; ``one-vs-rest`` does not apply.
 3. **Test hold-out, before anything else.** The official test split where a data set has
    one, otherwise a seeded class-stratified ``data.test_fraction`` share. Pooled test =
    held-out normals + held-out anomalies, capped at ``data.max_test`` by a seeded
@@ -37,7 +42,11 @@ The protocol (also in ``docs/data.md``); every random step draws from its own st
    normal of class ``c`` goes to client ``k`` with probability proportional to ``k``'s
    training count of ``c`` (uniformly if no client holds ``c``); test anomalies are dealt
    evenly in random order. A client left without a test normal takes one from a client with
-   several (preferring its own classes) when possible.
+   several (preferring its own classes) when possible. Defect sets: the defects of type
+   ``c`` are drawn like its test normals (in proportion to the training counts of ``c``),
+   so a client is tested on its own types' defects; a client left without a defect takes
+   one of its own types' from a client with several; ``data.anomaly_source`` samples are
+   dealt evenly.
 8. **Imputation** (``data.missing = "impute-mean"``): missing values become their feature's
    mean over the clients' training data, in training, test and server data alike.
    **Standardization** (``kind == "vector"`` and ``data.standardize``): z-score with the
@@ -350,6 +359,12 @@ def _load_members(cfg: ExperimentConfig) -> list[_Member]:
     for i, (name, path) in enumerate(wanted):
         where = "" if i == 0 else "data.sources entry"
         ds = _load_checked(cfg, name, path, where, f"give its path as '{name}@PATH'")
+        if members and ds.is_defect_set != bool(members[0].parent):
+            raise ConfigError(
+                "data.sources mixes defect sets (product types with defective items) and other "
+                f"data sets ({members[0].name}, {name})",
+                "use sources of one kind",
+            )
         if ds.is_defect_set:
             normal, anomaly = _defect_roles(cfg, ds, name)
             ds, parent = as_class_set(ds)
@@ -357,12 +372,6 @@ def _load_members(cfg: ExperimentConfig) -> list[_Member]:
             (normal, anomaly), parent = _roles(cfg, ds, name), {}
         members.append(_Member(name, ds, offset, "source", normal, anomaly, parent))
         offset += len(ds.classes)
-    if len({bool(m.parent) for m in members}) > 1:
-        raise ConfigError(
-            "data.sources mixes defect sets (product types with defective items) and other "
-            f"data sets ({', '.join(m.name for m in members)})",
-            "use sources of one kind",
-        )
     fixed = {m.dataset.fixed_split for m in members}
     if len(fixed) > 1:
         raise ConfigError(
@@ -493,10 +502,12 @@ def _assign_local_tests(
     (the source of each test anomaly) and ``client_group`` (each client's source), the
     anomalies of a source are dealt among that source's clients only (``by-source``); a
     source with no client deals to all. With ``anomaly_parent`` (defect sets: each test
-    anomaly's product type), an anomaly of type ``c`` goes to a client drawn like the test
-    normals of ``c``: in proportion to the clients' training counts of ``c`` (uniformly when
-    no client holds ``c``). Returns the per-client test normals, test anomalies, and how many
-    test normals went uniformly (class unheld).
+    anomaly's product type, -1 for one of ``data.anomaly_source``), an anomaly of type ``c``
+    goes to a client drawn like the test normals of ``c``: in proportion to the clients'
+    training counts of ``c`` (uniformly when no client holds ``c``); a client left without
+    one takes a defect of a type it holds from a client with several, when there is one;
+    anomalies of ``data.anomaly_source`` are dealt like cards. Returns the per-client test
+    normals, test anomalies, and how many test normals went uniformly (class unheld).
     """
     owner = np.empty(len(test_normals), dtype=np.int64)
     test_classes = classes[test_normals]
@@ -524,12 +535,29 @@ def _assign_local_tests(
         owner[rng.choice(preferred if len(preferred) else donors)] = k
     normals = [test_normals[owner == k] for k in range(num_clients)]
     if anomaly_parent is not None:
-        bad_owner = np.empty(len(test_anomalies), dtype=np.int64)
-        for c in np.unique(anomaly_parent):
+        bad_owner = np.full(len(test_anomalies), -1, dtype=np.int64)
+        typed = anomaly_parent >= 0
+        for c in np.unique(anomaly_parent[typed]):
             where = np.flatnonzero(anomaly_parent == c)
             w = counts.get(int(c), np.zeros(num_clients)).astype(np.float64)
             w = w if w.sum() > 0 else np.ones(num_clients)
             bad_owner[where] = rng.choice(num_clients, size=len(where), p=w / w.sum())
+        # A client without a defect takes one of its own types' from a client with several.
+        for k in range(num_clients):
+            per_client = np.bincount(bad_owner[typed], minlength=num_clients)
+            if per_client[k] > 0:
+                continue
+            held = [c for c, n in counts.items() if n[k] > 0]
+            donors = np.flatnonzero(typed & np.isin(anomaly_parent, held))
+            donors = donors[per_client[bad_owner[donors]] >= 2]
+            if len(donors):
+                bad_owner[rng.choice(donors)] = k
+        # Anomalies without a type (data.anomaly_source): dealt like cards, as for class sets.
+        rest = np.flatnonzero(~typed)
+        if len(rest):
+            dealt = rest[rng.permutation(len(rest))]
+            for slot, k in enumerate(rng.permutation(num_clients)):
+                bad_owner[dealt[slot::num_clients]] = k
         return normals, [test_anomalies[bad_owner == k] for k in range(num_clients)], uniform
     # Anomalies: dealt like cards in random order, to clients in random order.
     if anomaly_group is None or client_group is None:
