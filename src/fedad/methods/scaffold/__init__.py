@@ -1,0 +1,1 @@
+"""SCAFFOLD (Karimireddy et al., ICML 2020): FedAvg with control variates."""

@@ -1,0 +1,171 @@
+"""SCAFFOLD (Karimireddy et al., ICML 2020) over the generic baseline detectors.
+
+"SCAFFOLD: Stochastic Controlled Averaging for Federated Learning", Algorithm 1 with
+option II. The server holds the global model :math:`x` and a control variate :math:`c`;
+client :math:`i` holds its control variate :math:`c_i` in its state. Both start at 0.
+Each round (:mod:`.control` for the equations):
+
+1. the server sends :math:`(x, c)` to the sampled clients :math:`S`;
+2. a client starts from :math:`y_i = x` and takes :math:`K` corrected SGD steps
+   :math:`y_i \\leftarrow y_i - \\eta_l (g_i(y_i) - c_i + c)` (:mod:`.train`: plain SGD at
+   the constant step size ``lr``, default 0.01, 0.001 on graphs; ``local_epochs`` passes
+   in batches of ``batch_size``, so
+   :math:`K = \\text{local\\_epochs} \\cdot \\lceil n_i/\\text{batch\\_size} \\rceil`);
+3. it sets :math:`c_i^+ = c_i - c + (x - y_i)/(K \\eta_l)` (option II), keeps it, and
+   sends :math:`(\\Delta y_i, \\Delta c_i) = (y_i - x, c_i^+ - c_i)`;
+4. the server sets :math:`x \\leftarrow x + \\eta_g \\overline{\\Delta y}` (``server_lr``
+   :math:`\\eta_g = 1` by default) and :math:`c \\leftarrow c + \\frac{|S|}{N}
+   \\overline{\\Delta c}`, :math:`N` the number of clients.
+
+The means are taken through :meth:`ServerContext.mean
+<fedad.fl.context.ServerContext.mean>` (so SecAgg+ applies), which weights replies by their
+number of training examples, as ``fedavg`` does; with equally large clients this is the
+paper's plain mean over :math:`S`. The control variates cover the trainable parameters;
+buffers (Deep SVDD's fixed centre) travel in :math:`\\Delta y` only. A round therefore
+uploads twice the parameters (and downloads :math:`x` and :math:`c`, twice the model too).
+
+Detectors: the autoencoder, Deep SVDD (on graphs too, with a per-client input layer that is
+trained by uncorrected SGD and never sent, as in ``fedavg``) and ``contrastive`` (each
+client's detector then uses a bank of its own training images, as in ``fedavg``). The Deep
+SVDD centre is averaged once before round 1, as in ``fedavg``. Not ``patchcore``: it runs
+its own Adam loop on frozen backbone features.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import numpy as np
+from pydantic import Field
+
+from fedad.data.types import ClientData
+from fedad.fl.algorithm import ClientState, Handler, Params, ServerResult, Setup, register
+from fedad.fl.context import ServerContext
+from fedad.fl.fedavg import log_weighted_scalars
+from fedad.fl.messages import Message, prefixed, unprefixed
+from fedad.fl.validate import spec_of
+from fedad.methods.baselines.contrastive import CONTRASTIVE, ContrastiveDetector
+from fedad.methods.baselines.detectors import DETECTORS, DeepSVDDDetector, TorchDetector
+from fedad.methods.baselines.federated import OWN, TRAIN, TrainParams, _GlobalModel, client_rng
+from fedad.methods.scaffold.control import client_deltas, option_two, server_update, zeros_like
+from fedad.methods.scaffold.train import scaffold_epochs
+
+C = "c"
+"""Message prefix of the server control variate :math:`c`."""
+CI = "ci"
+"""State prefix of the client control variate :math:`c_i`."""
+DY = "dy"
+DC = "dc"
+"""Reply prefixes of :math:`\\Delta y_i` and :math:`\\Delta c_i`."""
+
+
+GRAPH_LR = 1e-3
+"""The default ``lr`` on graphs: the GIN's sum readout gives large gradients, and plain SGD
+at 0.01 diverges there."""
+
+
+class ScaffoldParams(TrainParams):
+    """The baselines' training parameters, with SGD's step size and the global one."""
+
+    lr: float = Field(
+        default=0.01,
+        gt=0.0,
+        description=f"local SGD step size eta_l; default 0.01, {GRAPH_LR} on graphs",
+    )
+    server_lr: float = Field(default=1.0, gt=0.0, description="global step size eta_g")
+
+
+def control_keys(det: TorchDetector) -> list[str]:
+    """The shared tensors that get control variates: the trainable parameters."""
+    shared = det.shared_arrays()
+    return [k for k, p in det.model_.named_parameters() if p.requires_grad and k in shared]
+
+
+def split(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """A train message's arrays as :math:`(x, c)`."""
+    x = {k: v for k, v in arrays.items() if not k.startswith(C + "/")}
+    return x, unprefixed(arrays, C)
+
+
+@register
+class Scaffold(_GlobalModel):
+    """SCAFFOLD (Karimireddy et al., 2020), option II, over a baseline detector."""
+
+    name = "scaffold"
+    summary = "SCAFFOLD: FedAvg with control variates correcting client drift (SGD, option II)"
+    detectors = (*DETECTORS, CONTRASTIVE)
+    kinds = ("vector", "image", "graph")
+    ParamsModel = ScaffoldParams
+    params: ScaffoldParams
+
+    def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
+        if setup.kind == "graph" and "lr" not in params.model_fields_set:
+            params = params.model_copy(update={"lr": GRAPH_LR})
+        super().__init__(params, setup, detector)
+
+    def handlers(self) -> dict[str, Handler]:
+        return {**super().handlers(), TRAIN: self.client_train}
+
+    # client side
+    def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
+        x, c = split(dict(msg.arrays))
+        det = self._client_model(state, data, x)
+        c_i = unprefixed(state, CI) or zeros_like(c)
+        rng = client_rng(self.setup.seed, int(msg.get("round", 0)), data.client_id)
+        if isinstance(det, ContrastiveDetector):  # as its train_epochs does
+            det.aug_rng_ = np.random.default_rng(int(rng.integers(0, 2**63)))
+            det.drop_bank()
+        wd = det.default_weight_decay if det.weight_decay is None else det.weight_decay
+        loss, steps = scaffold_epochs(
+            det.model_,
+            det.loss,
+            det._inputs(data.x_train),
+            self.params.local_epochs,
+            self.params.batch_size,
+            self.params.lr,
+            rng,
+            c,
+            c_i,
+            wd,
+        )
+        arrays = det.model_arrays()
+        y = det.shared_arrays()
+        c_new = option_two(c_i, c, x, y, steps, self.params.lr) if steps else dict(c_i)
+        dy, dc = client_deltas(x, y, c_i, c_new)
+        state.update(prefixed(c_new, CI))
+        state.update(prefixed({k: arrays[k] for k in det.width_keys()}, OWN))
+        return Message(
+            TRAIN,
+            {**prefixed(dy, DY), **prefixed(dc, DC)},
+            {"num_examples": data.n_train, "loss": loss},
+        )
+
+    # server side
+    def server(self, ctx: ServerContext) -> ServerResult:
+        det = cast(TorchDetector, self.make_detector().build())
+        if isinstance(det, DeepSVDDDetector):
+            self._center_round(ctx, det)
+        x = det.shared_arrays()
+        c = zeros_like({k: x[k] for k in control_keys(det)})
+        spec = spec_of({**prefixed(x, DY), **prefixed(c, DC)})
+        total = len(ctx.grid.get_node_ids())
+        for r in range(1, ctx.rounds + 1):
+            down = {**x, **prefixed(c, C)}
+            msgs = {i: Message(TRAIN, down, {"round": r}) for i in ctx.sample()}
+            avg = ctx.mean(msgs, arrays=spec, scalars=["loss"])
+            if avg.arrays is not None:
+                x, c = server_update(
+                    x,
+                    c,
+                    unprefixed(avg.arrays, DY),
+                    unprefixed(avg.arrays, DC),
+                    sampled=len(avg.replies),
+                    total=max(total, len(avg.replies)),
+                    server_lr=self.params.server_lr,
+                )
+                log_weighted_scalars(ctx, avg.replies, ["loss"])
+            else:
+                ctx.event("no valid replies; the global model and c are unchanged")
+            ctx.checkpoint(r, ServerResult(arrays=x, scalars={}))
+            ctx.end_round(r)
+        return ServerResult(arrays=x, scalars={})
