@@ -150,3 +150,27 @@ def test_graph_default_lr_and_runs() -> None:
     assert build_algorithm("scaffold", {}, _setup("vector", (6,), 3)).params.lr == 0.01
     out = run_inprocess(algo, fed, rounds=2, seed=3)
     assert not out.events and all(np.isfinite(h.get("loss", 0.0)) for h in out.history)
+
+
+def test_reply_carries_y_as_a_model_update() -> None:
+    """The reply holds y_i under the model's names (what [privacy] and [attack] act on) and
+    Delta c_i under dc/; the client keeps c_i+ in its state."""
+    from fedad.config import PrivacyConfig
+    from fedad.fl.messages import Message, prefixed
+    from fedad.privacy import privatize_reply
+
+    fed = make_federation("vector")
+    algo = build_algorithm("scaffold", {}, _setup("vector", fed.feature_shape, 3))
+    det = algo.make_detector().build()
+    assert isinstance(det, TorchDetector)
+    x = det.shared_arrays()
+    msg = Message("train", {**x, **prefixed(zeros_like(x), "c")}, {"round": 1})
+    state: dict[str, np.ndarray] = {}
+    reply = algo.client_train(state, fed.clients[0], msg)
+    assert set(reply.arrays) == set(x) | {f"dc/{k}" for k in x}
+    assert set(state) == {f"ci/{k}" for k in x}
+    for k in x:  # first round, c = c_i = 0: Delta c_i = c_i+ = (x - y) / (K lr)
+        np.testing.assert_array_equal(reply.arrays[f"dc/{k}"], state[f"ci/{k}"])
+    cfg = PrivacyConfig(mechanism="gaussian", clip=0.1, noise_multiplier=1.0)
+    noisy = privatize_reply(msg.arrays, reply, cfg, np.random.default_rng(0))
+    assert all(not np.array_equal(noisy.arrays[k], reply.arrays[k]) for k in x)

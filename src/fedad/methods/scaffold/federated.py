@@ -12,7 +12,13 @@ Each round (:mod:`.control` for the equations):
    in batches of ``batch_size``, so
    :math:`K = \\text{local\\_epochs} \\cdot \\lceil n_i/\\text{batch\\_size} \\rceil`);
 3. it sets :math:`c_i^+ = c_i - c + (x - y_i)/(K \\eta_l)` (option II), keeps it, and
-   sends :math:`(\\Delta y_i, \\Delta c_i) = (y_i - x, c_i^+ - c_i)`;
+   sends :math:`(\\Delta y_i, \\Delta c_i) = (y_i - x, c_i^+ - c_i)`: :math:`\\Delta y_i` in
+   the form of :math:`y_i` itself (the same bytes; the server, which knows :math:`x`, takes
+   the mean of the :math:`\\Delta y_i` as :math:`\\overline{y} - x`), so that ``[privacy]``
+   and the model attacks of ``[attack]`` act on it as on any model update.
+   :math:`\\Delta c_i` travels as it is; it is a function of the update,
+   :math:`\\Delta c_i = -\\Delta y_i / (K \\eta_l) - c`, so the Gaussian mechanism of
+   ``[privacy]`` protects nothing with SCAFFOLD;
 4. the server sets :math:`x \\leftarrow x + \\eta_g \\overline{\\Delta y}` (``server_lr``
    :math:`\\eta_g = 1` by default) and :math:`c \\leftarrow c + \\frac{|S|}{N}
    \\overline{\\Delta c}`, :math:`N` the number of clients.
@@ -54,9 +60,8 @@ C = "c"
 """Message prefix of the server control variate :math:`c`."""
 CI = "ci"
 """State prefix of the client control variate :math:`c_i`."""
-DY = "dy"
 DC = "dc"
-"""Reply prefixes of :math:`\\Delta y_i` and :math:`\\Delta c_i`."""
+"""Reply prefix of :math:`\\Delta c_i`."""
 
 
 GRAPH_LR = 1e-3
@@ -131,13 +136,13 @@ class Scaffold(_GlobalModel):
         arrays = det.model_arrays()
         y = det.shared_arrays()
         c_new = option_two(c_i, c, x, y, steps, self.params.lr) if steps else dict(c_i)
-        dy, dc = client_deltas(x, y, c_i, c_new)
+        _, dc = client_deltas(x, y, c_i, c_new)
         state.update(prefixed(c_new, CI))
         state.update(prefixed({k: arrays[k] for k in det.width_keys()}, OWN))
+        # y_i itself under the model's names, not y_i - x: the server forms the mean of
+        # Delta y as mean(y_i) - x, and [privacy] and [attack] see a model update
         return Message(
-            TRAIN,
-            {**prefixed(dy, DY), **prefixed(dc, DC)},
-            {"num_examples": data.n_train, "loss": loss},
+            TRAIN, {**y, **prefixed(dc, DC)}, {"num_examples": data.n_train, "loss": loss}
         )
 
     # server side
@@ -147,17 +152,18 @@ class Scaffold(_GlobalModel):
             self._center_round(ctx, det)
         x = det.shared_arrays()
         c = zeros_like({k: x[k] for k in control_keys(det)})
-        spec = spec_of({**prefixed(x, DY), **prefixed(c, DC)})
+        spec = spec_of({**x, **prefixed(c, DC)})
         total = len(ctx.grid.get_node_ids())
         for r in range(1, ctx.rounds + 1):
             down = {**x, **prefixed(c, C)}
             msgs = {i: Message(TRAIN, down, {"round": r}) for i in ctx.sample()}
             avg = ctx.mean(msgs, arrays=spec, scalars=["loss"])
             if avg.arrays is not None:
+                mean_y = {k: v for k, v in avg.arrays.items() if not k.startswith(DC + "/")}
                 x, c = server_update(
                     x,
                     c,
-                    unprefixed(avg.arrays, DY),
+                    {k: mean_y[k] - x[k] for k in x},  # mean of Delta y_i = mean(y_i) - x
                     unprefixed(avg.arrays, DC),
                     sampled=len(avg.replies),
                     total=max(total, len(avg.replies)),
