@@ -13,8 +13,10 @@ from fedad.errors import FedadError
 from fedad.fl.algorithm import Setup, build_algorithm
 from fedad.fl.engine import run_inprocess
 from fedad.fl.messages import Message
+from fedad.methods.baselines import patchcore
 from fedad.methods.baselines.patchcore import PatchCoreDetector, greedy_coreset
 from fedad.resources import efficientnet_lite0 as lite0
+from fedad.resources.multilevel import MultiLevelFeatures
 from tests.conftest import make_federation
 
 needs_weights = pytest.mark.skipif(
@@ -86,3 +88,67 @@ def test_fedavg_sends_only_the_projection(
     assert out.history[0]["bytes_up"] < 2 * (c * c + c) * 4 + 2048
     for m in out.evaluations.values():  # maps of every client's test images
         assert m.arrays["map"].shape == (14, 8, 8)
+
+
+@pytest.mark.parametrize(
+    ("params", "key"),
+    [
+        ({"coreset": 2.0}, "coreset"),
+        ({"kind": "vector", "input_shape": [6]}, "kind"),
+        ({"backbone": "resnet18"}, "backbone"),
+        ({"image_size": 1 << 20}, "image_size"),
+        ({"input_shape": [3, 8]}, "input_shape"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+def test_a_crafted_checkpoint_is_refused_in_one_line(params: dict[str, object], key: str) -> None:
+    config = {"class": "patchcore", "params": {"input_shape": [3, 8, 8], **params}}
+    with pytest.raises(FedadError, match=f"'{key}'") as err:
+        detector_from_config(config, {})
+    assert "\n" not in str(err.value)
+
+
+@needs_weights
+def test_coreset_size_is_the_share_of_patches_capped(
+    images: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    det = PatchCoreDetector(input_shape=(3, 32, 32), image_size=64).build()
+    n_patches = len(images) * 8 * 8  # stage 3 of EfficientNet-Lite0: stride 8 on 64 pixels
+    assert det.set_bank(images).bank_.shape == (int(np.ceil(0.1 * n_patches)), 152)
+    det.coreset = 0.25
+    assert len(det.set_bank(images).bank_) == n_patches // 4
+    monkeypatch.setattr(patchcore, "MAX_BANK", 7)
+    assert len(det.set_bank(images).bank_) == 7
+
+
+@needs_weights
+def test_frozen_features_are_computed_once_across_detectors(
+    images: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    patchcore.clear_feature_cache()
+    calls: list[int] = []
+    real = MultiLevelFeatures.__call__
+
+    def counting(self: MultiLevelFeatures, x: np.ndarray, batch_size: int = 32) -> np.ndarray:
+        calls.append(len(x))
+        return real(self, x, batch_size)
+
+    monkeypatch.setattr(MultiLevelFeatures, "__call__", counting)
+    a = PatchCoreDetector(input_shape=(3, 32, 32), image_size=64).fit(images)
+    b = PatchCoreDetector(input_shape=(3, 32, 32), image_size=64, seed=3).fit(images)
+    assert calls == [len(images)]  # one pass of the backbone for both detectors' fits
+    np.testing.assert_array_equal(a.features(images), b.features(images))
+    PatchCoreDetector(input_shape=(3, 32, 32), image_size=96).features(images)
+    assert calls == [len(images), len(images)]  # another resize side: other features
+
+
+@needs_weights
+def test_maps_follow_the_current_bank(images: np.ndarray) -> None:
+    det = PatchCoreDetector(input_shape=(3, 32, 32), image_size=64, coreset=1.0).build()
+    det.set_bank(images)
+    before = det.score(images[:2])  # in the bank: 0 up to cdist's rounding
+    det.set_bank(images[5:])  # the first two images' patches leave the bank
+    assert det.score(images[:2]).min() > 5 * before.max()
+    maps = det.score_maps(images[:2])
+    maps[:] = -1.0  # a caller's copy: the memo is untouched
+    assert (det.score_maps(images[:2]) >= 0).all()

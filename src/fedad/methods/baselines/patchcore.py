@@ -33,17 +33,19 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, ClassVar, Literal, Self
+import threading
+from collections import OrderedDict
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, field_validator
 from torch import nn
 
 from fedad.data.types import Features, dense
 from fedad.detector import DEFAULT_CONTAMINATION, register_detector
-from fedad.methods.baselines.detectors import TorchDetector, TorchDetectorParams
+from fedad.methods.baselines.detectors import MAX_FEATURES, TorchDetector, TorchDetectorParams
 from fedad.nn.patchscore import anomaly_maps, image_scores, knn_distances
 from fedad.resources.multilevel import MultiLevelFeatures
 from fedad.seeding import rng as seeded_rng
@@ -59,15 +61,59 @@ TRAIN_BANK_MAX = 1024
 """The training bank: a random 10% of the patches, at most this many (the kNN of eq. 12
 against every patch of every batch is the cost of a round)."""
 SELECT_DIM = 128
+FEATURE_CACHE_BYTES = 1 << 30
+"""Most bytes of frozen features kept in memory (per process, over all detectors)."""
+
+_FEATURES: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
+_FEATURES_LOCK = threading.Lock()
+
+
+def _cached_features(key: tuple[Any, ...]) -> np.ndarray | None:
+    with _FEATURES_LOCK:
+        hit = _FEATURES.get(key)
+        if hit is not None:
+            _FEATURES.move_to_end(key)
+        return hit
+
+
+def _cache_features(key: tuple[Any, ...], feats: np.ndarray) -> None:
+    """Keep ``feats`` under ``key``, dropping the least recently used beyond
+    :data:`FEATURE_CACHE_BYTES` (an array larger than that is not kept)."""
+    if feats.nbytes > FEATURE_CACHE_BYTES:
+        return
+    with _FEATURES_LOCK:
+        _FEATURES[key] = feats
+        _FEATURES.move_to_end(key)
+        total = sum(v.nbytes for v in _FEATURES.values())
+        while total > FEATURE_CACHE_BYTES:
+            _, old = _FEATURES.popitem(last=False)
+            total -= old.nbytes
+
+
+def clear_feature_cache() -> None:
+    """Forget every cached feature array (tests; memory)."""
+    with _FEATURES_LOCK:
+        _FEATURES.clear()
 
 
 class PatchCoreParams(TorchDetectorParams):
     """The ``__init__`` arguments of :class:`PatchCoreDetector`, as a checkpoint may give them."""
 
+    kind: Literal["vector", "image", "graph"] = "image"
+    input_shape: list[Annotated[int, Field(ge=1, le=MAX_FEATURES)]] = Field(
+        default=[3, 128, 128], min_length=3, max_length=3
+    )
     backbone: Literal["efficientnet-lite0", "wide_resnet50_2"] = "efficientnet-lite0"
     backbone_path: str | None = Field(default=None, max_length=4096)
     image_size: int = Field(default=128, ge=8, le=1024)
     coreset: float = Field(default=0.1, gt=0.0, le=1.0)
+
+    @field_validator("kind")
+    @classmethod
+    def _images(cls, kind: str) -> str:
+        if kind != "image":
+            raise ValueError("the patchcore detector takes images")
+        return kind
 
 
 def greedy_coreset(patches: torch.Tensor, n: int, seed: int) -> torch.Tensor:
@@ -130,7 +176,9 @@ class PatchCoreDetector(TorchDetector):
         self.backbone_path = backbone_path
         self.image_size = image_size
         self.coreset = coreset
-        self._cache: dict[bytes, np.ndarray] = {}
+        self._version = 0
+        """Bumped whenever the projection or the bank changes (invalidates the map memo)."""
+        self._memo: tuple[tuple[Any, ...], np.ndarray] | None = None
 
     def get_params(self) -> dict[str, Any]:
         return {
@@ -147,6 +195,11 @@ class PatchCoreDetector(TorchDetector):
             self.image_size, self.backbone_path, self.device,
         )  # fmt: skip
 
+    def build(self) -> Self:
+        super().build()
+        self._changed()
+        return self
+
     def _make_model(self, latent: int) -> nn.Module:
         c = self.extractor().channels
         conv = nn.Conv2d(c, c, 1)
@@ -160,19 +213,28 @@ class PatchCoreDetector(TorchDetector):
         raise NotImplementedError("PatchCoreDetector trains on cached features")
 
     # -- features ------------------------------------------------------------------------------
+    def _key(self, xs: np.ndarray) -> tuple[Any, ...]:
+        digest = hashlib.blake2b(xs.tobytes(), digest_size=16).digest()
+        return (self.backbone, self.backbone_path, self.image_size, xs.shape, digest)
+
     def features(self, x: Features) -> np.ndarray:
-        """Frozen features ``(n, C, h, w)`` after 3x3 average pooling; the last few inputs'
-        are cached (the backbone never changes)."""
+        """Frozen features ``(n, C, h, w)`` after 3x3 average pooling (PatchCore's local
+        neighbourhood aggregation). Computed once per set of images and kept in a
+        process-wide cache (at most :data:`FEATURE_CACHE_BYTES`), keyed by the backbone, the
+        resize side and a hash of the images: the backbone is frozen, so a client's images
+        go through it once in a run, not once per round. Do not modify the result."""
         xs = np.ascontiguousarray(dense(x, "the patchcore detector"), dtype=np.float32)
-        key = hashlib.blake2b(xs.tobytes(), digest_size=16).digest() + str(xs.shape).encode()
-        hit = self._cache.get(key)
+        key = self._key(xs)
+        hit = _cached_features(key)
         if hit is None:
             f = torch.from_numpy(self.extractor()(xs))
             hit = F.avg_pool2d(f, 3, stride=1, padding=1, count_include_pad=False).numpy()
-            if len(self._cache) >= 4:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[key] = hit
+            _cache_features(key, hit)
         return hit
+
+    def _changed(self) -> None:
+        self._version += 1
+        self._memo = None
 
     def _project(self, feats: np.ndarray, grad: bool = False) -> torch.Tensor:
         dev = next(self.model_.parameters()).device
@@ -196,6 +258,7 @@ class PatchCoreDetector(TorchDetector):
         n = min(MAX_BANK, max(1, math.ceil(self.coreset * len(patches))))
         idx = greedy_coreset(patches, n, int(seeded_rng(self.seed, 0xC0E).integers(2**62)))
         self.bank_ = patches[idx].numpy().astype(np.float32)
+        self._changed()
         return self
 
     # -- training ------------------------------------------------------------------------------
@@ -237,6 +300,7 @@ class PatchCoreDetector(TorchDetector):
         self.model_.eval()
         if hasattr(self, "bank_"):
             del self.bank_  # the projection changed: the bank must be rebuilt
+        self._changed()
         return last
 
     def fit(self, x: Features) -> Self:
@@ -250,7 +314,10 @@ class PatchCoreDetector(TorchDetector):
         """Anomaly maps ``(N, H, W)`` float32 at the images' resolution."""
         if not hasattr(self, "bank_"):
             raise RuntimeError("PatchCoreDetector has no memory bank: call set_bank or fit")
-        xs = dense(x, "the patchcore detector")
+        xs = np.ascontiguousarray(dense(x, "the patchcore detector"), dtype=np.float32)
+        key = (self._version, *self._key(xs))
+        if self._memo is not None and self._memo[0] == key:
+            return self._memo[1].copy()  # score and score_maps of one test set: one kNN
         feats = self.features(xs)
         bank = torch.as_tensor(self.bank_, device=next(self.model_.parameters()).device)
         size = (int(xs.shape[2]), int(xs.shape[3]))
@@ -259,7 +326,9 @@ class PatchCoreDetector(TorchDetector):
             for s in range(0, len(feats), 32):
                 maps = anomaly_maps(self._project(feats[s : s + 32]), bank, size)
                 out.append(maps.float().cpu().numpy())
-        return np.concatenate(out) if out else np.zeros((0, *size), np.float32)
+        result = np.concatenate(out) if out else np.zeros((0, *size), np.float32)
+        self._memo = (key, result)
+        return result.copy()
 
     def score(self, x: Features) -> np.ndarray:
         """The image score: the maximum of the anomaly map."""
@@ -287,4 +356,5 @@ class PatchCoreDetector(TorchDetector):
             if not np.isfinite(b).all():
                 raise ValueError("bank_ holds non-finite values")
             self.bank_ = b
+        self._changed()
         return self
