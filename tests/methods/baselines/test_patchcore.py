@@ -152,3 +152,10 @@ def test_maps_follow_the_current_bank(images: np.ndarray) -> None:
     maps = det.score_maps(images[:2])
     maps[:] = -1.0  # a caller's copy: the memo is untouched
     assert (det.score_maps(images[:2]) >= 0).all()
+
+
+def test_patchcore_batches_ten_images_unless_configured() -> None:
+    setup = Setup("image", (3, 8, 8), rounds=1, seed=0, contamination=0.1, num_clients=2)
+    assert build_algorithm("fedavg", {}, setup, "patchcore").params.batch_size == 10
+    assert build_algorithm("local", {"batch_size": 4}, setup, "patchcore").params.batch_size == 4
+    assert build_algorithm("fedavg", {}, setup, "autoencoder").params.batch_size == 64

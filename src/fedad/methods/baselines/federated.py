@@ -90,7 +90,7 @@ from fedad.methods.baselines.detectors import (
     TorchDetector,
 )
 from fedad.methods.baselines.ocsvm import OCSVM, OCSVMDetector
-from fedad.methods.baselines.patchcore import PATCHCORE, PatchCoreDetector
+from fedad.methods.baselines.patchcore import PATCHCORE, PATCHCORE_BATCH, PatchCoreDetector
 from fedad.methods.baselines.pretrained import (
     PRETRAINED,
     PretrainedDetector,
@@ -163,6 +163,10 @@ class TorchBaseline(Algorithm):
 
     def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
         super().__init__(params, setup, detector)
+        if detector == PATCHCORE and "batch_size" not in self.params.model_fields_set:
+            # FedDyMem's batches of 10 images, unless the config sets its own (the resolved
+            # config then says 10, so a rerun of it trains alike)
+            self.params = self.params.model_copy(update={"batch_size": PATCHCORE_BATCH})
         check_pretrained(self.name, detector, setup.kind, params)
         shape = tuple(setup.feature_shape)
         if detector == CONTRASTIVE and (len(shape) != 3 or shape[1] != shape[2]):

@@ -61,6 +61,9 @@ TRAIN_BANK_MAX = 1024
 """The training bank: a random 10% of the patches, at most this many (the kNN of eq. 12
 against every patch of every batch is the cost of a round)."""
 SELECT_DIM = 128
+PATCHCORE_BATCH = 10
+"""Images per training batch by default (FedDyMem's); the generic methods' ``batch_size``
+default (64) does not apply to this detector unless the config sets it."""
 FEATURE_CACHE_BYTES = 1 << 30
 """Most bytes of frozen features kept in memory (per process, over all detectors)."""
 
