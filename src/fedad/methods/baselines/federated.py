@@ -51,7 +51,10 @@ The ``patchcore`` detector (:mod:`.patchcore`, images only: FedDyMem's "all para
 aggregated" baseline) works like ``contrastive``: rounds exchange its projection only (a
 1x1 convolution on frozen EfficientNet-Lite0 patch features), and each client's final
 detector is the global projection with a coreset bank of its own training patches,
-computed on the client; ``centralized`` builds the bank of the pooled uploads.
+computed on the client; ``centralized`` builds the bank of the pooled uploads. With it the
+parameters keep their meaning (``lr``, ``local_epochs``, ``weight_decay``: its default 5e-4,
+``mu``), except ``batch_size``, 10 images unless the config sets it, and ``latent_dim``,
+ignored (the projection keeps the feature width); docs/methods/baselines.md.
 
 ``fedavg`` and ``fedprox`` aggregate through :meth:`ServerContext.mean
 <fedad.fl.context.ServerContext.mean>`, so both their phases run under SecAgg+ when

@@ -5,8 +5,12 @@ entry of a memory bank of normal training patches. Here, on the same frozen mult
 features as FedDyMem (:mod:`fedad.resources.multilevel`, [FedDyMem eq. 8]) followed by
 PatchCore's local neighbourhood aggregation (3x3 average pooling):
 
-* a trainable **projection**, a 1x1 convolution initialised to the identity and without
-  activation, so that the untrained detector is PatchCore exactly;
+* the **frozen features** of images resized to ``image_size`` (the generic methods: the
+  images' own side kept within [64, 224], as FedDyMem's), computed once per set of images
+  and process (:func:`_cache_features`: a client's images are not re-encoded every round);
+  the backbone is never part of the arrays or of a message;
+* a trainable **projection**, a 1x1 convolution initialised to the identity and kept
+  linear (no activation), so that the untrained detector is PatchCore exactly;
 * a **memory bank** of projected training patches: PatchCore's greedy k-center coreset
   (a seeded random projection to 128 dimensions for the selection) of ``coreset`` (10%) of
   the patches, at most :data:`MAX_BANK` entries;
@@ -16,8 +20,12 @@ PatchCore's local neighbourhood aggregation (3x3 average pooling):
   random 10% of the patches there, at most 1,024: the greedy coreset and a full-size bank
   cost seconds per call), each batch's loss on a random 512 of its patches (an unbiased
   estimate of the mean); Adam, lr 1e-3, weight decay 5e-4, batches of 10 images. The loss
-  pulls patches towards their neighbours, so it can shrink the feature space (scores fall
-  with it);
+  pulls patches towards their neighbours, so its minimum is a collapsed feature space, and
+  it does shrink it: measured on two texture types (120 training images, 128 pixels, 10
+  epochs), the loss fell from 17.3 to 11.9, the patches' spread by half and the projection's
+  smallest singular value from 1 to 0.06, normal test scores by 31% and defective ones by
+  9%; image and pixel AUROC stayed (1.000, 0.988 -> 0.985). A slow, partial collapse that
+  costs nothing there, not hidden: longer training keeps shrinking it (weight decay too);
 * **scoring** as FedDyMem's (:mod:`fedad.nn.patchscore`): nearest-bank distance maps,
   bilinear upsampling, Gaussian smoothing with sigma 4, image score the maximum.
 
