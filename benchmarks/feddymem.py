@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from suites import Method, mean_std, method_lines, pm, run_suite, seed_methods
+from suites import Method, mean_std, method_lines, pm, run_suite, seed_methods, traffic
 
 TABLE: list[Method] = [
     ("local-ae", "local", {}, "autoencoder"),
@@ -88,15 +88,7 @@ def summarise(run: Path) -> dict[str, Any]:
             if m.get("per_client")
         ]
         row["client_auroc"], row["client_auroc_std"] = mean_std(client)
-        rounds = [max(int(m["rounds"]), 1) for m in ms]
-        clients = [max(len(m.get("per_client", [])), 1) for m in ms]
-        ups = [m["bytes_up"] / r / c for m, r, c in zip(ms, rounds, clients, strict=True)]
-        row["bytes_up_per_client_round"] = float(np.mean(ups)) if ups else None
-        per_round = [
-            (m["bytes_up"] + m["bytes_down"]) / r / 1e6 for m, r in zip(ms, rounds, strict=True)
-        ]
-        row["mb_per_round"] = float(np.mean(per_round)) if per_round else None
-        row["seconds"] = float(np.mean([m["seconds"] for m in ms])) if ms else None
+        row.update(traffic(ms))
         out[label] = row
     return out
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from suites import Method, mean_std, method_lines, pm, run_suite, seed_methods
+from suites import Method, mean_std, method_lines, pm, run_suite, seed_methods, traffic
 
 DOMAINS = ["graphs_molecules", "graphs_proteins", "graphs_social", "graphs_grids"]
 
@@ -101,15 +101,10 @@ def summarise(run: Path) -> dict[str, Any]:
         row["auroc"], row["auroc_std"] = mean_std([float(m["auroc"]) for m in ms])
         teacher = [float(m["teacher_auroc"]) for m in ms if m.get("teacher_auroc") is not None]
         row["teacher_auroc"], row["teacher_auroc_std"] = mean_std(teacher)
-        rounds = [max(int(m["rounds"]), 1) for m in ms]
-        clients = [max(len(m.get("per_client", [])), 1) for m in ms]
-        ups = [m["bytes_up"] / r / c / 4 for m, r, c in zip(ms, rounds, clients, strict=True)]
-        row["params_up_per_client_round"] = float(np.mean(ups)) if ups else None
-        per_round = [
-            (m["bytes_up"] + m["bytes_down"]) / r / 1e6 for m, r in zip(ms, rounds, strict=True)
-        ]
-        row["mb_per_round"] = float(np.mean(per_round)) if per_round else None
-        row["seconds"] = float(np.mean([m["seconds"] for m in ms])) if ms else None
+        cost = traffic(ms)
+        up = cost.pop("bytes_up_per_client_round")
+        row["params_up_per_client_round"] = None if up is None else up / 4  # float32
+        row.update(cost)
         out[label] = row
     return out
 

@@ -71,6 +71,22 @@ def seed_methods(run: Path) -> list[dict[str, Any]]:
     ]
 
 
+def traffic(ms: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    """A method's cost over seeds (its ``metrics.json`` entries ``ms``): mean bytes up per
+    client and round, mean MB (up + down) per round, mean seconds."""
+    rounds = [max(int(m["rounds"]), 1) for m in ms]
+    clients = [max(len(m.get("per_client", [])), 1) for m in ms]
+    ups = [m["bytes_up"] / r / c for m, r, c in zip(ms, rounds, clients, strict=True)]
+    per_round = [
+        (m["bytes_up"] + m["bytes_down"]) / r / 1e6 for m, r in zip(ms, rounds, strict=True)
+    ]
+    return {
+        "bytes_up_per_client_round": float(np.mean(ups)) if ups else None,
+        "mb_per_round": float(np.mean(per_round)) if per_round else None,
+        "seconds": float(np.mean([m["seconds"] for m in ms])) if ms else None,
+    }
+
+
 def run_suite(
     text: str,
     name: str,
