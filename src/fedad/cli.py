@@ -1,4 +1,4 @@
-"""The ``fedad`` command line: ``run``, ``list``, ``report``.
+"""The ``fedad`` command line: ``run``, ``list``, ``report``, ``score``.
 
 User mistakes (bad config, missing data, impossible partitions) print one line on stderr and
 exit with status 2; no traceback.
@@ -269,6 +269,8 @@ PARTITIONS = {
     "dominant": "each client mostly one normal class (dominant_fraction), the rest mixed",
     "one-class": "each client exactly one normal class",
     "by-source": "each client one data source (data.sources)",
+    "one-vs-rest": "each client one normal class; the other classes are its anomalies",
+    "natural": "one client per value of data.client_column (or the image folder's clients)",
 }
 
 
@@ -288,6 +290,47 @@ def report(
     except FedadError as err:
         _fail(err)
     console.print(f"wrote {path}")
+
+
+@app.command()
+def score(
+    run_dir: Annotated[Path, typer.Argument(help="a directory written by fedad run")],
+    data: Annotated[Path, typer.Argument(help="a .csv/.tsv/.parquet file or an image folder")],
+    method: Annotated[str, typer.Option("--method", "-m", help="the method's label")],
+    client: Annotated[
+        str | None,
+        typer.Option(help="the client whose detector scores (number or natural id value)"),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="write the CSV here (default: stdout)")
+    ] = None,
+    id_column: Annotated[
+        str | None, typer.Option("--id-column", help="table column giving each row's id")
+    ] = None,
+    skip_bad_files: Annotated[
+        bool, typer.Option("--skip-bad-files", help="skip unreadable images, and count them")
+    ] = False,
+    force: Annotated[bool, typer.Option("--force", help="replace the file at --out")] = False,
+) -> None:
+    """Score new data with a trained detector, preprocessed as in training."""
+    from fedad.scoring import score_data, scores_csv
+
+    try:
+        if out is not None and out.exists() and not force:
+            raise FedadError(f"'{out}' exists", "choose another --out, or add --force")
+        scored = score_data(run_dir, data, method, client, id_column, skip_bad_files)
+        text = scores_csv(scored)
+        if out is not None:
+            from fedad.outdir import write_text
+
+            write_text(out, text)
+        else:
+            sys.stdout.write(text)
+    except (FedadError, OSError) as err:
+        _fail(err)
+    n, k = len(scored.ids), int(scored.flags.sum())
+    where = f" to {out}" if out is not None else ""
+    errors.print(f"scored {n} inputs with '{method}'{where}: {k} flagged as anomalies")
 
 
 app.add_typer(flower_app, name="flower")

@@ -17,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fedad.errors import ConfigError
 
-SchemeName = Literal["iid", "dirichlet", "dominant", "one-class", "one-vs-rest", "by-source"]
+SchemeName = Literal[
+    "iid", "dirichlet", "dominant", "one-class", "one-vs-rest", "by-source", "natural"
+]
 EngineName = Literal["inprocess", "flower-simulation", "flower-deployment"]
 AttackName = Literal["none", "gaussian-data", "contamination", "scaled-update", "sign-flip"]
 
@@ -48,8 +50,11 @@ class DataConfig(_Strict):
 
     name: str
     path: str | None = None
-    normal: list[int] | None = None
-    anomaly: list[int] | None = None
+    normal: list[int | str] | None = Field(
+        default=None,
+        description="normal classes: indices, or values for tables and image folders",
+    )
+    anomaly: list[int | str] | None = None
     anomaly_source: str = ""
     anomaly_source_path: str | None = None
     sources: list[str] = Field(default_factory=list)
@@ -69,6 +74,32 @@ class DataConfig(_Strict):
             "or impute the training mean"
         ),
     )
+    # tables and image folders (fedad.data.table, fedad.data.image_folder)
+    label_column: str | None = Field(default=None, description="table: the label column")
+    client_column: str | None = Field(
+        default=None, description="table: the column naming each row's client (natural)"
+    )
+    features: list[str] | None = Field(
+        default=None, description="table: the feature columns (default: every other column)"
+    )
+    drop_columns: list[str] | None = Field(
+        default=None, description="table: columns that are not features"
+    )
+    split_column: str | None = Field(
+        default=None, description="table: a column of 'train'/'test' giving the test split"
+    )
+    channels: Literal[1, 3] | None = Field(
+        default=None, description="image folder: force grey (1) or RGB (3)"
+    )
+    skip_bad_files: bool | None = Field(
+        default=None, description="image folder: skip and count unreadable images"
+    )
+
+    def loader_options(self) -> dict[str, Any]:
+        """The extra keys a loader may take (``None``: not set); see ``load_dataset``."""
+        keys = ("label_column", "client_column", "features", "drop_columns", "split_column",
+                "channels", "skip_bad_files")  # fmt: skip
+        return {k: getattr(self, k) for k in keys}
 
 
 class PartitionConfig(_Strict):
@@ -220,7 +251,7 @@ class ExperimentConfig(_Strict):
             raise ValueError("give 'seed' or 'seeds', not both (seeds = [0, 1, 2] runs each)")
         d = self.data
         if d.normal is not None and d.anomaly is not None:
-            both = sorted(set(d.normal) & set(d.anomaly))
+            both = sorted(set(d.normal) & set(d.anomaly), key=str)
             if both:
                 raise ValueError(
                     f"data.normal and data.anomaly share classes {both}; "

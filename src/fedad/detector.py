@@ -15,14 +15,18 @@ A checkpoint is untrusted input; it can pick one of the registered classes and n
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, ClassVar, Protocol, Self, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, TypeVar, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from fedad.errors import FedadError
+
+if TYPE_CHECKING:
+    from fedad.inputs import Inputs
 
 DEFAULT_CONTAMINATION = 0.05
 """Threshold quantile used when neither the config nor the method gives a contamination."""
@@ -53,11 +57,22 @@ class BaseDetector(ABC):
     """
 
     threshold_: float
+    inputs_: Inputs | None = None
+    """The run's preprocessing, set by :func:`fedad.load` (:class:`fedad.inputs.Inputs`):
+    with it, ``score`` and ``predict`` also accept a pandas DataFrame of raw table rows,
+    which are preprocessed exactly as the run's training data were."""
     registry_name: ClassVar[str] = ""
     ParamsModel: ClassVar[type[BaseModel]]
 
     def __init__(self, contamination: float = DEFAULT_CONTAMINATION) -> None:
         self.contamination = contamination
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Every detector's own ``score`` accepts raw table rows once ``inputs_`` is set.
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("score")
+        if callable(own) and not getattr(own, "_fedad_raw", False):
+            cls.score = _accepting_raw(own)  # type: ignore[method-assign]
 
     @abstractmethod
     def fit(self, x: np.ndarray) -> Self:
@@ -105,6 +120,20 @@ class Localizer(Protocol):
     images ``x`` ``(N, C, H, W)``, at their resolution, higher = more anomalous."""
 
     def score_maps(self, x: np.ndarray) -> np.ndarray: ...
+
+
+def _accepting_raw(score: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """``score`` that first preprocesses a pandas DataFrame with the detector's ``inputs_``
+    (arrays and graph sets pass through untouched)."""
+
+    @functools.wraps(score)
+    def wrapper(self: BaseDetector, x: Any, *args: Any, **kwargs: Any) -> np.ndarray:
+        if self.inputs_ is not None and type(x).__module__.startswith("pandas"):
+            x = self.inputs_.table(x)
+        return score(self, x, *args, **kwargs)
+
+    wrapper._fedad_raw = True  # type: ignore[attr-defined]
+    return wrapper
 
 
 def localizes(det: object) -> bool:

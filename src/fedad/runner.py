@@ -48,6 +48,7 @@ from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import unprefixed
 from fedad.fl.server_inputs import check_requirements, supplied_fields
+from fedad.inputs import INPUTS_FILE, Inputs
 from fedad.outdir import Done, RunDir, staged_dir, write_npz, write_text
 
 HISTORY_COLUMNS = [
@@ -199,8 +200,11 @@ def summarize(
     client_mean = fed is not None and fed.notes.get("pooled") == "client-mean"
     pooled, per_client = evaluate_replies(pooled_ev, families_for(algorithm), client_mean)
     thresholds = {i: float(m.scalars["threshold"]) for i, m in zip(ids, ev, strict=True)}
+    names = {c.client_id: c.name for c in fed.clients if c.name} if fed is not None else {}
     for row in per_client:
         row["threshold"] = thresholds.get(int(row["client"] or 0))
+        if names:  # natural partitions: the client's id value (data.client_column ...)
+            row["client_name"] = names.get(int(row["client"] or 0), "")
     n_train = [float(m.scalars.get("num_examples", 1)) for m in ev]
     mean_threshold = (
         float(np.average(list(thresholds.values()), weights=n_train)) if thresholds else None
@@ -435,6 +439,7 @@ def run_experiment(
             resolve_device(cfg.engine.device)  # a device that is not there: stop now
             cfg = with_server_data(cfg)
             fed = build_federation(cfg)
+            write_text(out / INPUTS_FILE, Inputs.from_federation(cfg, fed).to_json())
             algorithms = build_algorithms(cfg, fed)
             config_text = dump_toml(resolved_config(cfg, algorithms))
             labels = list(algorithms)

@@ -21,6 +21,7 @@ import numpy as np
 
 from fedad.detector import BaseDetector, detector_from_config
 from fedad.errors import FedadError
+from fedad.inputs import INPUTS_FILE, Inputs, read_inputs
 from fedad.report.rundir import read_metrics
 
 MAX_NPZ_BYTES = 8 << 30
@@ -41,14 +42,21 @@ class Run:
     node_models: dict[str, dict[int, str]] = field(default_factory=dict)
     """Per method, clients whose personalised detector stayed on their Flower node: the
     node's folder (a run directory of its own; load it there with ``fedad.load``)."""
+    inputs: Inputs | None = None
+    """How the run preprocessed its data (``inputs.json``); ``None`` for older runs. Each
+    detector carries it as ``inputs_``, so that ``detector.score`` accepts a DataFrame."""
+
+    def score(self, label: str, data: Any, client: int = 0) -> np.ndarray:
+        """Scores of ``data`` (a DataFrame of the run's feature columns, or model inputs)
+        by client ``client``'s detector of method ``label``, preprocessed as in training."""
+        return self.detector(label, client).score(data)
 
     def detector(self, label: str, client: int = 0) -> BaseDetector:
         """The detector client ``client`` ended with for method ``label``."""
         home = self.node_models.get(label, {}).get(client)
         if home is not None:
             raise FedadError(
-                f"client {client}'s detector of method '{label}' stayed on its node, "
-                f"in {home}",
+                f"client {client}'s detector of method '{label}' stayed on its node, in {home}",
                 f"on that machine: fedad.load('{home}').detector('{label}', {client})",
             )
         try:
@@ -185,4 +193,8 @@ def load_run(run_dir: str | Path) -> Run:
                 detectors[d.name], away = _checkpoint(root, _inside(root, d))
                 if away:
                     homes[d.name] = away
-    return Run(root, config, metrics, detectors, homes)
+    inputs = read_inputs(root) if (root / INPUTS_FILE).exists() else None
+    for per_client in detectors.values():
+        for det in per_client.values():
+            det.inputs_ = inputs
+    return Run(root, config, metrics, detectors, homes, inputs)

@@ -66,7 +66,8 @@ from typing import Literal
 import numpy as np
 
 from fedad.attacks import attacked_clients, gaussian_data, n_affected
-from fedad.config import ExperimentConfig
+from fedad.config import MAX_CLIENTS, ExperimentConfig
+from fedad.data.encoding import Encoding, seen_categories
 from fedad.data.missing import check_missing, fill_missing, training_means
 from fedad.data.partition import partition, round_half_up
 from fedad.data.registry import load_dataset, normalize_name
@@ -207,12 +208,27 @@ def _class_list(ds: Dataset, name: str) -> str:
     return f"'{name}' has classes 0..{len(ds.classes) - 1} ({shown})"
 
 
-def _class_ids(ids: list[int] | None, key: str, ds: Dataset, name: str) -> tuple[int, ...]:
-    out = tuple(dict.fromkeys(ids or []))
-    bad = [c for c in out if not 0 <= c < len(ds.classes)]
-    if bad:
-        raise DataError(f"{key} has class {bad[0]}, but {_class_list(ds, name)}", f"fix {key}")
-    return out
+def _class_ids(ids: list[int | str] | None, key: str, ds: Dataset, name: str) -> tuple[int, ...]:
+    """Class indices of ``ids``: indices into ``ds.classes``, or, for a data set whose
+    classes are values found in a file (``ds.by_value``: tables, image folders), the
+    classes whose value (name) is each id."""
+    out: list[int] = []
+    for c in dict.fromkeys(ids or []):
+        if ds.by_value:
+            if str(c) not in ds.classes:
+                shown = ", ".join(repr(v) for v in ds.classes[:12])
+                more = f" and {len(ds.classes) - 12} more" if len(ds.classes) > 12 else ""
+                raise DataError(
+                    f"{key} has {c!r}, which is not a class of '{name}' (its values: "
+                    f"{shown}{more})",
+                    f"fix {key}: it selects classes by value",
+                )
+            out.append(ds.classes.index(str(c)))
+            continue
+        if isinstance(c, str) or not 0 <= c < len(ds.classes):
+            raise DataError(f"{key} has class {c!r}, but {_class_list(ds, name)}", f"fix {key}")
+        out.append(c)
+    return tuple(dict.fromkeys(out))
 
 
 def _roles(cfg: ExperimentConfig, ds: Dataset, name: str) -> tuple[tuple[int, ...], ...]:
@@ -228,6 +244,9 @@ def _roles(cfg: ExperimentConfig, ds: Dataset, name: str) -> tuple[tuple[int, ..
                 f"remove data.{given[0]}",
             )
         return (0,), (1,)
+    if ds.by_value and set(ds.classes) == {"0", "1"} and d.normal is None and d.anomaly is None:
+        # a 0/1 label column: 1 marks an anomaly (a fixed definition, like ODDS)
+        return (ds.classes.index("0"),), (ds.classes.index("1"),)
     if not d.normal:
         raise ConfigError(
             f"data.normal is missing or empty: {_class_list(ds, name)}",
@@ -324,11 +343,16 @@ def _one_vs_rest_roles(
 
 
 def _load(
-    name: str, path: str | None, size: int | None, where: str = "", hint: str = ""
+    name: str,
+    path: str | None,
+    size: int | None,
+    where: str = "",
+    hint: str = "",
+    options: dict[str, object] | None = None,
 ) -> Dataset:
     """Load a data set; errors about a secondary one say which key it came from."""
     try:
-        return load_dataset(name, path, size)
+        return load_dataset(name, path, size, options)
     except DataError as err:
         if not where:
             raise
@@ -338,8 +362,11 @@ def _load(
 def _load_checked(
     cfg: ExperimentConfig, name: str, path: str | None, where: str = "", hint: str = ""
 ) -> Dataset:
-    """:func:`_load`, then the missing-value check of ``data.missing`` (once per data set)."""
-    return check_missing(_load(name, path, cfg.data.size, where, hint), name, cfg.data.missing)
+    """:func:`_load`, then the missing-value check of ``data.missing`` (once per data set).
+    The main data set (``data.name``) gets the loader options (``data.label_column`` ...)."""
+    options = cfg.data.loader_options() if not where else None
+    ds = _load(name, path, cfg.data.size, where, hint, options)
+    return check_missing(ds, name, cfg.data.missing)
 
 
 def _load_members(cfg: ExperimentConfig) -> list[_Member]:
@@ -391,6 +418,12 @@ def _load_members(cfg: ExperimentConfig) -> list[_Member]:
         every = tuple(range(len(ds.classes)))
         members.append(_Member(key, ds, offset, "anomaly_source", (), every))
     first = members[0]
+    if first.dataset.categorical and len(members) > 1:
+        raise ConfigError(
+            f"'{first.name}' has text (categorical) columns and cannot be combined with "
+            "data.sources or data.anomaly_source",
+            "use the table alone",
+        )
     for m in members[1:]:
         what = "data.anomaly_source" if m.role == "anomaly_source" else "data.sources entry"
         if m.dataset.kind != first.dataset.kind:
@@ -439,6 +472,12 @@ class FederationPlan:
     gaussian_clients: dict[int, float] = field(default_factory=dict)
     attack_seed: int = 0
     notes: dict[str, object] = field(default_factory=dict)
+    client_names: list[str] = field(default_factory=list)
+    """Natural partitions: each client's id value (``data.client_column`` ...)."""
+    columns: tuple[str, ...] = ()
+    categorical: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    """A table's categorical columns (:attr:`Dataset.categorical`), one-hot encoded by
+    :func:`materialize` with the categories of the clients' training rows."""
 
 
 def _split_block(
@@ -684,6 +723,87 @@ def _contaminate(
     return ids, flags, n_bad
 
 
+def _natural_clients(cfg: ExperimentConfig, members: list[_Member]) -> list[str]:
+    """The clients of ``partition.scheme = "natural"``: the main data set's distinct client
+    ids (training and test rows), sorted; checks ``partition.clients`` against their count."""
+    main = members[0].dataset
+    if main.group is None:
+        raise ConfigError(
+            f"partition.scheme = 'natural' needs a client id per sample, which '{main.name}' "
+            "does not have",
+            "set data.client_column (tables) or give the image folder client folders or "
+            "clients.csv; or use another scheme",
+        )
+    if sum(m.role == "source" for m in members) > 1:
+        raise ConfigError(
+            "partition.scheme = 'natural' takes its clients from one data set, but "
+            "data.sources lists several",
+            "remove data.sources, or use partition.scheme = 'by-source'",
+        )
+    values = [main.group] + ([main.group_test] if main.group_test is not None else [])
+    names = sorted({str(v) for g in values for v in g.tolist()})
+    where = (
+        f"data.client_column '{cfg.data.client_column}'"
+        if cfg.data.client_column
+        else ("the image folder's client ids")
+    )
+    if len(names) > MAX_CLIENTS:
+        raise DataError(
+            f"{where} has {len(names):,} distinct values, more than the {MAX_CLIENTS:,} clients "
+            "fedad runs",
+            "group the rows into fewer clients",
+        )
+    if "clients" in cfg.partition.model_fields_set and cfg.partition.clients != len(names):
+        shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+        raise ConfigError(
+            f"partition.clients = {cfg.partition.clients}, but {where} names {len(names)} "
+            f"clients ({shown})",
+            f"omit partition.clients or set it to {len(names)}",
+        )
+    return names
+
+
+def _group_codes(group: np.ndarray | None, n: int, names: list[str]) -> np.ndarray:
+    """Each sample's client number (its id's index in ``names``), -1 without natural ids."""
+    if group is None or not names:
+        return np.full(n, -1, dtype=np.int64)
+    lookup = {v: k for k, v in enumerate(names)}
+    return np.array([lookup[str(v)] for v in group.tolist()], dtype=np.int64)
+
+
+def _check_natural_sizes(
+    cfg: ExperimentConfig, names: list[str], train_normals: list[np.ndarray]
+) -> None:
+    for name, t in zip(names, train_normals, strict=True):
+        if len(t) < cfg.partition.min_per_client:
+            raise DataError(
+                f"client '{name}' has {len(t)} normal training samples, fewer than "
+                f"partition.min_per_client = {cfg.partition.min_per_client}",
+                "give that client more normal rows, lower partition.min_per_client or "
+                "data.server_normal, or remove its rows",
+            )
+
+
+def _natural_tests(
+    test_normals: np.ndarray,
+    test_anomalies: np.ndarray,
+    group_of: np.ndarray,
+    num_clients: int,
+    rng: np.random.Generator,
+) -> tuple[list[np.ndarray], list[np.ndarray], int]:
+    """Local tests of ``natural``: each client's own held-out rows; anomalies without a
+    client (``data.anomaly_source``) are dealt evenly."""
+    normals = [np.sort(test_normals[group_of[test_normals] == k]) for k in range(num_clients)]
+    own = [test_anomalies[group_of[test_anomalies] == k] for k in range(num_clients)]
+    rest = test_anomalies[group_of[test_anomalies] < 0]
+    dealt = rest[rng.permutation(len(rest))]
+    hands = [own[k] for k in range(num_clients)]
+    for slot, k in enumerate(rng.permutation(num_clients)):
+        hands[int(k)] = np.concatenate([hands[int(k)], dealt[slot::num_clients]])
+    out = [np.sort(h) for h in hands]
+    return normals, out, 0
+
+
 def _seed_sequence(seed: int) -> np.random.SeedSequence:
     """The root of all random streams; negative seeds map to distinct non-negative ones."""
     return np.random.SeedSequence(seed % (1 << 128))
@@ -709,20 +829,32 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
     train_parts: list[np.ndarray] = []
     test_parts: list[np.ndarray] = []
     split_notes: dict[str, str] = {}
+    natural = p.scheme == "natural"
+    client_names = _natural_clients(cfg, members) if natural else []
+    k_clients = len(client_names) if natural else p.clients
+    group_blocks: list[np.ndarray] = []
     for j, m in enumerate(members):
         ds, off = m.dataset, m.offset
         normal_classes.extend(off + c for c in m.normal)
         anomaly_classes.extend(off + c for c in m.anomaly)
+        codes = _group_codes(ds.group, len(ds.x), client_names)
         if ds.x_test is not None and ds.y_test is not None:
             train_parts.append(catalog.add(ds.x, ds.y + off, j, ds.mask))
             test_parts.append(catalog.add(ds.x_test, ds.y_test + off, j, ds.mask_test))
+            group_blocks += [codes, _group_codes(ds.group_test, len(ds.x_test), client_names)]
             split_notes[m.name] = "official"
         else:
             ids = catalog.add(ds.x, ds.y + off, j, ds.mask)
-            tr, te = _split_block(ids, ds.y.astype(np.int64) + off, d.test_fraction, rngs["split"])
+            # natural clients: each client's own rows are split, class by class
+            strata = (ds.y.astype(np.int64) + off) * (k_clients + 1) + codes + 1
+            tr, te = _split_block(ids, strata, d.test_fraction, rngs["split"])
             train_parts.append(tr)
             test_parts.append(te)
-            split_notes[m.name] = f"stratified {d.test_fraction:g}"
+            group_blocks.append(codes)
+            split_notes[m.name] = f"stratified {d.test_fraction:g}" + (
+                " per client" if natural else ""
+            )
+    group_of = np.concatenate(group_blocks)
     classes = catalog.classes
     source_of = catalog.members
     train_all = np.concatenate(train_parts)
@@ -771,7 +903,6 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
         anomaly_pool = np.sort(normal_pool)
 
     # 4. server data
-    k_clients = p.clients
     server_ids = np.empty(0, dtype=np.int64)
     if d.server_normal > 0:
         left = len(normal_pool) - d.server_normal
@@ -810,13 +941,15 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
         classes[normal_pool],
         k_clients,
         rngs["partition"],
-        groups=source_of[normal_pool],
+        groups=group_of[normal_pool] if natural else source_of[normal_pool],
         classes=normal_classes,
         alpha=p.alpha,
         dominant_fraction=p.dominant_fraction,
         min_per_client=p.min_per_client,
     )
     train_normals = [normal_pool[part] for part in parts]
+    if natural:
+        _check_natural_sizes(cfg, client_names, train_normals)
     if d.max_train_per_client is not None:
         cap = d.max_train_per_client
         train_normals = [
@@ -863,6 +996,10 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
         local_n = [test_normals.copy() for _ in range(k_clients)]
         local_a = [test_anomalies.copy() for _ in range(k_clients)]
         uniform = 0
+    elif natural:
+        local_n, local_a, uniform = _natural_tests(
+            test_normals, test_anomalies, group_of, k_clients, rngs["local_test"]
+        )
     else:
         local_n, local_a, uniform = _assign_local_tests(
             test_normals, test_anomalies, classes, counts, k_clients, rngs["local_test"],
@@ -946,6 +1083,9 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
     elif p.local_test == "shared":
         notes["pooled"] = "client-mean"
         notes["local_test"] = "shared"
+    if natural:
+        notes["client_names"] = list(client_names)
+        notes["client_column"] = cfg.data.client_column or ""
     if catalog.has_masks:
         notes["masks"] = True
     without = [m.name for m in members if not m.dataset.has_masks]
@@ -971,6 +1111,9 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
         notes=notes,
         gaussian_clients=gaussian,
         attack_seed=cfg.seed,
+        client_names=list(client_names),
+        columns=main.dataset.columns,
+        categorical=main.dataset.categorical,
     )
 
 
@@ -1034,10 +1177,30 @@ def materialize(plan: FederationPlan) -> Federation:
                 source=plan.client_sources[k],
                 mask_train=cat.gather_masks(plan.train_ids[k]),
                 mask_test=cat.gather_masks(plan.test_ids[k]),
+                name=plan.client_names[k] if plan.client_names else "",
             )
         )
     server = cat.gather(plan.server_ids) if len(plan.server_ids) else None
     notes = dict(plan.notes)
+    notes["columns"] = list(plan.columns)
+    feature_shape = plan.feature_shape
+    one_hot = None
+    if plan.categorical:
+        raw = dict(plan.categorical)
+        enc = Encoding(plan.columns, seen_categories([_dense(c.x_train) for c in clients],
+                                                     plan.categorical))  # fmt: skip
+        for c in clients:
+            c.x_train = enc.apply(_dense(c.x_train), raw)
+            c.x_test = enc.apply(_dense(c.x_test), raw)
+        if server is not None:
+            server = enc.apply(_dense(server), raw)
+        feature_shape = (len(enc.encoded_columns),)
+        one_hot = enc.one_hot_mask
+        notes["encoding"] = {
+            "columns": list(plan.columns),
+            "categories": {plan.columns[j]: list(v) for j, v in enc.categories.items()},
+            "encoded_columns": list(enc.encoded_columns),
+        }
     if plan.impute:
         means = training_means([_dense(c.x_train) for c in clients], plan.name)
         for c in clients:
@@ -1048,6 +1211,8 @@ def materialize(plan: FederationPlan) -> Federation:
         notes["imputed_means"] = [float(v) for v in means]
     if plan.standardize:
         mean, std = pooled_mean_std([_dense(c.x_train) for c in clients])
+        if one_hot is not None:  # one-hot columns stay 0/1
+            mean, std = np.where(one_hot, 0.0, mean), np.where(one_hot, 1.0, std)
         mu, sd = mean.astype(np.float32), std.astype(np.float32)
         for c in clients:
             c.x_train = (_dense(c.x_train) - mu) / sd
@@ -1065,7 +1230,7 @@ def materialize(plan: FederationPlan) -> Federation:
     return Federation(
         name=plan.name,
         kind=plan.kind,
-        feature_shape=plan.feature_shape,
+        feature_shape=feature_shape,
         clients=clients,
         normal_classes=list(plan.normal_classes),
         anomaly_classes=list(plan.anomaly_classes),

@@ -58,8 +58,7 @@ def _describe(ds: Dataset, name: str) -> str:
     shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
     what = "columns" if ds.columns else "features"
     return (
-        f"data set '{name}' has {count} missing or infinite values in {rows} rows "
-        f"({what} {shown})"
+        f"data set '{name}' has {count} missing or infinite values in {rows} rows ({what} {shown})"
     )
 
 
@@ -87,6 +86,7 @@ def check_missing(ds: Dataset, name: str, policy: MissingPolicy) -> Dataset:
             y=ds.y[keep],
             mask=None if ds.mask is None else ds.mask[keep],
             defect=None if ds.defect is None else ds.defect[keep],
+            group=None if ds.group is None else ds.group[keep],
         )
         if ds.x_test is not None and ds.y_test is not None:
             keep_test = np.flatnonzero(~bad_test)
@@ -96,6 +96,7 @@ def check_missing(ds: Dataset, name: str, policy: MissingPolicy) -> Dataset:
                 y_test=ds.y_test[keep_test],
                 mask_test=None if ds.mask_test is None else ds.mask_test[keep_test],
                 defect_test=None if ds.defect_test is None else ds.defect_test[keep_test],
+                group_test=None if ds.group_test is None else ds.group_test[keep_test],
             )
         return out
     if isinstance(ds.x, GraphSet):

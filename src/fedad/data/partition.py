@@ -41,12 +41,13 @@ __all__ = [
     "dirichlet_proportions",
     "dominant",
     "iid",
+    "natural",
     "one_class",
     "partition",
     "round_half_up",
 ]
 
-SCHEMES = ("iid", "dirichlet", "dominant", "one-class", "one-vs-rest", "by-source")
+SCHEMES = ("iid", "dirichlet", "dominant", "one-class", "one-vs-rest", "by-source", "natural")
 
 
 def round_half_up(x: float) -> int:
@@ -264,6 +265,12 @@ def by_source(
     return _round_robin(groups, num_clients, rng, sources, min_per_client, "by-source")
 
 
+def natural(groups: np.ndarray, num_clients: int) -> list[np.ndarray]:
+    """Client ``k`` holds the samples whose natural client id (``groups``, codes
+    ``0..num_clients-1``) is ``k``: who holds the data defines the federation."""
+    return [np.flatnonzero(groups == k) for k in range(num_clients)]
+
+
 def partition(
     scheme: str,
     labels: np.ndarray,
@@ -296,4 +303,8 @@ def partition(
         if groups is None:
             raise DataError("partition 'by-source' needs a source id per sample")
         return by_source(groups, num_clients, rng, min_per_client=min_per_client)
+    if scheme == "natural":
+        if groups is None:
+            raise DataError("partition 'natural' needs a client id per sample")
+        return natural(groups, num_clients)
     raise DataError(f"unknown partition.scheme '{scheme}'", f"use one of {', '.join(SCHEMES)}")

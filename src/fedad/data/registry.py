@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, overload
+from typing import Any, Protocol, overload
 
 from fedad.data.types import DataKind, Dataset
 from fedad.errors import DataError
@@ -54,6 +54,8 @@ class DatasetInfo:
     loader: Loader
     description: str
     kind: DataKind
+    options: tuple[str, ...] = ()
+    """Extra ``data.*`` keys the loader takes as keyword arguments (``label_column`` ...)."""
 
 
 _REGISTRY: dict[str, DatasetInfo] = {}
@@ -73,6 +75,7 @@ def register_dataset(
     kind: DataKind = "vector",
     *,
     overwrite: bool = False,
+    options: tuple[str, ...] = (),
 ) -> Callable[[Loader], Loader]: ...
 
 
@@ -84,6 +87,7 @@ def register_dataset(
     kind: DataKind = "vector",
     *,
     overwrite: bool = False,
+    options: tuple[str, ...] = (),
 ) -> Loader: ...
 
 
@@ -94,12 +98,15 @@ def register_dataset(
     kind: DataKind = "vector",
     *,
     overwrite: bool = False,
+    options: tuple[str, ...] = (),
 ) -> Loader | Callable[[Loader], Loader]:
     """Register ``loader`` under ``name``; without ``loader`` return a decorator.
 
     ``description`` is one line (shown by :func:`list_datasets`); ``kind`` is the
-    :data:`~fedad.data.types.DataKind` of what the loader returns. Registering a taken name
-    is a programming error (``ValueError``) unless ``overwrite`` is true.
+    :data:`~fedad.data.types.DataKind` of what the loader returns; ``options`` names the
+    extra ``data.*`` keys the loader accepts as keyword arguments (see :func:`load_dataset`).
+    Registering a taken name is a programming error (``ValueError``) unless ``overwrite``
+    is true.
     """
     key = normalize_name(name)
     if "\n" in description:
@@ -108,7 +115,7 @@ def register_dataset(
     def add(fn: Loader) -> Loader:
         if key in _REGISTRY and not overwrite:
             raise ValueError(f"data set '{key}' is already registered (pass overwrite=True)")
-        _REGISTRY[key] = DatasetInfo(key, fn, description, kind)
+        _REGISTRY[key] = DatasetInfo(key, fn, description, kind, tuple(options))
         return fn
 
     if loader is None:
@@ -151,11 +158,18 @@ def list_datasets() -> list[tuple[str, str]]:
     return [(k, _REGISTRY[k].description) for k in sorted(_REGISTRY)]
 
 
-def load_dataset(name: str, path: str | None = None, size: int | None = None) -> Dataset:
+def load_dataset(
+    name: str,
+    path: str | None = None,
+    size: int | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> Dataset:
     """Load a registered data set.
 
     ``path`` is where its files are (loaders that need one say so when it is missing);
     ``size`` resizes images to ``size x size`` and is an error for non-image data sets.
+    ``options`` are extra ``data.*`` keys (``None`` values mean "not set"); each set one
+    must be among the loader's declared ``options``, else a one-line :class:`DataError`.
     """
     info = dataset_info(name)
     if size is not None and info.kind != "image":
@@ -164,4 +178,15 @@ def load_dataset(name: str, path: str | None = None, size: int | None = None) ->
             f"{info.kind} data",
             "remove data.size",
         )
+    given = {k: v for k, v in (options or {}).items() if v is not None}
+    stray = [k for k in given if k not in info.options]
+    if stray:
+        takers = sorted(i.name for i in _REGISTRY.values() if stray[0] in i.options)
+        where = f" (it applies to {', '.join(takers)})" if takers else ""
+        raise DataError(
+            f"data.{stray[0]} does not apply to data set '{info.name}'{where}",
+            f"remove data.{stray[0]}",
+        )
+    if given:
+        return info.loader(path=path, size=size, **given)
     return info.loader(path=path, size=size)

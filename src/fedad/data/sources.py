@@ -14,10 +14,13 @@ name                      kind     where the files come from
 ``mvtec``                 image    ``data.path`` (MVTec AD folder or one category; masks)
 ``tu``                    graph    ``data.path`` (a TU Dortmund folder: MUTAG, PROTEINS, ...)
 ``mutag_structures``      graph    PyPI ``graphkernels`` 0.2.1 sdist (``scripts/setup.sh``)
+``table``                 vector   ``data.path`` (your own ``.csv``/``.tsv``/``.parquet``)
+``image_folder``          image    ``data.path`` (your own folder of images per class)
 ========================= ======== =============================================================
 
 See :mod:`fedad.data.idx`, :mod:`fedad.data.digits`, :mod:`fedad.data.cifar`,
 :mod:`fedad.data.odds`, :mod:`fedad.data.keystroke`, :mod:`fedad.data.mvtec`,
+:mod:`fedad.data.table`, :mod:`fedad.data.image_folder`,
 :mod:`fedad.data.graphs.tu` and :mod:`fedad.data.graphs.mutag` for the formats. Nothing is
 downloaded at load time (``scripts/setup.sh`` fetches the ``graphkernels`` sdist,
 hash-checked).
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 from fedad.data import graph_domains as _graph_domains  # noqa: F401  (registers)
 from fedad.data import mvtec as _mvtec  # noqa: F401  (registers)
+from fedad.data import table as _table  # noqa: F401  (registers)
 from fedad.data import textures as _textures  # noqa: F401  (registers)
 from fedad.data.cifar import load_cifar10
 from fedad.data.digits import load_digits

@@ -330,6 +330,18 @@ class Dataset:
     per sample of ``x``, whether it is defective; ``defect_test`` likewise for ``x_test``.
     See :func:`fedad.data.federation.as_class_set` for how the federation reads it."""
     defect_test: np.ndarray | None = None
+    by_value: bool = False
+    """``data.normal``/``data.anomaly`` select classes by value (their name in ``classes``),
+    not by index: tables and image folders, whose classes are the values found in a file."""
+    group: np.ndarray | None = None
+    """Natural client id of each sample of ``x`` (a string array), for
+    ``partition.scheme = "natural"``: a table's ``data.client_column``, an image folder's
+    client folders; ``group_test`` likewise for ``x_test``."""
+    group_test: np.ndarray | None = None
+    categorical: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    """Categorical columns of a table: ``(column index, categories)``; the column holds the
+    index of the sample's category (NaN when missing). The federation one-hot encodes them
+    with the categories seen in the clients' training data."""
 
     @property
     def feature_shape(self) -> tuple[int, ...]:
@@ -366,6 +378,8 @@ class ClientData:
     source: str = ""
     mask_train: np.ndarray | None = None
     mask_test: np.ndarray | None = None
+    name: str = ""
+    """The client's natural id (``partition.scheme = "natural"``), else empty."""
 
     @property
     def n_train(self) -> int:

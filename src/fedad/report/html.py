@@ -405,8 +405,10 @@ def _per_client_section(
     body = []
     for c in clients:
         first = next(rows[c] for rows in per_client.values() if c in rows)
+        name = first.get("client_name")
+        shown = f"{c} {_e(name[:60])}" if isinstance(name, str) and name else str(c)
         cells = [
-            f'<td class="num">{c}</td>',
+            f'<td class="num">{shown}</td>',
             f'<td class="num">{_e(_fmt(first.get("n"), "int"))}</td>',
             f'<td class="num">{_e(_fmt(first.get("n_anomalies"), "int"))}</td>',
         ]
