@@ -193,8 +193,11 @@ def test_missing_values_follow_data_missing(tmp_path: Path) -> None:
         ({"label_column": "one"}, r"holds one value \('1'\)"),
         ({}, r"data.label_column is not set"),
         ({"label_column": "flag", "split_column": "site"}, r"holds 'a' in data row 1"),
-        ({"label_column": "flag", "channels": 3}, r"data.channels does not apply to data set "
-                                                  r"'table' \(it applies to image_folder\)"),
+        (
+            {"label_column": "flag", "channels": 3},
+            r"data.channels does not apply to data set "
+            r"'table' \(it applies to image_folder\)",
+        ),
         ({"label_column": "flag", "size": 8}, r"data.size=8 applies to image data sets only"),
         ({"label_column": "row", "normal": [999], "anomaly": [1]}, r"999.*and 108 more"),
     ],
@@ -216,7 +219,7 @@ def test_unreadable_files_are_one_line_errors(tmp_path: Path) -> None:
     assert "\n" not in str(err.value)
     with pytest.raises(DataError, match=r"not a .csv, .tsv or .parquet file"):
         load_dataset("table", str(tmp_path / "t.xlsx"), options={"label_column": "flag"})
-    with pytest.raises(DataError, match="needs data.path"):
+    with pytest.raises(DataError, match=r"needs data\.path"):
         load_dataset("table", None, options={"label_column": "flag"})
     ids = frame(600)
     ids["patient"] = [f"p{i}" for i in range(600)]
