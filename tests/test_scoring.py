@@ -198,3 +198,15 @@ def test_crafted_inputs_json_is_refused(
     (copy / "inputs.json").write_text("[1, 2")
     with pytest.raises(FedadError, match="not readable JSON"):
         fedad.load(str(copy))
+
+
+def test_resolved_config_names_the_natural_client_count(
+    table_run: tuple[Path, pd.DataFrame],
+) -> None:
+    from fedad.config import load_config
+    from fedad.data.federation import build_federation
+
+    root, _ = table_run
+    cfg = load_config(root / "run" / "config.toml")
+    assert cfg.partition.clients == 3
+    assert [c.name for c in build_federation(cfg).clients] == ["a", "b", "c"]

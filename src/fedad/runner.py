@@ -439,6 +439,9 @@ def run_experiment(
             resolve_device(cfg.engine.device)  # a device that is not there: stop now
             cfg = with_server_data(cfg)
             fed = build_federation(cfg)
+            if cfg.partition.scheme == "natural":  # the resolved config names the count
+                part = cfg.partition.model_copy(update={"clients": len(fed.clients)})
+                cfg = cfg.model_copy(update={"partition": part})
             write_text(out / INPUTS_FILE, Inputs.from_federation(cfg, fed).to_json())
             algorithms = build_algorithms(cfg, fed)
             config_text = dump_toml(resolved_config(cfg, algorithms))
