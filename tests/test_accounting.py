@@ -67,3 +67,74 @@ def test_default_delta_and_bad_arguments() -> None:
         dp_epsilon(1.0, 0.5, 1, 1.0)
     with pytest.raises(ValueError, match="target_epsilon"):
         calibrate_noise_multiplier(0.0, 0.5, 1, 1e-5)
+
+
+def test_guarantee_counts_the_releases_it_was_given() -> None:
+    from fedad.accounting import client_level_guarantee
+
+    g = client_level_guarantee(
+        1.2, 1.0, 1e-3, 10, {"train": [5, 5, 4], "evaluate": [10]}, ("train",),
+        ["train", "evaluate"],
+    )  # fmt: skip
+    assert g["releases"] == 3 and g["sampling_rate"] == 0.5 and g["dp"]
+    assert g["epsilon"] == pytest.approx(dp_epsilon(1.2, 0.5, 3, 1e-3))
+    assert g["privatised_phases"] == ["train"] and "in the clear" in g["note"]
+
+
+def test_unnoised_arrays_mean_no_epsilon() -> None:
+    from fedad.accounting import client_level_guarantee
+
+    g = client_level_guarantee(
+        1.0, 1.0, 1e-3, 4, {"train": [4], "bank": [4]}, ("train",), ["bank", "train"]
+    )
+    assert g["epsilon"] is None and not g["dp"]
+    assert g["unprivatised_phases"] == ["bank"] and "not differentially private" in g["note"]
+    none = client_level_guarantee(1.0, 1.0, 1e-3, 4, {"bank": [4]}, (), [])
+    assert none["epsilon"] is None and none["releases"] == 0
+    free = client_level_guarantee(0.0, 1.0, 1e-3, 4, {"train": [4]}, ("train",), ["train"])
+    assert free["epsilon"] is None and "no privacy guarantee" in free["note"]
+
+
+def test_target_epsilon_calibrates_the_run(tmp_path: object) -> None:
+    """A run with privacy.target_epsilon: metrics.json's epsilon is the target (within 1%),
+    counted from the releases made; the resolved config runs again as written."""
+    import json
+    from pathlib import Path
+
+    from fedad.config import load_config, parse_config
+    from fedad.runner import run_experiment
+
+    root = Path(str(tmp_path))
+    raw = {
+        "seed": 1, "rounds": 3,
+        "data": {"name": "odds_ionosphere", "max_train_per_client": 20},
+        "partition": {"scheme": "iid", "clients": 4},
+        "engine": {"fraction": 0.5, "progress": False},
+        "privacy": {"mechanism": "gaussian", "target_epsilon": 3.0, "delta": 1e-3},
+        "methods": [{"name": "fedavg", "detector": "autoencoder", "params": {"local_epochs": 1}}],
+    }  # fmt: skip
+    data = run_experiment(parse_config(raw), root / "a")
+    p = data["methods"]["fedavg"]["privacy"]
+    assert p["releases"] == 3 and p["sampling_rate"] == 0.5 and p["delta"] == 1e-3
+    assert p["epsilon"] == pytest.approx(3.0, rel=0.01) and p["epsilon"] <= 3.0 + 1e-9
+    again = load_config(root / "a" / "config.toml")
+    assert again.privacy.target_epsilon is None
+    assert again.privacy.noise_multiplier == pytest.approx(p["noise_multiplier"])
+    second = run_experiment(again, root / "b")
+    assert second["methods"]["fedavg"]["auroc"] == data["methods"]["fedavg"]["auroc"]
+    assert json.loads((root / "b" / "metrics.json").read_text())["methods"]["fedavg"][
+        "privacy"
+    ]["epsilon"] == pytest.approx(p["epsilon"])
+
+
+def test_target_epsilon_config_errors() -> None:
+    from fedad.config import parse_config
+    from fedad.errors import ConfigError
+
+    base = {"data": {"name": "digits", "normal": [0], "anomaly": [1]},
+            "methods": [{"name": "fedavg", "detector": "autoencoder"}]}  # fmt: skip
+    with pytest.raises(ConfigError, match="not both"):
+        parse_config(base | {"privacy": {"mechanism": "gaussian", "target_epsilon": 1.0,
+                                         "noise_multiplier": 1.0}})  # fmt: skip
+    with pytest.raises(ConfigError, match="needs mechanism"):
+        parse_config(base | {"privacy": {"target_epsilon": 1.0}})

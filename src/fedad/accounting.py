@@ -24,13 +24,19 @@ rule: :math:`\\delta` below :math:`1/n`).
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import dp_accounting
 from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 
-__all__ = ["calibrate_noise_multiplier", "default_delta", "dp_epsilon"]
+__all__ = [
+    "calibrate_noise_multiplier",
+    "client_level_guarantee",
+    "default_delta",
+    "dp_epsilon",
+]
 
 Accountant = Literal["pld", "rdp"]
 MIN_SIGMA = 0.3
@@ -119,3 +125,73 @@ def calibrate_noise_multiplier(
     if dp_epsilon(lower, sampling_rate, releases, delta) <= target_epsilon:
         return lower
     return calibrate("pld", dp_accounting.ExplicitBracketInterval(lower, upper))
+
+
+EVALUATE_PHASE = "evaluate"
+
+
+def client_level_guarantee(
+    noise_multiplier: float,
+    clip: float,
+    delta: float,
+    num_clients: int,
+    releases: Mapping[str, Sequence[int]],
+    privatised: Sequence[str],
+    array_replies: Sequence[str],
+    accountant: Accountant = "pld",
+) -> dict[str, Any]:
+    """The client-level :math:`(\\varepsilon, \\delta)` of one method's run, as measured.
+
+    ``releases[phase]`` lists, for each time the server sent ``phase``, how many of the
+    ``num_clients`` nodes got it; ``privatised`` are the phases ``[privacy]`` noised (the
+    method's model-update phases); ``array_replies`` the phases whose replies carried
+    arrays. The accounted mechanism is :math:`T` Gaussian releases with sampling rate
+    :math:`q`, where :math:`T` counts every send of a privatised phase and :math:`q` is the
+    largest share of nodes one of those sends reached (conservative when it varies).
+
+    A method whose clients also send arrays in a phase that is not privatised (memory
+    banks, density statistics, prototypes) gives the server un-noised data: it is **not**
+    :math:`\\varepsilon`-DP, and ``epsilon`` is ``None`` with ``dp = False`` and the phases
+    named, rather than a number. Scalars of the replies (example counts, losses) are sent in
+    the clear by every method and are not covered; ``note`` says so.
+    """
+    sends = [n for p in privatised for n in releases.get(p, [])]
+    t = len(sends)
+    q = min(1.0, max(sends) / num_clients) if sends else 0.0
+    leaks = [p for p in array_replies if p not in privatised and p != EVALUATE_PHASE]
+    out: dict[str, Any] = {
+        "mechanism": "gaussian",
+        "noise_multiplier": noise_multiplier,
+        "clip": clip,
+        "delta": delta,
+        "sampling_rate": q,
+        "releases": t,
+        "privatised_phases": [p for p in privatised if p in releases],
+        "unprivatised_phases": leaks,
+        "accountant": accountant,
+    }
+    if leaks:
+        out |= {
+            "epsilon": None,
+            "dp": False,
+            "note": f"not differentially private: the clients also send un-noised arrays "
+            f"in {', '.join(leaks)}",
+        }
+        return out
+    if t == 0:
+        out |= {"epsilon": None, "dp": False,
+                "note": "the method sent no model update for [privacy] to noise"}  # fmt: skip
+        return out
+    eps = dp_epsilon(noise_multiplier, q, t, delta, accountant)
+    out |= {
+        "epsilon": eps if math.isfinite(eps) else None,
+        "dp": math.isfinite(eps),
+        "note": (
+            f"client-level ({eps:.3g}, {delta:.2g})-DP for the update arrays of "
+            f"{', '.join(out['privatised_phases'])} over {t} releases at q = {q:.3g}; "
+            "reply scalars (example counts, losses) are sent in the clear"
+            if math.isfinite(eps)
+            else "no noise (noise_multiplier = 0): no privacy guarantee"
+        ),
+    }
+    return out

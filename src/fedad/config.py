@@ -162,6 +162,12 @@ class PrivacyConfig(_Strict):
     noise_multiplier: float = Field(
         default=1.0, ge=0.0, description="noise standard deviation in units of C"
     )
+    delta: float | None = Field(
+        default=None, gt=0.0, lt=1.0, description="the delta of (epsilon, delta); default n^-1.1"
+    )
+    target_epsilon: float | None = Field(
+        default=None, gt=0.0, description="calibrate noise_multiplier to this epsilon"
+    )
     secagg: bool = Field(
         default=False, description="Flower's SecAgg+ for the phases that only need a weighted mean"
     )
@@ -194,6 +200,14 @@ class PrivacyConfig(_Strict):
             raise ValueError("secagg_threshold as a share must be in (0, 1]")
         if isinstance(t, int) and isinstance(s, int) and t >= s:
             raise ValueError("secagg_threshold must be smaller than secagg_shares")
+        if self.target_epsilon is not None:
+            if self.mechanism != "gaussian":
+                raise ValueError('privacy.target_epsilon needs mechanism = "gaussian"')
+            if "noise_multiplier" in self.model_fields_set:
+                raise ValueError(
+                    "give privacy.noise_multiplier or privacy.target_epsilon, not both "
+                    "(target_epsilon sets the noise)"
+                )
         return self
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import math
 import signal
 import time
@@ -28,7 +29,8 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from fedad.config import ExperimentConfig, dump_toml
+from fedad.accounting import calibrate_noise_multiplier, client_level_guarantee, default_delta
+from fedad.config import ExperimentConfig, PrivacyConfig, dump_toml
 from fedad.data.federation import build_federation, plan_federation
 from fedad.data.types import Federation
 from fedad.detector import DEFAULT_CONTAMINATION
@@ -47,6 +49,7 @@ from fedad.evaluation import (
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import unprefixed
+from fedad.fl.node import update_phases
 from fedad.fl.server_inputs import check_requirements, supplied_fields
 from fedad.inputs import INPUTS_FILE, Inputs
 from fedad.outdir import Done, RunDir, staged_dir, write_npz, write_text
@@ -444,6 +447,7 @@ def run_experiment(
                 cfg = cfg.model_copy(update={"partition": part})
             write_text(out / INPUTS_FILE, Inputs.from_federation(cfg, fed).to_json())
             algorithms = build_algorithms(cfg, fed)
+            cfg = with_calibrated_noise(cfg, algorithms.values(), len(fed.clients))
             config_text = dump_toml(resolved_config(cfg, algorithms))
             labels = list(algorithms)
             done = _resumable(rd, config_text, labels) if resume else {}
@@ -467,6 +471,8 @@ def run_experiment(
 
                 outcome = run_method(cfg, alg, fed, on_round=cb, workdir=out)
                 metrics, arr = summarize(label, alg, outcome, fed)
+                if cfg.privacy.mechanism == "gaussian":
+                    metrics["privacy"] = privacy_guarantee(cfg, alg, outcome, len(fed.clients))
                 rows = [{"method": label, **row} for row in outcome.history]
                 save_checkpoint(out, label, alg, outcome)
                 done[label] = Done(_clean(metrics), _clean(rows), arr)
@@ -483,6 +489,53 @@ def run_experiment(
         _report(out)
         rd.set_state("finished")
     return data
+
+
+def _planned_releases(
+    cfg: ExperimentConfig, algorithms: Iterable[Algorithm], n: int
+) -> tuple[float, int]:
+    """Sampling rate and the most releases any method may make: what calibration assumes."""
+    k = min(n, max(cfg.engine.min_clients, math.ceil(cfg.engine.fraction * n)))
+    t = max((cfg.rounds * len(update_phases(a)) for a in algorithms), default=0)
+    return k / n, t
+
+
+def with_calibrated_noise(
+    cfg: ExperimentConfig, algorithms: Iterable[Algorithm], n: int
+) -> ExperimentConfig:
+    """``cfg`` with ``privacy.noise_multiplier`` set from ``privacy.target_epsilon``: the
+    smallest noise that keeps every method's planned releases (``rounds`` x its privatised
+    phases, at the sampling rate of ``engine.fraction``) within the target at
+    ``privacy.delta`` (default :func:`~fedad.accounting.default_delta`). The result names
+    the noise and delta and no target, so that the resolved config runs again as written."""
+    p = cfg.privacy
+    if p.target_epsilon is None:
+        return cfg
+    q, t = _planned_releases(cfg, list(algorithms), n)
+    delta = p.delta if p.delta is not None else default_delta(n)
+    sigma = calibrate_noise_multiplier(p.target_epsilon, q, t, delta)
+    logging.getLogger("fedad").info(
+        "privacy: noise_multiplier %.4g for epsilon %g, delta %.3g", sigma, p.target_epsilon, delta
+    )
+    data = p.model_dump(exclude={"target_epsilon"}) | {"noise_multiplier": sigma, "delta": delta}
+    return cfg.model_copy(update={"privacy": PrivacyConfig(**data)})
+
+
+def privacy_guarantee(
+    cfg: ExperimentConfig, algorithm: Algorithm, outcome: RunOutcome, n: int
+) -> dict[str, Any]:
+    """``metrics.json``'s ``privacy`` of one method
+    (:func:`fedad.accounting.client_level_guarantee`)."""
+    p = cfg.privacy
+    return client_level_guarantee(
+        p.noise_multiplier,
+        p.clip,
+        p.delta if p.delta is not None else default_delta(n),
+        n,
+        outcome.releases,
+        update_phases(algorithm),
+        outcome.array_replies,
+    )
 
 
 def _keep(

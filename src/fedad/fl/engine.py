@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from fedad.config import AttackConfig, PrivacyConfig
 from fedad.data.types import Features, Federation
@@ -197,6 +197,56 @@ class RunOutcome:
     client_seconds: float = 0.0
     missing_nodes: list[int] = field(default_factory=list)
     client_states: dict[int, ClientState] = field(default_factory=dict)
+    releases: dict[str, list[int]] = field(default_factory=dict)
+    """Per message kind (phase) the server program sent: for each send, how many nodes
+    got it (:class:`ReleaseLog`); what privacy accounting counts."""
+    array_replies: list[str] = field(default_factory=list)
+    """Phases whose replies carried arrays, in the order first seen."""
+
+
+class ReleaseLog:
+    """A grid seen through the server program: it logs each send's phase and node count,
+    and which phases' replies carry arrays, then delegates (to either engine's grid)."""
+
+    def __init__(self, grid: DrivenGrid) -> None:
+        self._grid = grid
+        self.releases: dict[str, list[int]] = {}
+        self.array_replies: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)
+
+    def _log(self, messages: Mapping[int, Message]) -> None:
+        for kind in sorted({m.kind for m in messages.values()}):
+            n = sum(m.kind == kind for m in messages.values())
+            self.releases.setdefault(kind, []).append(n)
+
+    def _saw(self, replies: Mapping[int, Message], messages: Mapping[int, Message]) -> None:
+        for nid, reply in replies.items():
+            kind = messages[nid].kind if nid in messages else reply.kind
+            if reply.arrays and kind not in self.array_replies:
+                self.array_replies.append(kind)
+
+    def send_and_receive(
+        self, messages: Mapping[int, Message], timeout: float | None = None
+    ) -> dict[int, Message]:
+        self._log(messages)
+        replies = self._grid.send_and_receive(messages, timeout)
+        self._saw(replies, messages)
+        return replies
+
+    def secure_mean(
+        self,
+        messages: Mapping[int, Message],
+        arrays: Mapping[str, ArraySpec],
+        scalars: Sequence[str],
+        settings: SecAggSettings,
+    ) -> SecureOutcome:
+        self._log(messages)
+        for kind in {m.kind for m in messages.values()}:
+            if arrays and kind not in self.array_replies:
+                self.array_replies.append(kind)
+        return cast(Any, self._grid).secure_mean(messages, arrays, scalars, settings)  # type: ignore[no-any-return]
 
 
 def evaluate_all(grid: Grid, result: ServerResult) -> dict[int, Message]:
@@ -228,8 +278,9 @@ def drive(
     ``[attack]`` and ``[privacy]``) only add an event when the method has no model-update
     phase for them to act on (:func:`fedad.fl.node.unapplied_note`).
     """
+    log_grid = ReleaseLog(grid)
     ctx = ServerContext(
-        grid,
+        cast(Any, log_grid),
         rounds,
         seed,
         fraction,
@@ -279,6 +330,8 @@ def drive(
         seconds=seconds,
         client_seconds=client_s,
         missing_nodes=ctx.missing_nodes,
+        releases=log_grid.releases,
+        array_replies=log_grid.array_replies,
     )
 
 

@@ -433,6 +433,45 @@ def _per_client_section(
     )
 
 
+def _privacy_section(entries: Mapping[str, Mapping[str, Any]]) -> str:
+    """The (epsilon, delta) of each method run with ``[privacy] mechanism = "gaussian"``,
+    or why a method has none (``metrics.json``'s ``privacy``)."""
+    rows = []
+    for label, entry in entries.items():
+        p = entry.get("privacy")
+        if not isinstance(p, dict):
+            continue
+        phases = p.get("privatised_phases")
+        shown = ", ".join(map(str, phases)) if isinstance(phases, list) and phases else DASH
+        cells = [
+            _e(label),
+            _fmt(p.get("epsilon"), "float"),
+            _fmt(p.get("delta"), "float"),
+            _fmt(p.get("noise_multiplier"), "float"),
+            _fmt(p.get("sampling_rate"), "float"),
+            _fmt(p.get("releases"), "int"),
+            _e(shown),
+            _e(str(p.get("note", ""))[:400]),
+        ]
+        rows.append("<tr>" + "".join(
+            f'<td class="num">{c}</td>' if 0 < i < 6 else f"<td>{c}</td>"
+            for i, c in enumerate(cells)
+        ) + "</tr>")  # fmt: skip
+    if not rows:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in ("Label", "ε", "δ", "σ (noise multiplier)",
+                                             "q (sampling)", "releases", "noised phases",
+                                             "what it covers"))  # fmt: skip
+    return (
+        "<h2>Privacy</h2>"
+        '<p class="muted">Client-level differential privacy of the Gaussian mechanism on model '
+        "updates (DP-FedAvg), from the PLD accountant of dp-accounting over the releases the "
+        "run made. A method whose clients also send un-noised arrays has no ε.</p>"
+        f'<div class="scroll"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
 def _figures_section(
     entries: Mapping[str, Mapping[str, Any]],
     scores: Mapping[str, MethodScores],
@@ -679,6 +718,7 @@ def render_report(run_dir: str | Path) -> str:
         _maps_section(maps, notes),
         _embedding_section(embeds, notes),
         "" if several else _per_client_section(per_client, groups.get(PER_CLIENT, [])),
+        _privacy_section(entries),
         f'<h2>Evaluation protocol</h2><p class="note">{_e(PROTOCOL_NOTE)}</p>',
     ]
     if notes:
