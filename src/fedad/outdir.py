@@ -49,6 +49,7 @@ OUTPUTS = (
     "maps.npz",
     "embeddings.npz",
     "report.html",
+    "inputs.json",
 )
 """Files a run writes at the top of its directory."""
 OUTPUT_DIRS = ("checkpoints", ".flower", STATE_DIR)
@@ -57,7 +58,7 @@ SEED_DIRS = re.compile(r"seed--?[0-9]{1,20}")
 """Folders of the seeds of a several-seed run (``seed-N``, :mod:`fedad.seeds`)."""
 _LABEL = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 _TMP = re.compile(
-    r"\.(?:config\.toml|metrics\.json|history\.csv|scores\.npz|maps\.npz|embeddings\.npz|report\.html)"
+    r"\.(?:config\.toml|metrics\.json|history\.csv|scores\.npz|maps\.npz|embeddings\.npz|report\.html|inputs\.json)"
     r"\.tmp-[0-9]+"
 )
 
