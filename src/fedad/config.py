@@ -136,6 +136,10 @@ class EngineConfig(_Strict):
     eval_every: int = Field(
         default=0, ge=0, description="also score the test sets every N rounds (curves only)"
     )
+    workers: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
+        default=1,
+        description="inprocess: run the clients in N worker processes (auto: one per CPU)",
+    )
     device: str = Field(
         default="auto",
         pattern=r"^(auto|cpu|cuda|cuda:[0-9]{1,3}|mps)$",

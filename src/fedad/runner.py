@@ -51,6 +51,7 @@ from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import unprefixed
 from fedad.fl.node import update_phases
 from fedad.fl.server_inputs import check_requirements, supplied_fields
+from fedad.fl.workers import resolve_workers
 from fedad.inputs import INPUTS_FILE, Inputs
 from fedad.outdir import Done, RunDir, staged_dir, write_npz, write_text
 
@@ -149,6 +150,7 @@ def run_method(
             attack=cfg.attack,
             eval_every=e.eval_every,
             privacy=cfg.privacy,
+            workers=resolve_workers(e.workers),
         )
     from fedad.fl.flower import run_flower  # optional extra: imported only when asked for
 

@@ -9,6 +9,7 @@ handler that raises is treated as a node that failed: logged, no reply, the roun
 from __future__ import annotations
 
 import logging
+import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from fedad.fl.secagg import (
 )
 from fedad.fl.server_inputs import public_set
 from fedad.fl.validate import ArraySpec
+from fedad.fl.workers import WorkerPool
 from fedad.seeding import rng as seeded_rng
 
 log = logging.getLogger("fedad")
@@ -62,11 +64,23 @@ class InProcessGrid:
         dropout: float = 0.0,
         attack: AttackConfig | None = None,
         privacy: PrivacyConfig | None = None,
+        workers: int = 1,
     ) -> None:
         self.algorithm = algorithm
         self.handlers = algorithm.handlers()
         n = len(federation.clients)
         phases = update_phases(algorithm)
+        self.pool: WorkerPool | None = None
+        if workers > 1 and n > 1:
+            try:
+                self.pool = WorkerPool(
+                    algorithm, federation.clients, seed, attack, privacy, phases, workers
+                )
+            except (pickle.PicklingError, AttributeError, TypeError) as err:
+                log.warning(
+                    "engine.workers: %s cannot be sent to worker processes (%s); running its "
+                    "clients in this process", algorithm.name, str(err).splitlines()[0][:120],
+                )  # fmt: skip
         self.node_handlers = {
             c.client_id: node_handlers(
                 self.handlers, c.client_id, n, seed, attack, privacy, phases=phases
@@ -98,17 +112,42 @@ class InProcessGrid:
         self, messages: Mapping[int, Message], timeout: float | None = None
     ) -> dict[int, Message]:
         replies: dict[int, Message] = {}
-        for nid in sorted(messages):
-            msg = messages[nid]
-            if not self._post(nid, msg):
-                continue
-            reply = self._run(nid, msg)
+        posted = [nid for nid in sorted(messages) if self._post(nid, messages[nid])]
+        answers = self._run_all([(nid, messages[nid]) for nid in posted])
+        for nid, reply in zip(posted, answers, strict=True):
             if reply is None:
                 continue
-            if msg.kind != EVALUATE:
+            if messages[nid].kind != EVALUATE:
                 self._up += reply.nbytes
             replies[nid] = reply.copy()
         return replies
+
+    def _run_all(self, items: Sequence[tuple[int, Message]]) -> list[Message | None]:
+        """The replies to ``items`` in order: one after another here, or all at once in
+        the worker processes (``engine.workers``), with the same failures and seconds."""
+        for nid, msg in items:
+            if nid not in self.clients:
+                raise KeyError(f"no node {nid}")
+            if msg.kind not in self.node_handlers[nid]:
+                raise KeyError(f"{self.algorithm.name} has no client handler for '{msg.kind}'")
+        if self.pool is None:
+            return [self._run(nid, msg) for nid, msg in items]
+        out: list[Message | None] = []
+        for (nid, msg), (reply, err, seconds) in zip(
+            items, self.pool.run([(nid, msg.copy()) for nid, msg in items]), strict=True
+        ):
+            self.client_seconds += seconds
+            if reply is None:
+                self.failures.append(f"node {nid} failed in '{msg.kind}': {err}")
+                log.warning(self.failures[-1])
+            out.append(reply)
+        return out
+
+    def close(self) -> None:
+        """Stop the worker processes, if any."""
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
 
     def _post(self, nid: int, msg: Message) -> bool:
         """Count ``msg``'s bytes and draw its dropout; ``False`` when the node drops out."""
@@ -154,9 +193,9 @@ class InProcessGrid:
         max_weight = float(max(c.n_train for c in self.clients.values()))
         names = list(arrays)
         vectors, weights, seeds = [], [], []
-        for nid in posted:
+        answers = self._run_all([(nid, messages[nid]) for nid in posted])
+        for nid, reply in zip(posted, answers, strict=True):
             msg = messages[nid]
-            reply = self._run(nid, msg)
             if reply is None:
                 continue
             why = check_secure_reply(reply, arrays, scalars, msg.kind, max_weight)
@@ -347,27 +386,35 @@ def run_inprocess(
     attack: AttackConfig | None = None,
     eval_every: int = 0,
     privacy: PrivacyConfig | None = None,
+    workers: int = 1,
 ) -> RunOutcome:
-    """Run ``algorithm`` on ``federation`` in this process, then evaluate every client."""
+    """Run ``algorithm`` on ``federation`` in this process (or, with ``workers > 1``, its
+    clients in that many worker processes: :mod:`fedad.fl.workers`), then evaluate every
+    client. ``client_states`` of the outcome stay empty with workers (they live there)."""
     secagg = SecAggSettings.from_config(privacy)
     if secagg is not None:
         require_flwr_for_secagg()
     grid = InProcessGrid(
-        algorithm, federation, seed=seed, dropout=dropout, attack=attack, privacy=privacy
-    )
-    outcome = drive(
-        algorithm,
-        grid,
-        rounds,
-        seed,
-        fraction,
-        min_clients,
-        on_round=on_round,
-        eval_every=eval_every,
-        server_data=federation.server_normal,
-        secagg=secagg,
-        attack=attack,
-        privacy=privacy,
-    )
-    outcome.client_states = grid.states
+        algorithm, federation, seed=seed, dropout=dropout, attack=attack, privacy=privacy,
+        workers=workers,
+    )  # fmt: skip
+    try:
+        outcome = drive(
+            algorithm,
+            grid,
+            rounds,
+            seed,
+            fraction,
+            min_clients,
+            on_round=on_round,
+            eval_every=eval_every,
+            server_data=federation.server_normal,
+            secagg=secagg,
+            attack=attack,
+            privacy=privacy,
+        )
+    finally:
+        grid.close()
+    if workers <= 1:
+        outcome.client_states = grid.states
     return outcome

@@ -67,6 +67,10 @@ class Message:
         """A scalar by name."""
         return self.scalars.get(name, default)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # picklable (worker processes): rebuilt from plain dicts, read-only again
+        return (Message, (self.kind, dict(self.arrays), dict(self.scalars)))
+
 
 def prefixed(arrays: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
     """Prefix array names (``prefix/name``) so several groups can share one message."""
