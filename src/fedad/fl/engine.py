@@ -133,9 +133,7 @@ class InProcessGrid:
         if self.pool is None:
             return [self._run(nid, msg) for nid, msg in items]
         out: list[Message | None] = []
-        for (nid, msg), (reply, err, seconds) in zip(
-            items, self.pool.run([(nid, msg.copy()) for nid, msg in items]), strict=True
-        ):
+        for (nid, msg), (reply, err, seconds) in zip(items, self.pool.run(items), strict=True):
             self.client_seconds += seconds
             if reply is None:
                 self.failures.append(f"node {nid} failed in '{msg.kind}': {err}")

@@ -6,9 +6,12 @@ run: the worker receives the client's data once, at start, builds the client's h
 the in-process engine does (:func:`fedad.fl.node.node_handlers`: attack and privacy
 included) and keeps its state between phases and rounds. Per phase the parent sends each
 worker its clients' messages and gets back, per message, the reply (or the error) and the
-seconds it took. Everything the server sees (dropout draws, byte counts, reply order) is
-decided in the parent exactly as with one process, and every handler's randomness is a
-function of (seed, round, client), so results equal those of ``workers = 1``.
+seconds it took; arrays shared by several messages (a broadcast model) are pickled once per
+worker and copied per client there, and the parent reads whichever worker has an answer
+(a worker whose pipe is full would wait). Everything the server sees (dropout draws, byte
+counts, reply order) is decided in the parent exactly as with one process, and every
+handler's randomness is a function of (seed, round, client), so results equal those of
+``workers = 1``.
 
 Workers are ``spawn``ed (never forked: torch's thread pools do not survive a fork), each
 with ``max(1, threads // N)`` torch threads, so that workers x threads stays within the
@@ -28,7 +31,7 @@ import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from fedad.config import AttackConfig, PrivacyConfig
@@ -100,7 +103,7 @@ def _serve(conn: Connection, setup: _Setup) -> None:
                 handler = handlers[nid].get(msg.kind)
                 if handler is None:
                     raise KeyError(f"no client handler for '{msg.kind}'")
-                reply = handler(states[nid], clients[nid], msg)
+                reply = handler(states[nid], clients[nid], msg.copy())
             except Exception as err:  # a failing node must not stop the federation
                 err_text = repr(err)
             conn.send((reply, err_text, time.perf_counter() - t0))
@@ -162,15 +165,22 @@ class WorkerPool:
                     self._restart(w)
                 self._send(w, [items[i] for i in idx])
             again: dict[int, list[int]] = {}
-            for w, idx in pending.items():
-                for k, i in enumerate(idx):
+            pos = dict.fromkeys(pending, 0)
+            while pos:  # read whichever worker has an answer (a full pipe blocks its worker)
+                ready = wait([self._conns[w] for w in pos])  # type: ignore[misc]
+                for w in [w for w in pos if self._conns[w] in ready]:
+                    idx, k = pending[w], pos[w]
                     answer = self._recv(w)
-                    if answer is None:  # the worker died running items[i]
-                        out[i] = (None, self._died(w), 0.0)
+                    if answer is None:  # the worker died running items[idx[k]]
+                        out[idx[k]] = (None, self._died(w), 0.0)
                         if idx[k + 1 :]:
                             again[w] = idx[k + 1 :]
-                        break
-                    out[i] = answer
+                        del pos[w]
+                        continue
+                    out[idx[k]] = answer
+                    pos[w] = k + 1
+                    if pos[w] == len(idx):
+                        del pos[w]
             pending = again
         return [r if r is not None else (None, "no answer", 0.0) for r in out]
 
