@@ -51,7 +51,7 @@ from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import unprefixed
 from fedad.fl.node import update_phases
 from fedad.fl.server_inputs import check_requirements, supplied_fields
-from fedad.fl.workers import resolve_workers
+from fedad.fl.workers import WorkerPool, resolve_workers
 from fedad.inputs import INPUTS_FILE, Inputs
 from fedad.outdir import Done, RunDir, staged_dir, write_npz, write_text
 
@@ -133,9 +133,11 @@ def run_method(
     fed: Federation,
     on_round: Callable[[dict[str, Any]], None] | None = None,
     workdir: Path | None = None,
+    pool: WorkerPool | None = None,
 ) -> RunOutcome:
     """Run one algorithm on the configured engine (``workdir``: the run's output directory,
-    where the Flower engines keep their logs and hand-over files)."""
+    where the Flower engines keep their logs and hand-over files; ``pool``: the run's
+    worker processes, ``engine.workers``)."""
     e = cfg.engine
     if e.name == "inprocess":
         return run_inprocess(
@@ -151,6 +153,7 @@ def run_method(
             eval_every=e.eval_every,
             privacy=cfg.privacy,
             workers=resolve_workers(e.workers),
+            pool=pool,
         )
     from fedad.fl.flower import run_flower  # optional extra: imported only when asked for
 
@@ -460,6 +463,7 @@ def run_experiment(
             raise
         facts = experiment_facts(cfg, fed)
         families = run_families(algorithms.values())
+        pool = _worker_pool(cfg, fed, [lab for lab in labels if lab not in done])
         try:
             for label, alg in algorithms.items():
                 if label in done:
@@ -471,7 +475,7 @@ def run_experiment(
                     if on_round is not None:
                         on_round(label, row)
 
-                outcome = run_method(cfg, alg, fed, on_round=cb, workdir=out)
+                outcome = run_method(cfg, alg, fed, on_round=cb, workdir=out, pool=pool)
                 metrics, arr = summarize(label, alg, outcome, fed)
                 if cfg.privacy.mechanism == "gaussian":
                     metrics["privacy"] = privacy_guarantee(cfg, alg, outcome, len(fed.clients))
@@ -487,6 +491,9 @@ def run_experiment(
                 kept = tuple(lab for lab in labels if lab in done)
                 raise Interrupted(int(signum), kept, str(out)) from None
             raise
+        finally:
+            if pool is not None:
+                pool.close()
         data = write_outputs(out, labels, done, facts, time.perf_counter() - t0, families)
         _report(out)
         rd.set_state("finished")
@@ -538,6 +545,14 @@ def privacy_guarantee(
         update_phases(algorithm),
         outcome.array_replies,
     )
+
+
+def _worker_pool(cfg: ExperimentConfig, fed: Federation, todo: list[str]) -> WorkerPool | None:
+    """One pool of worker processes for every method of the run (``engine.workers``)."""
+    workers = resolve_workers(cfg.engine.workers)
+    if cfg.engine.name != "inprocess" or workers <= 1 or len(fed.clients) <= 1 or not todo:
+        return None
+    return WorkerPool(fed.clients, cfg.seed, cfg.attack, cfg.privacy, workers)
 
 
 def _keep(

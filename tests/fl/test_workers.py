@@ -124,3 +124,27 @@ def test_workers_config() -> None:
     assert parse_config(base | {"engine": {"workers": "auto"}}).engine.workers == "auto"
     with pytest.raises(ConfigError, match="workers"):
         parse_config(base | {"engine": {"workers": 0}})
+
+
+def test_one_pool_serves_every_method_of_a_run(one_thread: object, tmp_path: object) -> None:
+    from pathlib import Path
+
+    from fedad.runner import run_experiment
+
+    raw = {
+        "seed": 1, "rounds": 2,
+        "data": {"name": "odds_ionosphere"},
+        "partition": {"scheme": "iid", "clients": 4},
+        "engine": {"progress": False},
+        "methods": [{"name": "fedavg", "detector": "autoencoder"},
+                    {"name": "local", "detector": "deepsvdd"}],
+    }  # fmt: skip
+    root = Path(str(tmp_path))
+    one = run_experiment(parse_config(raw), root / "one")
+    raw["engine"] = {"progress": False, "workers": 2}
+    two = run_experiment(parse_config(raw), root / "two")
+    for label in ("fedavg", "local"):
+        assert one["methods"][label]["auroc"] == two["methods"][label]["auroc"]
+        assert one["methods"][label]["bytes_up"] == two["methods"][label]["bytes_up"]
+    a, b = np.load(root / "one" / "scores.npz"), np.load(root / "two" / "scores.npz")
+    assert all(np.array_equal(a[k], b[k]) for k in a.files)

@@ -65,22 +65,28 @@ class InProcessGrid:
         attack: AttackConfig | None = None,
         privacy: PrivacyConfig | None = None,
         workers: int = 1,
+        pool: WorkerPool | None = None,
     ) -> None:
         self.algorithm = algorithm
         self.handlers = algorithm.handlers()
         n = len(federation.clients)
         phases = update_phases(algorithm)
         self.pool: WorkerPool | None = None
-        if workers > 1 and n > 1:
+        self._own_pool = False
+        if (pool is not None or workers > 1) and n > 1:
             try:
-                self.pool = WorkerPool(
-                    algorithm, federation.clients, seed, attack, privacy, phases, workers
-                )
-            except (pickle.PicklingError, AttributeError, TypeError) as err:
+                if pool is None:
+                    pool = WorkerPool(federation.clients, seed, attack, privacy, workers)
+                    self._own_pool = True
+                pool.load(algorithm, phases)
+                self.pool = pool
+            except (pickle.PicklingError, AttributeError, TypeError, RuntimeError) as err:
                 log.warning(
                     "engine.workers: %s cannot be sent to worker processes (%s); running its "
                     "clients in this process", algorithm.name, str(err).splitlines()[0][:120],
                 )  # fmt: skip
+                if self._own_pool and pool is not None:
+                    pool.close()
         self.node_handlers = {
             c.client_id: node_handlers(
                 self.handlers, c.client_id, n, seed, attack, privacy, phases=phases
@@ -142,10 +148,10 @@ class InProcessGrid:
         return out
 
     def close(self) -> None:
-        """Stop the worker processes, if any."""
-        if self.pool is not None:
+        """Stop the worker processes this grid started (a pool given to it stays)."""
+        if self.pool is not None and self._own_pool:
             self.pool.close()
-            self.pool = None
+        self.pool = None
 
     def _post(self, nid: int, msg: Message) -> bool:
         """Count ``msg``'s bytes and draw its dropout; ``False`` when the node drops out."""
@@ -385,16 +391,18 @@ def run_inprocess(
     eval_every: int = 0,
     privacy: PrivacyConfig | None = None,
     workers: int = 1,
+    pool: WorkerPool | None = None,
 ) -> RunOutcome:
     """Run ``algorithm`` on ``federation`` in this process (or, with ``workers > 1``, its
     clients in that many worker processes: :mod:`fedad.fl.workers`), then evaluate every
-    client. ``client_states`` of the outcome stay empty with workers (they live there)."""
+    client. ``client_states`` of the outcome stay empty with workers (they live there).
+    ``pool``: worker processes that already hold the federation's clients (one per run)."""
     secagg = SecAggSettings.from_config(privacy)
     if secagg is not None:
         require_flwr_for_secagg()
     grid = InProcessGrid(
         algorithm, federation, seed=seed, dropout=dropout, attack=attack, privacy=privacy,
-        workers=workers,
+        workers=workers, pool=pool,
     )  # fmt: skip
     try:
         outcome = drive(
@@ -413,6 +421,6 @@ def run_inprocess(
         )
     finally:
         grid.close()
-    if workers <= 1:
+    if workers <= 1 and pool is None:
         outcome.client_states = grid.states
     return outcome

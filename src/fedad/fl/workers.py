@@ -2,23 +2,25 @@
 
 ``engine.workers = N`` runs the sampled clients of each phase in ``N`` worker processes.
 Client ``k`` (in node-id order, position ``i``) lives in worker ``i mod N`` for the whole
-run: the worker receives the client's data once, at start, builds the client's handlers as
-the in-process engine does (:func:`fedad.fl.node.node_handlers`: attack and privacy
-included) and keeps its state between phases and rounds. Per phase the parent sends each
-worker its clients' messages and gets back, per message, the reply (or the error) and the
-seconds it took; arrays shared by several messages (a broadcast model) are pickled once per
-worker and copied per client there, and the parent reads whichever worker has an answer
-(a worker whose pipe is full would wait). Everything the server sees (dropout draws, byte
-counts, reply order) is decided in the parent exactly as with one process, and every
-handler's randomness is a function of (seed, round, client), so results equal those of
-``workers = 1``.
+run: the worker receives the client's data once, at start (one pool serves every method
+of a run), and for each method the method itself (pickled), from which it builds the
+client's handlers as the in-process engine does (:func:`fedad.fl.node.node_handlers`:
+attack and privacy included); it keeps each client's state between phases and rounds.
+
+Per phase the parent sends each worker its clients' messages and gets back, per message,
+the reply (or the error) and the seconds it took. Arrays shared by several messages (a
+broadcast model) are pickled once per worker and copied per client there; the parent reads
+whichever worker has an answer (a worker whose pipe is full would wait). Everything the
+server sees (dropout draws, byte counts, reply order) is decided in the parent exactly as
+with one process, and every handler's randomness is a function of (seed, round, client),
+so results equal those of ``workers = 1`` at equal torch threads per client.
 
 Workers are ``spawn``ed (never forked: torch's thread pools do not survive a fork), each
 with ``max(1, threads // N)`` torch threads, so that workers x threads stays within the
 threads the parent had (which ``--jobs`` has already shared out). A worker that dies (a
-crash, the OOM killer) fails the clients it was running in that phase, each reported as
-that client's failure; the round goes on, and the next phase starts a fresh worker for
-its clients with their data and empty states (like a node that restarted).
+crash, the OOM killer) fails the client it was running, reported as that client's
+failure; the round goes on, and the rest of its batch, and later phases, run on a fresh
+worker that holds its clients' data again, with empty states (like a node that restarted).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import contextlib
 import logging
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import time
 from collections.abc import Sequence
@@ -55,15 +58,13 @@ def resolve_workers(workers: int | str) -> int:
 
 @dataclass(frozen=True)
 class _Setup:
-    """What a worker needs once: the algorithm, its clients, and the run's settings."""
+    """What a worker needs once: its clients and the run's settings."""
 
-    algorithm: Any
     clients: tuple[ClientData, ...]
     num_clients: int
     seed: int
     attack: AttackConfig | None
     privacy: PrivacyConfig | None
-    phases: tuple[str, ...]
     threads: int
 
 
@@ -72,8 +73,10 @@ Result = tuple[Message | None, str | None, float]
 
 
 def _serve(conn: Connection, setup: _Setup) -> None:
-    """A worker's loop: run each received ``(node id, message)`` with that client's
-    handlers and state; answer a list of :data:`Result`; stop on ``None``."""
+    """A worker's loop. ``("load", pickled algorithm, update phases)`` builds every client's
+    handlers for a method and empties their states (answer ``None`` or the error);
+    ``("run", [(node id, message), ...])`` answers one :data:`Result` per message; ``None``
+    stops."""
     import torch
 
     from fedad.fl.node import node_handlers
@@ -81,22 +84,30 @@ def _serve(conn: Connection, setup: _Setup) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent stops the workers
     torch.set_num_threads(setup.threads)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    base = setup.algorithm.handlers()
     clients = {c.client_id: c for c in setup.clients}
-    handlers = {
-        cid: node_handlers(base, cid, setup.num_clients, setup.seed, setup.attack,
-                           setup.privacy, phases=setup.phases)
-        for cid in clients
-    }  # fmt: skip
+    handlers: dict[int, dict[str, Any]] = {cid: {} for cid in clients}
     states: dict[int, dict[str, Any]] = {cid: {} for cid in clients}
     while True:
         try:
-            batch = conn.recv()
+            order = conn.recv()
         except (EOFError, OSError):
             return
-        if batch is None:
+        if order is None:
             return
-        for nid, msg in batch:  # one answer per message, as soon as it is done
+        if order[0] == "load":
+            try:
+                base = pickle.loads(order[1]).handlers()
+                handlers = {
+                    cid: node_handlers(base, cid, setup.num_clients, setup.seed, setup.attack,
+                                       setup.privacy, phases=order[2])
+                    for cid in clients
+                }  # fmt: skip
+                states = {cid: {} for cid in clients}
+                conn.send(None)
+            except Exception as err:
+                conn.send(repr(err))
+            continue
+        for nid, msg in order[1]:  # one answer per message, as soon as it is done
             t0 = time.perf_counter()
             reply, err_text = None, None
             try:
@@ -110,16 +121,15 @@ def _serve(conn: Connection, setup: _Setup) -> None:
 
 
 class WorkerPool:
-    """``workers`` processes running the handlers of ``clients`` (see the module doc)."""
+    """``workers`` processes holding ``clients`` for a whole run; :meth:`load` gives them a
+    method, :meth:`run` runs its messages (see the module doc)."""
 
     def __init__(
         self,
-        algorithm: Any,
         clients: Sequence[ClientData],
         seed: int,
         attack: AttackConfig | None,
         privacy: PrivacyConfig | None,
-        phases: Sequence[str],
         workers: int,
     ) -> None:
         import torch
@@ -130,10 +140,11 @@ class WorkerPool:
         by_id = {c.client_id: c for c in clients}
         threads = max(1, torch.get_num_threads() // self.workers)
         self._setups = [
-            _Setup(algorithm, tuple(by_id[c] for c in ids if self.owner[c] == w), len(ids),
-                   seed, attack, privacy, tuple(phases), threads)
+            _Setup(tuple(by_id[c] for c in ids if self.owner[c] == w), len(ids), seed, attack,
+                   privacy, threads)
             for w in range(self.workers)
         ]  # fmt: skip
+        self._method: tuple[bytes, tuple[str, ...]] | None = None
         self._ctx = mp.get_context("spawn")
         self._procs: list[Any] = [None] * self.workers
         self._conns: list[Connection | None] = [None] * self.workers
@@ -146,6 +157,27 @@ class WorkerPool:
         proc.start()
         child.close()
         self._procs[w], self._conns[w] = proc, parent
+
+    def load(self, algorithm: Any, phases: Sequence[str]) -> None:
+        """Give every worker ``algorithm`` (its clients' states start empty). Raises
+        ``pickle.PicklingError``/``TypeError``/``AttributeError`` when the algorithm cannot
+        be sent, and :class:`RuntimeError` when a worker cannot rebuild it."""
+        self._method = (pickle.dumps(algorithm), tuple(phases))
+        for w in range(self.workers):
+            if not self._alive(w):
+                self._restart(w)
+            self._send(w, ("load", *self._method))
+        for w in range(self.workers):
+            conn = self._conns[w]
+            assert conn is not None
+            try:
+                why = conn.recv()
+            except (OSError, EOFError):
+                why = self._died(w)
+            if why is not None:
+                raise RuntimeError(
+                    f"worker {w} cannot run {getattr(algorithm, 'name', '?')}: {why}"
+                )
 
     def pids(self) -> list[int]:
         """The workers' process ids (for tests and monitoring)."""
@@ -163,7 +195,8 @@ class WorkerPool:
             for w, idx in pending.items():
                 if not self._alive(w):
                     self._restart(w)
-                self._send(w, [items[i] for i in idx])
+                    self._reload(w)
+                self._send(w, ("run", [items[i] for i in idx]))
             again: dict[int, list[int]] = {}
             pos = dict.fromkeys(pending, 0)
             while pos:  # read whichever worker has an answer (a full pipe blocks its worker)
@@ -184,11 +217,21 @@ class WorkerPool:
             pending = again
         return [r if r is not None else (None, "no answer", 0.0) for r in out]
 
-    def _send(self, w: int, batch: list[tuple[int, Message]]) -> None:
+    def _send(self, w: int, order: tuple[Any, ...]) -> None:
         conn = self._conns[w]
         assert conn is not None
         with contextlib.suppress(OSError, EOFError):  # a dead worker shows at _recv
-            conn.send(batch)
+            conn.send(order)
+
+    def _reload(self, w: int) -> None:
+        """A fresh worker gets the current method again (its answer is awaited)."""
+        if self._method is None:
+            return
+        self._send(w, ("load", *self._method))
+        with contextlib.suppress(OSError, EOFError):
+            conn = self._conns[w]
+            assert conn is not None
+            conn.recv()
 
     def _recv(self, w: int) -> Result | None:
         conn = self._conns[w]
