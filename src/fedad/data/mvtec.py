@@ -27,8 +27,6 @@ folder, ``size`` and every file's size and modification time.
 
 from __future__ import annotations
 
-import io
-import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -36,6 +34,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedad.data.imagefiles import (
+    IMAGE_SUFFIXES,
+    MAX_FILE_BYTES,
+    MAX_PIXELS,
+    ImageFile,
+    eight_bit,
+    inside,
+    open_image,
+    stat_image,
+)
 from fedad.data.registry import register_dataset
 from fedad.data.types import Dataset
 from fedad.errors import DataError
@@ -45,50 +53,29 @@ if TYPE_CHECKING:
 
 __all__ = ["IMAGE_SUFFIXES", "MAX_FILE_BYTES", "MAX_PIXELS", "load_mvtec"]
 
-IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp"})
-MAX_FILE_BYTES = 64 * 2**20
-MAX_PIXELS = 8192 * 8192
-_FORMATS = ("PNG", "JPEG", "BMP")
 HOW_TO_GET = (
     "set data.path to the MVTec AD folder (holding bottle/, carpet/, ...) or to one "
     "category's folder; get it from https://www.mvtec.com/company/research/datasets/mvtec-ad"
 )
 
 
-@dataclass(frozen=True)
-class _File:
-    path: str
-    size: int
-    mtime_ns: int
+_WHAT = "mvtec"
 
 
 @dataclass(frozen=True)
 class _Item:
-    image: _File
+    image: ImageFile
     category: int
     defect: bool
-    mask: _File | None
+    mask: ImageFile | None
 
 
 def _inside(p: Path, root: Path) -> Path:
-    """``p`` resolved; a one-line error when it (through a symlink) leaves ``root``."""
-    real = p.resolve()
-    if not real.is_relative_to(root):
-        raise DataError(f"mvtec: {p} leads outside data.path ({root}); symlinks out are refused")
-    return real
+    return inside(p, root, _WHAT)
 
 
-def _stat(p: Path, root: Path) -> _File:
-    real = _inside(p, root)
-    if not real.is_file():
-        raise DataError(f"mvtec: {p} is not a file")
-    st = real.stat()
-    if st.st_size > MAX_FILE_BYTES:
-        raise DataError(
-            f"mvtec: {p} has {st.st_size:,} bytes, more than the {MAX_FILE_BYTES:,} an image may "
-            "have"
-        )
-    return _File(str(real), st.st_size, st.st_mtime_ns)
+def _stat(p: Path, root: Path) -> ImageFile:
+    return stat_image(p, root, _WHAT, max_bytes=MAX_FILE_BYTES)
 
 
 def _images(folder: Path, root: Path) -> list[Path]:
@@ -162,44 +149,18 @@ def _scan(base: Path, root: Path) -> tuple[tuple[str, ...], list[_Item], list[_I
     return tuple(c.name for c in cats), train, test
 
 
-def _open(f: _File) -> PILImage:
-    from PIL import Image, UnidentifiedImageError
-
-    with open(f.path, "rb") as fh:
-        raw = fh.read(MAX_FILE_BYTES + 1)
-    if len(raw) > MAX_FILE_BYTES:
-        raise DataError(f"mvtec: {f.path} grew past {MAX_FILE_BYTES:,} bytes while read")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            im = Image.open(io.BytesIO(raw), formats=_FORMATS)
-            w, h = im.size
-            if not (w >= 1 and h >= 1 and w * h <= MAX_PIXELS):
-                raise DataError(
-                    f"mvtec: {f.path} is {w}x{h} pixels, outside the {MAX_PIXELS:,} fedad reads"
-                )
-            im.load()
-    except DataError:
-        raise
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
-        raise DataError(f"mvtec: {f.path} is not a readable image ({type(e).__name__})") from None
-    except (Image.DecompressionBombWarning, Image.DecompressionBombError):
-        raise DataError(f"mvtec: {f.path} is too large an image (decompression bomb?)") from None
-    return im
+def _open(f: ImageFile) -> PILImage:
+    # the caps are read here, at call time, so that they may be patched on this module
+    return open_image(f, _WHAT, max_pixels=MAX_PIXELS, max_bytes=MAX_FILE_BYTES)
 
 
-def _rgb(f: _File, size: int) -> tuple[np.ndarray, tuple[int, int]]:
+def _rgb(f: ImageFile, size: int) -> tuple[np.ndarray, tuple[int, int]]:
     """The image as ``(3, size, size)`` float32 in [0, 1], and its own (width, height)."""
     from PIL import Image
 
     im = _open(f)
     own = im.size
-    if im.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
-        # 16-bit (or float) grey: to 8 bits by the full range of the mode
-        arr = np.asarray(im, dtype=np.float64)
-        top = 1.0 if im.mode == "F" else 65535.0
-        im = Image.fromarray(np.clip(np.rint(arr / top * 255.0), 0, 255).astype(np.uint8))
-    im = im.convert("RGB")
+    im = eight_bit(im).convert("RGB")
     if im.size != (size, size):
         im = im.resize((size, size), Image.Resampling.BILINEAR)
     out = np.asarray(im, dtype=np.float32).transpose(2, 0, 1) / np.float32(255.0)
