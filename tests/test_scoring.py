@@ -210,3 +210,44 @@ def test_resolved_config_names_the_natural_client_count(
     cfg = load_config(root / "run" / "config.toml")
     assert cfg.partition.clients == 3
     assert [c.name for c in build_federation(cfg).clients] == ["a", "b", "c"]
+
+
+def test_image_folder_scores_equal_the_runs_own(tmp_path: Path) -> None:
+    """Train on data.path/train/<class>/, then score data.path/test/ with fedad score."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    root = tmp_path / "photos"
+    for split, n_good, n_bad in (("train", 24, 4), ("test", 8, 6)):
+        for cls, n in (("good", n_good), ("bad", n_bad)):
+            for i in range(n):
+                arr = rng.integers(90, 130, size=(12, 12), dtype=np.uint8)
+                if cls == "bad":
+                    arr[3:8, 3:8] = 250
+                (root / split / cls).mkdir(parents=True, exist_ok=True)
+                Image.fromarray(arr).save(root / split / cls / f"{i:03d}.png")
+    (tmp_path / "c.toml").write_text(
+        f'rounds = 2\n[data]\nname = "image_folder"\npath = "{root}"\nnormal = ["good"]\n'
+        'anomaly = ["bad"]\n[partition]\nclients = 2\n'
+        '[[methods]]\nname = "fedavg"\ndetector = "autoencoder"\n'
+    )
+    res = runner.invoke(app, ["run", str(tmp_path / "c.toml"), "-o", str(tmp_path / "run"), "-q"])
+    assert res.exit_code == 0, res.output
+    z = np.load(tmp_path / "run" / "scores.npz")
+    for k in (0, 1):
+        res = runner.invoke(app, ["score", str(tmp_path / "run"), str(root / "test"), "-m",
+                                  "fedavg", "--client", str(k)])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        rows = _rows(res.stdout)
+        assert len(rows) == 14 and rows[0]["id"] == "bad/000.png"
+        # the pooled test set is every test image; each client scored its share of it
+        mine = {r["id"]: float(r["score"]) for r in rows}
+        theirs = z["fedavg/score"][z["fedavg/client"] == k]
+        got = np.array(sorted(mine.values()))
+        assert all(np.isclose(got, s, rtol=1e-6).any() for s in theirs)
+    res = runner.invoke(app, ["score", str(tmp_path / "run"), str(tmp_path / "c.toml"), "-m",
+                              "fedavg"])  # fmt: skip
+    assert res.exit_code == 2 and "neither a folder of images" in res.output
+    (root / "test" / "good" / "notes.txt").write_text("not an image")
+    res = runner.invoke(app, ["score", str(tmp_path / "run"), str(root / "test"), "-m", "fedavg"])
+    assert res.exit_code == 2 and "notes.txt" in res.output and "Traceback" not in res.output

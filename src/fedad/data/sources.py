@@ -29,6 +29,7 @@ hash-checked).
 from __future__ import annotations
 
 from fedad.data import graph_domains as _graph_domains  # noqa: F401  (registers)
+from fedad.data import image_folder as _image_folder  # noqa: F401  (registers)
 from fedad.data import mvtec as _mvtec  # noqa: F401  (registers)
 from fedad.data import table as _table  # noqa: F401  (registers)
 from fedad.data import textures as _textures  # noqa: F401  (registers)
