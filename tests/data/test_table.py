@@ -226,3 +226,25 @@ def test_unreadable_files_are_one_line_errors(tmp_path: Path) -> None:
     path = write(ids, tmp_path / "ids.csv")
     with pytest.raises(DataError, match=r"'patient'.*600 distinct values.*drop_columns"):
         load_dataset("table", str(path), options={"label_column": "flag"})
+
+
+def test_fedad_run_on_a_bad_table_exits_2_with_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from fedad.cli import app
+
+    path = write(frame(), tmp_path / "t.csv")
+    for extra, needle in (('label_column = "nope"', "data.label_column 'nope' is not a column"),
+                          ('label_column = "row"\nnormal = [0]\nanomaly = [1]\n'
+                           'client_column = "site"', None)):  # fmt: skip
+        (tmp_path / "c.toml").write_text(
+            f'[data]\nname = "table"\npath = "{path}"\n{extra}\n[partition]\nscheme = '
+            '"natural"\n[[methods]]\nname = "local"\ndetector = "autoencoder"\n'
+        )
+        res = CliRunner().invoke(app, ["run", str(tmp_path / "c.toml"), "-o",
+                                       str(tmp_path / "out"), "-q"])  # fmt: skip
+        assert res.exit_code == 2, res.output
+        assert "Traceback" not in res.output and res.output.count("error:") == 1
+        if needle:
+            assert needle in res.output
+        assert not (tmp_path / "out").exists()  # no half-made run directory left
