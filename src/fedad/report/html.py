@@ -502,6 +502,12 @@ def _figures_section(
         lab: {c: _num(row.get("auroc")) for c, row in rows.items()}
         for lab, rows in per_client.items()
     }
+    client_names = {
+        c: str(row["client_name"])
+        for rows in per_client.values()
+        for c, row in rows.items()
+        if isinstance(row.get("client_name"), str) and row["client_name"]
+    }
     specs: list[tuple[bool, str, Callable[[], Figure], str]] = [
         (
             bool(pairs),
@@ -558,7 +564,7 @@ def _figures_section(
         (
             bool(per_client),
             "Per-client AUROC",
-            lambda: plots.per_client_auroc_figure(auroc_by_client),
+            lambda: plots.per_client_auroc_figure(auroc_by_client, names=client_names),
             "AUROC on each client's local test set; the dashed line is chance level.",
         ),
     ]

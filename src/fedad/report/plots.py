@@ -376,13 +376,16 @@ def bytes_figure(history: HistoryLike) -> Figure:
 
 
 def per_client_auroc_figure(
-    per_client: Mapping[str, Mapping[int, float | None]], max_bars: int = 60
+    per_client: Mapping[str, Mapping[int, float | None]],
+    max_bars: int = 60,
+    names: Mapping[int, str] | None = None,
 ) -> Figure:
     """Per-client AUROC of each method: grouped bars, or a heatmap for many clients.
 
     ``per_client[label][client] = auroc`` (``None``: undefined, e.g. a one-class local test
     set). With at most ``max_bars`` bars in total a grouped bar chart is drawn (clients on the
-    x-axis, one bar per method); otherwise a methods-by-clients heatmap on ``[0, 1]`` with
+    x-axis, one bar per method, labelled with ``names[client]`` under the number when given:
+    natural partitions); otherwise a methods-by-clients heatmap on ``[0, 1]`` with
     undefined cells in grey.
     """
     methods = list(per_client)
@@ -407,7 +410,8 @@ def per_client_auroc_figure(
             for k in np.flatnonzero(np.isnan(grid[i])):
                 ax.text(x[k] - 0.4 + width * (i + 0.5), 0.02, "n/a", ha="center", fontsize=7)
         ax.axhline(0.5, ls="--", lw=0.8, color="0.6")
-        ax.set_xticks(x, [str(c) for c in clients])
+        shown = {c: f"{c}\n{names[c][:16]}" for c in clients if names and names.get(c)}
+        ax.set_xticks(x, [shown.get(c, str(c)) for c in clients])
         ax.set_ylim(0, 1.05)
         ax.set_xlabel("client")
         ax.set_ylabel("AUROC")
