@@ -28,8 +28,9 @@ One-hot columns are not standardised. Date/time columns, and text columns with m
 drop them. Empty numeric cells are NaN: ``data.missing`` decides (error, drop the row, or
 impute the training mean; for a categorical column the mean of its one-hot columns).
 
-**Untrusted input.** Files are read with pandas (pyarrow for Parquet), which run no code
-from the file; at most :data:`MAX_TABLE_BYTES` bytes; any read error is a one-line
+**Untrusted input.** Files are read with pandas (pyarrow for Parquet, at least 14.0.1,
+which fixed CVE-2023-47248: code execution from a crafted file), which run no code from the
+file; at most :data:`MAX_TABLE_BYTES` bytes; any read error is a one-line
 :class:`~fedad.errors.DataError` naming the file. Loaded tables are cached in-process,
 keyed on the path, its size and modification time, and the options.
 """
