@@ -30,8 +30,11 @@ The protocol (also in ``docs/data.md``); every random step draws from its own st
    ``Federation.server_normal`` (never test data).
 5. **Partition** the remaining normal training samples over ``partition.clients`` with
    ``partition.scheme`` (see :mod:`fedad.data.partition`); ``by-source`` groups by data set
-   and needs at least two (``data.sources``). Then cap each client at
-   ``data.max_train_per_client`` (seeded subsample).
+   and needs at least two (``data.sources``); ``natural`` gives client ``k`` the samples
+   of the ``k``-th sorted natural client id (``Dataset.group``: a table's
+   ``data.client_column``, an image folder's clients), whose test hold-out (step 3) was
+   stratified by client and class. Then cap each client at ``data.max_train_per_client``
+   (seeded subsample).
 6. **Contamination.** ``round_half_up(contamination * n_k)`` of client ``k``'s samples are
    replaced by anomalies drawn without replacement from the training part's anomalies
    (disjoint from the test anomalies), so every client gets its share; ``y_train`` marks
@@ -47,12 +50,15 @@ The protocol (also in ``docs/data.md``); every random step draws from its own st
    so a client is tested on its own types' defects; a client left without a defect takes
    one of its own types' from a client with several; ``data.anomaly_source`` samples are
    dealt evenly.
-8. **Imputation** (``data.missing = "impute-mean"``): missing values become their feature's
+8. **Encoding** (tables with text columns): each categorical column becomes one 0/1 column
+   per category seen in the clients' training rows (:mod:`fedad.data.encoding`).
+   **Imputation** (``data.missing = "impute-mean"``): missing values become their feature's
    mean over the clients' training data, in training, test and server data alike.
    **Standardization** (``kind == "vector"`` and ``data.standardize``): z-score with the
    mean and standard deviation of the union of the clients' training data (what a server
    gets from the clients' counts, sums and sums of squares), applied to training, test and
-   server data; a zero deviation becomes 1. Images stay in [0, 1].
+   server data; a zero deviation becomes 1; one-hot columns are left as they are. Images
+   stay in [0, 1].
 
 Impossible requests raise a one-line :class:`~fedad.errors.FedadError` that names the key.
 ``Federation.notes`` records sizes and counts (plain ints, floats, strings, lists, dicts).
