@@ -22,30 +22,15 @@ import platform
 import time
 
 import torch
+from suites import fashion_fedavg
 
-from fedad.config import parse_config
 from fedad.data.federation import build_federation
 from fedad.runner import build_algorithms, run_method
 
 
 def measure(clients: int, rounds: int, workers: int) -> tuple[float, float, float]:
     """(training seconds, summed client seconds, total seconds of run_method)."""
-    cfg = parse_config(
-        {
-            "seed": 0,
-            "rounds": rounds,
-            "data": {
-                "name": "fashion_mnist",
-                "normal": [0, 1, 2, 3, 4],
-                "anomaly": [5, 6, 7, 8, 9],
-                "max_train_per_client": 100,
-                "max_test": 200,
-            },
-            "partition": {"scheme": "iid", "clients": clients},
-            "engine": {"progress": False, "workers": workers},
-            "methods": [{"name": "fedavg", "detector": "autoencoder"}],
-        }
-    )
+    cfg = fashion_fedavg(clients, rounds, 100, 200, {"workers": workers})
     fed = build_federation(cfg)
     (algo,) = build_algorithms(cfg, fed).values()
     t0 = time.perf_counter()

@@ -28,8 +28,8 @@ from typing import Any
 
 import psutil
 import torch
+from suites import fashion_fedavg
 
-from fedad.config import parse_config
 from fedad.data.federation import build_federation
 from fedad.runner import build_algorithms, run_method
 
@@ -68,22 +68,7 @@ class PeakRss:
 
 
 def measure(engine: str, workers: int, clients: int, rounds: int) -> dict[str, Any]:
-    cfg = parse_config(
-        {
-            "seed": 0,
-            "rounds": rounds,
-            "data": {
-                "name": "fashion_mnist",
-                "normal": [0, 1, 2, 3, 4],
-                "anomaly": [5, 6, 7, 8, 9],
-                "max_train_per_client": 30,
-                "max_test": 2000,
-            },
-            "partition": {"scheme": "iid", "clients": clients},
-            "engine": {"name": engine, "progress": False, "workers": workers},
-            "methods": [{"name": "fedavg", "detector": "autoencoder"}],
-        }
-    )
+    cfg = fashion_fedavg(clients, rounds, 30, 2000, {"name": engine, "workers": workers})
     fed = build_federation(cfg)
     data_mb = sum(c.x_train.nbytes + c.x_test.nbytes for c in fed.clients) / 1e6  # type: ignore[union-attr]
     (algo,) = build_algorithms(cfg, fed).values()

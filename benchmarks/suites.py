@@ -111,3 +111,26 @@ def run_suite(
     result = {"suite": suite, "config": text, "methods": rows}
     (OUT / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
     return rows
+
+
+def fashion_fedavg(
+    clients: int, rounds: int, per_client: int, max_test: int, engine: dict[str, Any]
+) -> Any:
+    """The engine benchmarks' experiment: FedAvg with the autoencoder on Fashion-MNIST
+    (normal 0-4, anomalies 5-9, IID), ``per_client`` training images per client."""
+    return parse_config(
+        {
+            "seed": 0,
+            "rounds": rounds,
+            "data": {
+                "name": "fashion_mnist",
+                "normal": [0, 1, 2, 3, 4],
+                "anomaly": [5, 6, 7, 8, 9],
+                "max_train_per_client": per_client,
+                "max_test": max_test,
+            },
+            "partition": {"scheme": "iid", "clients": clients},
+            "engine": {"progress": False, **engine},
+            "methods": [{"name": "fedavg", "detector": "autoencoder"}],
+        }
+    )
