@@ -179,10 +179,6 @@ class WorkerPool:
                     f"worker {w} cannot run {getattr(algorithm, 'name', '?')}: {why}"
                 )
 
-    def pids(self) -> list[int]:
-        """The workers' process ids (for tests and monitoring)."""
-        return [int(p.pid) for p in self._procs if p is not None]
-
     def run(self, items: Sequence[tuple[int, Message]]) -> list[Result]:
         """Run ``items`` (node id, message), each on its client's worker, all workers at
         once; answers in the order of ``items``. When a worker dies, the message it was
