@@ -21,6 +21,7 @@ import numpy as np
 from fedad.data.table import TABLE_SUFFIXES, label_values, read_table
 from fedad.detector import flag
 from fedad.errors import FedadError
+from fedad.inputs import read_inputs
 from fedad.runs import Run, load_run
 
 __all__ = ["Scored", "score_data", "scores_csv"]
@@ -63,11 +64,7 @@ def score_data(
 ) -> Scored:
     """Score ``data`` with method ``label`` of the run in ``run_dir`` (module docstring)."""
     run = load_run(run_dir)
-    if run.inputs is None:
-        raise FedadError(
-            f"'{run_dir}' has no inputs.json (the preprocessing of its data)",
-            "runs made before fedad saved it cannot score new data: run the experiment again",
-        )
+    inputs = run.inputs if run.inputs is not None else read_inputs(run_dir)  # absent: error
     if label not in run.detectors and label not in run.node_models:
         raise FedadError(
             f"run '{run_dir}' has no method '{label}'", f"methods: {', '.join(run.detectors)}"
@@ -76,19 +73,19 @@ def score_data(
     fixed = None if client is None else _client(run, client)
     if path.is_dir():
         files = _image_files(path, skip_bad_files)
-        x, read = run.inputs.images(files, path, skip_bad_files=skip_bad_files)
+        x, read = inputs.images(files, path, skip_bad_files=skip_bad_files)
         ids = [p.relative_to(path).as_posix() for p in read]
         per_row = np.full(len(ids), 0 if fixed is None else fixed, dtype=np.int64)
     elif path.suffix.lower() in TABLE_SUFFIXES:
         frame = read_table(path, "fedad score")
         ids = _row_ids(frame, id_column, path)
-        x = run.inputs.table(frame, f"'{path}'")
+        x = inputs.table(frame, f"'{path}'")
         per_row = np.full(len(ids), 0 if fixed is None else fixed, dtype=np.int64)
-        col = run.inputs.client_column
+        col = inputs.client_column
         if fixed is None and col and col in frame.columns:
             values = label_values(frame[col], "the client column", path)
             for i, v in enumerate(values):
-                k = run.inputs.client_of(str(v))
+                k = inputs.client_of(str(v))
                 if k is None:
                     raise FedadError(
                         f"'{path}': data row {i + 1} names client {str(v)!r} in column "
@@ -109,7 +106,7 @@ def score_data(
         s = np.asarray(det.score(x[rows]), dtype=np.float64)
         scores[rows] = s
         flags[rows] = flag(s, det.threshold_)
-    return Scored(ids, [int(k) for k in per_row], scores, flags, run.inputs.client_names)
+    return Scored(ids, [int(k) for k in per_row], scores, flags, inputs.client_names)
 
 
 def _image_files(folder: Path, skip_bad_files: bool) -> list[Path]:
