@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -159,3 +160,96 @@ def test_patchcore_batches_ten_images_unless_configured() -> None:
     assert build_algorithm("fedavg", {}, setup, "patchcore").params.batch_size == 10
     assert build_algorithm("local", {"batch_size": 4}, setup, "patchcore").params.batch_size == 4
     assert build_algorithm("fedavg", {}, setup, "autoencoder").params.batch_size == 64
+
+
+def _setup(shape: tuple[int, ...] = (3, 8, 8)) -> Setup:
+    return Setup("image", shape, rounds=1, seed=0, contamination=0.1, num_clients=2)
+
+
+@pytest.mark.parametrize("method", ["local", "centralized", "fedavg", "fedprox", "fedbn"])
+def test_method_keys_reach_the_detector_and_defaults_stay(method: str) -> None:
+    keys = {"coreset": 0.25, "image_size": 96}
+    det = build_algorithm(method, keys, _setup(), "patchcore").make_detector()
+    assert isinstance(det, PatchCoreDetector)
+    assert (det.coreset, det.image_size, det.backbone) == (0.25, 96, "efficientnet-lite0")
+    wrn = {"backbone": "wide_resnet50_2", "backbone_path": "/weights/wrn.pth"}
+    det = build_algorithm(method, wrn, _setup(), "patchcore").make_detector()
+    assert isinstance(det, PatchCoreDetector)
+    assert (det.backbone, det.backbone_path) == ("wide_resnet50_2", "/weights/wrn.pth")
+    assert det.extractor().channels == 512 + 1024  # layer2 + layer3, weights not read yet
+    algo = build_algorithm(method, {}, _setup((3, 128, 128)), "patchcore")
+    det = algo.make_detector()
+    assert isinstance(det, PatchCoreDetector)
+    assert (det.coreset, det.image_size, det.backbone, det.backbone_path) == (
+        0.1, 128, "efficientnet-lite0", None,
+    )  # fmt: skip
+    for side, size in [(8, 64), (300, 224)]:  # the images' own side, kept within [64, 224]
+        other = build_algorithm(method, {}, _setup((3, side, side)), "patchcore").make_detector()
+        assert getattr(other, "image_size", None) == size
+    assert not {"backbone", "backbone_path", "coreset", "image_size"} & set(
+        algo.params.model_dump(exclude_none=True)
+    )  # unset keys stay out of the resolved config
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "detector", "match"),
+    [
+        ("fedavg", {"coreset": 0.0}, "patchcore", "methods.params.coreset"),
+        ("fedavg", {"coreset": 1.5}, "patchcore", "methods.params.coreset"),
+        ("local", {"coreset": "many"}, "patchcore", "methods.params.coreset"),
+        ("fedprox", {"backbone": "resnet18"}, "patchcore", "methods.params.backbone"),
+        ("fedavg", {"image_size": 16}, "patchcore", "methods.params.image_size"),
+        ("centralized", {"image_size": 2048}, "patchcore", "methods.params.image_size"),
+        ("fedavg", {"backbone_path": ""}, "patchcore", "methods.params.backbone_path"),
+        ("fedavg", {"backbone": "wide_resnet50_2"}, "patchcore", "needs its torchvision weights"),
+        ("local", {"backbone_path": "/w.pth"}, "patchcore", "applies to backbone 'wide_resnet"),
+        ("fedavg", {"coreset": 0.5}, "autoencoder", "applies to detector 'patchcore' only"),
+        ("local", {"backbone": "wide_resnet50_2"}, "pretrained", "detector 'patchcore' only"),
+        ("local", {"image_size": 96}, "autoencoder", "detectors 'patchcore' and 'pretrained'"),
+        ("scaffold", {"coreset": 0.5}, "autoencoder", "applies to detector 'patchcore' only"),
+    ],
+)
+def test_bad_patchcore_keys_are_one_line_errors(
+    method: str, params: dict[str, object], detector: str, match: str
+) -> None:
+    with pytest.raises(FedadError, match=match) as err:
+        build_algorithm(method, params, _setup(), detector)
+    assert "\n" not in str(err.value)
+
+
+def test_image_size_is_still_the_pretrained_detectors_key() -> None:
+    algo = build_algorithm("local", {"image_size": 64}, _setup(), "pretrained")
+    assert getattr(algo.make_detector(), "image_size", None) == 64
+
+
+@needs_weights
+def test_coreset_and_image_size_keys_shape_each_clients_bank() -> None:
+    fed = make_federation("image", clients=2, masks=True)  # 8 x 8 grey images
+    setup = Setup("image", fed.feature_shape, rounds=1, seed=0, contamination=0.1, num_clients=2)
+    keys = {"coreset": 0.25, "image_size": 96}  # 96 pixels: a 12 x 12 patch grid
+    out = run_inprocess(build_algorithm("fedavg", keys, setup, "patchcore"), fed, 1, 0)
+    default = run_inprocess(build_algorithm("fedavg", {}, setup, "patchcore"), fed, 1, 0)
+    for cid, m in out.evaluations.items():
+        n = fed.clients[cid].n_train
+        assert m.arrays["detector/bank_"].shape == (int(np.ceil(0.25 * n * 12 * 12)), 152)
+        assert m.arrays["map"].shape == (14, 8, 8)  # maps at the images' own resolution
+        ref = default.evaluations[cid].arrays["detector/bank_"]
+        assert ref.shape == (int(np.ceil(0.1 * n * 8 * 8)), 152)  # 64 pixels, 10%
+
+
+@pytest.mark.slow
+def test_wide_resnet_backbone_from_the_method_keys(tmp_path: Path) -> None:
+    from fedad.resources.wide_resnet import WideResNet50
+
+    torch.manual_seed(0)
+    path = tmp_path / "wrn.pth"
+    torch.save(WideResNet50().state_dict(), path)  # random weights: the wiring, not quality
+    fed = make_federation("image", clients=2, masks=True)
+    setup = Setup("image", fed.feature_shape, rounds=1, seed=0, contamination=0.1, num_clients=2)
+    keys = {"backbone": "wide_resnet50_2", "backbone_path": str(path), "coreset": 0.05}
+    out = run_inprocess(build_algorithm("local", keys, setup, "patchcore"), fed, 1, 0)
+    assert out.events == []
+    for cid, m in out.evaluations.items():  # layer2 at 64 pixels: an 8 x 8 grid
+        n = fed.clients[cid].n_train
+        assert m.arrays["detector/bank_"].shape == (int(np.ceil(0.05 * n * 8 * 8)), 512 + 1024)
+        assert m.arrays["detector/weight"].shape == (1536, 1536, 1, 1)

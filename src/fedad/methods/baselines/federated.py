@@ -54,7 +54,9 @@ detector is the global projection with a coreset bank of its own training patche
 computed on the client; ``centralized`` builds the bank of the pooled uploads. With it the
 parameters keep their meaning (``lr``, ``local_epochs``, ``weight_decay``: its default 5e-4,
 ``mu``), except ``batch_size``, 10 images unless the config sets it, and ``latent_dim``,
-ignored (the projection keeps the feature width); docs/methods/baselines.md.
+ignored (the projection keeps the feature width); and it takes keys of its own,
+``backbone``, ``backbone_path``, ``coreset`` and ``image_size``
+(:class:`~.patchcore.PatchCoreOptions`, refused with other detectors); docs/methods/baselines.md.
 
 ``fedavg`` and ``fedprox`` aggregate through :meth:`ServerContext.mean
 <fedad.fl.context.ServerContext.mean>`, so both their phases run under SecAgg+ when
@@ -63,7 +65,7 @@ ignored (the projection keeps the feature width); docs/methods/baselines.md.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import Field
@@ -93,7 +95,15 @@ from fedad.methods.baselines.detectors import (
     TorchDetector,
 )
 from fedad.methods.baselines.ocsvm import OCSVM, OCSVMDetector
-from fedad.methods.baselines.patchcore import PATCHCORE, PATCHCORE_BATCH, PatchCoreDetector
+from fedad.methods.baselines.patchcore import (
+    DEFAULT_CORESET,
+    PATCHCORE,
+    PATCHCORE_BATCH,
+    SHARED_OPTIONS,
+    PatchCoreDetector,
+    PatchCoreOptions,
+    check_patchcore,
+)
 from fedad.methods.baselines.pretrained import (
     PRETRAINED,
     PretrainedDetector,
@@ -110,8 +120,8 @@ OWN = "own"
 """State prefix of a ``fedavg``/``fedprox`` client's own tensors (its graph input layer)."""
 
 
-class TrainParams(Params):
-    """Parameters shared by the baselines."""
+class TrainParams(Params, PatchCoreOptions):
+    """Parameters shared by the baselines (and ``detector = "patchcore"``'s options)."""
 
     lr: float = Field(default=1e-3, gt=0.0)
     local_epochs: int = Field(default=1, ge=1, description="epochs per round")
@@ -170,7 +180,9 @@ class TorchBaseline(Algorithm):
             # FedDyMem's batches of 10 images, unless the config sets its own (the resolved
             # config then says 10, so a rerun of it trains alike)
             self.params = self.params.model_copy(update={"batch_size": PATCHCORE_BATCH})
-        check_pretrained(self.name, detector, setup.kind, params)
+        check_patchcore(self.name, detector, tuple(self.detectors), self.params)
+        also = SHARED_OPTIONS if detector == PATCHCORE else ()
+        check_pretrained(self.name, detector, setup.kind, self.params, also)
         shape = tuple(setup.feature_shape)
         if detector == CONTRASTIVE and (len(shape) != 3 or shape[1] != shape[2]):
             raise ConfigError(
@@ -191,9 +203,16 @@ class TorchBaseline(Algorithm):
         shape = [int(s) for s in self.setup.feature_shape]
         if self.setup.kind == "graph":
             shape = [max(shape[-1] if shape else 1, 1)]  # -1: widths differ
-        extra = {}
-        if cls is PatchCoreDetector:  # the backbone reads images at their side, in 64..224
-            extra = {"image_size": min(224, max(64, max(shape[1:], default=64)))}
+        extra: dict[str, Any] = {}
+        if cls is PatchCoreDetector:
+            p = self.params
+            extra = {
+                "backbone": p.backbone or "efficientnet-lite0",
+                "backbone_path": p.backbone_path,
+                "coreset": DEFAULT_CORESET if p.coreset is None else p.coreset,
+                # by default the backbone reads images at their own side, kept in 64..224
+                "image_size": p.image_size or min(224, max(64, max(shape[1:], default=64))),
+            }
         return cls(
             **extra,
             kind=self.setup.kind,

@@ -48,11 +48,12 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch import nn
 
 from fedad.data.types import Features, dense
 from fedad.detector import DEFAULT_CONTAMINATION, register_detector
+from fedad.errors import ConfigError
 from fedad.methods.baselines.detectors import MAX_FEATURES, TorchDetector, TorchDetectorParams
 from fedad.nn.patchscore import anomaly_maps, image_scores, knn_distances
 from fedad.resources.multilevel import MultiLevelFeatures
@@ -107,6 +108,82 @@ def clear_feature_cache() -> None:
         _FEATURES.clear()
 
 
+Backbone = Literal["efficientnet-lite0", "wide_resnet50_2"]
+DEFAULT_CORESET = 0.1
+MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 32, 1024
+"""Bounds of the ``image_size`` method key (the ``pretrained`` detector's too)."""
+
+
+class PatchCoreOptions(BaseModel):
+    """``[methods.params]`` of the generic methods that apply to ``detector = "patchcore"``.
+
+    All default to ``None`` (= the detector's default), so they do not appear in the
+    resolved config of runs with another detector; setting one with another detector is an
+    error (:func:`check_patchcore`). ``image_size`` is shared with ``detector =
+    "pretrained"`` (:class:`~fedad.methods.baselines.pretrained.PretrainedOptions`).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    backbone: Backbone | None = Field(
+        default=None, description="frozen feature extractor (default efficientnet-lite0)"
+    )
+    backbone_path: str | None = Field(
+        default=None, min_length=1, max_length=4096,
+        description="torchvision weights file of wide_resnet50_2",
+    )  # fmt: skip
+    coreset: float | None = Field(
+        default=None, gt=0.0, le=1.0,
+        description=f"share of training patches kept in the bank (default {DEFAULT_CORESET})",
+    )  # fmt: skip
+    image_size: int | None = Field(
+        default=None, ge=MIN_IMAGE_SIZE, le=MAX_IMAGE_SIZE,
+        description="backbone input side (default: the images' side kept within [64, 224])",
+    )  # fmt: skip
+
+
+PATCHCORE_OPTIONS = tuple(PatchCoreOptions.model_fields)
+SHARED_OPTIONS = ("image_size",)
+"""Keys of :class:`PatchCoreOptions` that the ``pretrained`` detector takes too."""
+
+
+def check_patchcore(method: str, detector: str | None, takes: tuple[str, ...], params: Any) -> None:
+    """One-line :class:`ConfigError` when ``params`` set a ``patchcore`` key that does not
+    apply: with another detector (``image_size`` is also ``pretrained``'s, when the method
+    ``takes`` that detector), or ``backbone_path`` without ``backbone = "wide_resnet50_2"``
+    and that backbone without its weights file. Whether the file loads is checked where the
+    features are computed (on the clients), with a one-line error too."""
+    given = [f for f in PATCHCORE_OPTIONS if getattr(params, f, None) is not None]
+    if detector != PATCHCORE:
+        for f in given:
+            owners = [PATCHCORE] + (
+                ["pretrained"] if f in SHARED_OPTIONS and "pretrained" in takes else []
+            )
+            if detector in owners:
+                continue
+            names = " and ".join(f"'{o}'" for o in owners)
+            usable = [f'"{o}"' for o in owners if o in takes]
+            raise ConfigError(
+                f"parameter '{f}' of method '{method}' applies to detector"
+                f"{'s' if len(owners) > 1 else ''} {names} only",
+                f"remove it or set detector = {' or '.join(usable)}" if usable else "remove it",
+            )
+        return
+    backbone = getattr(params, "backbone", None) or "efficientnet-lite0"
+    path = getattr(params, "backbone_path", None)
+    if backbone == "wide_resnet50_2" and path is None:
+        raise ConfigError(
+            f"backbone 'wide_resnet50_2' of method '{method}' needs its torchvision weights file",
+            "set params.backbone_path to the wide_resnet50_2 .pth file",
+        )
+    if backbone != "wide_resnet50_2" and path is not None:
+        raise ConfigError(
+            f"parameter 'backbone_path' of method '{method}' applies to backbone "
+            f"'wide_resnet50_2' only (the backbone is '{backbone}')",
+            'remove it or set backbone = "wide_resnet50_2"',
+        )
+
+
 class PatchCoreParams(TorchDetectorParams):
     """The ``__init__`` arguments of :class:`PatchCoreDetector`, as a checkpoint may give them."""
 
@@ -114,10 +191,10 @@ class PatchCoreParams(TorchDetectorParams):
     input_shape: list[Annotated[int, Field(ge=1, le=MAX_FEATURES)]] = Field(
         default=[3, 128, 128], min_length=3, max_length=3
     )
-    backbone: Literal["efficientnet-lite0", "wide_resnet50_2"] = "efficientnet-lite0"
+    backbone: Backbone = "efficientnet-lite0"
     backbone_path: str | None = Field(default=None, max_length=4096)
     image_size: int = Field(default=128, ge=8, le=1024)
-    coreset: float = Field(default=0.1, gt=0.0, le=1.0)
+    coreset: float = Field(default=DEFAULT_CORESET, gt=0.0, le=1.0)
 
     @field_validator("kind")
     @classmethod
@@ -172,10 +249,10 @@ class PatchCoreDetector(TorchDetector):
         contamination: float = DEFAULT_CONTAMINATION,
         seed: int = 0,
         device: str = "cpu",
-        backbone: Literal["efficientnet-lite0", "wide_resnet50_2"] = "efficientnet-lite0",
+        backbone: Backbone = "efficientnet-lite0",
         backbone_path: str | None = None,
         image_size: int = 128,
-        coreset: float = 0.1,
+        coreset: float = DEFAULT_CORESET,
     ) -> None:
         super().__init__(
             kind, input_shape, latent_dim, lr, epochs, batch_size, weight_decay,

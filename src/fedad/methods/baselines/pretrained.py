@@ -296,10 +296,14 @@ class PretrainedOptions(BaseModel):
 OPTION_NAMES = tuple(PretrainedOptions.model_fields)
 
 
-def check_pretrained(method: str, detector: str | None, kind: DataKind, params: Any) -> None:
-    """One-line :class:`ConfigError` when a method's detector choice and params do not fit."""
+def check_pretrained(
+    method: str, detector: str | None, kind: DataKind, params: Any, also: tuple[str, ...] = ()
+) -> None:
+    """One-line :class:`ConfigError` when a method's detector choice and params do not fit
+    (``also``: option names that the chosen detector takes too, e.g. ``patchcore``'s
+    ``image_size``)."""
     if detector != PRETRAINED:
-        given = [f for f in OPTION_NAMES if getattr(params, f, None) is not None]
+        given = [f for f in OPTION_NAMES if f not in also and getattr(params, f, None) is not None]
         if given:
             raise ConfigError(
                 f"parameter '{given[0]}' of method '{method}' applies to detector "
