@@ -57,6 +57,9 @@ class FGADDetectorParams(BaseModel):
     kl_weight: float = Field(default=1e-3, ge=0.0, le=1e6)
     distill_on: Literal["normal", "all"] = "normal"
     decoder: Literal["dot", "scaled"] = "dot"
+    decoder_bias: bool = False
+    gen_output: Literal["gin", "linear"] = "gin"
+    reconstruction: Literal["eq8", "balanced"] = "eq8"
     fake_graphs: Literal["soft", "sampled"] = "soft"
     contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
@@ -86,6 +89,9 @@ class FGADDetector(BaseDetector):
         kl_weight: float = 1e-3,
         distill_on: Literal["normal", "all"] = "normal",
         decoder: Literal["dot", "scaled"] = "dot",
+        decoder_bias: bool = False,
+        gen_output: Literal["gin", "linear"] = "gin",
+        reconstruction: Literal["eq8", "balanced"] = "eq8",
         fake_graphs: Literal["soft", "sampled"] = "soft",
         contamination: float = DEFAULT_CONTAMINATION,
         seed: int = 0,
@@ -108,6 +114,9 @@ class FGADDetector(BaseDetector):
         self.kl_weight = kl_weight
         self.distill_on = distill_on
         self.decoder = decoder
+        self.decoder_bias = decoder_bias
+        self.gen_output = gen_output
+        self.reconstruction = reconstruction
         self.fake_graphs = fake_graphs
         self.seed = seed
         self.device = device
@@ -130,6 +139,9 @@ class FGADDetector(BaseDetector):
             "kl_weight": self.kl_weight,
             "distill_on": self.distill_on,
             "decoder": self.decoder,
+            "decoder_bias": self.decoder_bias,
+            "gen_output": self.gen_output,
+            "reconstruction": self.reconstruction,
             "fake_graphs": self.fake_graphs,
             "contamination": self.contamination,
             "seed": self.seed,
@@ -146,7 +158,10 @@ class FGADDetector(BaseDetector):
         dev = resolve_device(self.device)
         with torch_seeded(self.seed):
             net = FGADNet(self.in_dim, self.hidden, self.layers)
-            gen = Generator(self.in_dim, self.gen_hidden, self.gen_layers)
+            gen = Generator(
+                self.in_dim, self.gen_hidden, self.gen_layers, output=self.gen_output,
+                logit_bias=self.decoder_bias, scaled=self.decoder == "scaled",
+            )  # fmt: skip
         self.net_ = net.to(dev).eval()
         self.gen_ = gen.to(dev).eval()
         return self
@@ -210,8 +225,8 @@ class FGADDetector(BaseDetector):
             last = train_epoch(
                 self.net_, self.gen_, graphs, opt, batch_size=self.batch_size, rng=rng,
                 lam=self.lam, gamma=self.gamma, tau=self.tau, kl_weight=self.kl_weight,
-                distill=distill, distill_on=self.distill_on, decoder=self.decoder,
-                fake_graphs=self.fake_graphs,
+                distill=distill, distill_on=self.distill_on,
+                reconstruction=self.reconstruction, fake_graphs=self.fake_graphs,
                 device=next(self.net_.parameters()).device,
             )  # fmt: skip
         self.net_.eval()

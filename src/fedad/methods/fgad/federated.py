@@ -88,6 +88,13 @@ class FGADParams(Params):
     decoder: Literal["dot", "scaled"] = Field(
         default="dot", description="eq. 7 logits Z Z^T, or Z Z^T / sqrt(d) (ours)"
     )
+    decoder_bias: bool = Field(default=False, description="a learnt bias on eq. 7's logits (ours)")
+    gen_output: Literal["gin", "linear"] = Field(
+        default="gin", description="mu, log sigma: the GINs' outputs (eq. 5) or linear on them"
+    )
+    reconstruction: Literal["eq8", "balanced"] = Field(
+        default="eq8", description="eq. 8, or its edge/non-edge balanced form (VGAE pos_weight)"
+    )
     fake_graphs: Literal["soft", "sampled"] = Field(
         default="soft", description="the detector sees A~ itself, or a 0/1 sample of it (ours)"
     )
@@ -133,7 +140,9 @@ class FGAD(Algorithm):
             pretrain_epochs=p.pretrain_epochs, lr=p.lr, weight_decay=p.weight_decay,
             batch_size=p.batch_size, lam=p.lam, gamma=p.gamma, tau=p.tau,
             kl_weight=p.kl_weight, distill_on=p.distill_on, decoder=p.decoder,
-            fake_graphs=p.fake_graphs, contamination=self.contamination,
+            decoder_bias=p.decoder_bias, gen_output=p.gen_output,
+            reconstruction=p.reconstruction, fake_graphs=p.fake_graphs,
+            contamination=self.contamination,
             seed=self.setup.seed if seed is None else seed, device=self.setup.device,
         )  # fmt: skip
 

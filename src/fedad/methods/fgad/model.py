@@ -2,7 +2,8 @@
 that teacher and student share (one GIN backbone, two heads).
 
 * :class:`Generator`: :math:`\\boldsymbol\\mu = \\mathrm{GIN}_\\mu(X, A)`,
-  :math:`\\log\\boldsymbol\\sigma = \\mathrm{GIN}_\\sigma(X, A)` per node [FGAD eq. 5],
+  :math:`\\log\\boldsymbol\\sigma = \\mathrm{GIN}_\\sigma(X, A)` per node [FGAD eq. 5]
+  (``output = "linear"``: each followed by a linear layer, see below),
   :math:`\\tilde Z = \\boldsymbol\\mu + \\epsilon \\exp(\\log\\boldsymbol\\sigma)`,
   :math:`\\epsilon \\sim \\mathcal N(0, I)` [FGAD eq. 7], and per graph
   :math:`\\tilde A = \\mathrm{sigmoid}(\\tilde Z \\tilde Z^\\top)` [FGAD eq. 7] — one
@@ -16,6 +17,8 @@ that teacher and student share (one GIN backbone, two heads).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -51,25 +54,55 @@ class Generator(nn.Module):
         in_dim: node feature width.
         hidden: width of the layers of :math:`\\mathrm{GIN}_\\mu` and :math:`\\mathrm{GIN}_\\sigma`.
         layers: their depth; the latent width is ``hidden * layers`` (concatenated layers).
+        output: ``"gin"`` (the paper's eq. 5: :math:`\\boldsymbol\\mu` and
+            :math:`\\log\\boldsymbol\\sigma` are the GINs' own outputs, which end in the
+            activation of eq. 2, LeakyReLU, so :math:`\\log\\boldsymbol\\sigma \\gtrsim 0`:
+            every latent coordinate carries noise of standard deviation at least about 1) or
+            ``"linear"`` (ours: :math:`\\boldsymbol\\mu = W_\\mu \\mathrm{GIN}_\\mu(X, A) +
+            b_\\mu`, likewise :math:`\\log\\boldsymbol\\sigma`: the linear output layers of the
+            VGAE of Kipf & Welling 2016, which eq. 5 cites; the authors' code also ends both in
+            a linear shortcut).
+        logit_bias: a learnt scalar :math:`b` added to every logit (ours):
+            :math:`\\tilde A = \\mathrm{sigmoid}(\\tilde Z \\tilde Z^\\top + b)`.
+        scaled: divide the inner products by :math:`\\sqrt d` (ours; ``decoder = "scaled"``).
 
     Shapes:
         - :meth:`encode`: x :math:`(|V|, F)`, edge_index :math:`(2, |E|)` ->
           :math:`\\boldsymbol\\mu, \\log\\boldsymbol\\sigma` :math:`(|V|, d)`
-        - :meth:`decode`: z :math:`(B, N, d)` -> logits :math:`(B, N, N)`
+        - :meth:`decode`: z :math:`(B, N, d)` -> inner products :math:`(B, N, N)`;
+          :meth:`logits`: the same with the scale and bias applied
     """
 
-    def __init__(self, in_dim: int, hidden: int = 32, layers: int = 2) -> None:
+    def __init__(
+        self,
+        in_dim: int,
+        hidden: int = 32,
+        layers: int = 2,
+        *,
+        output: str = "gin",
+        logit_bias: bool = False,
+        scaled: bool = False,
+    ) -> None:
         super().__init__()
+        if output not in ("gin", "linear"):
+            raise ValueError(f"generator output must be 'gin' or 'linear', not {output!r}")
         self.gin_mu = GIN(in_dim, hidden, layers)
         self.gin_sigma = GIN(in_dim, hidden, layers)
+        d = self.gin_mu.out_dim
+        self.out_mu = nn.Linear(d, d) if output == "linear" else None
+        self.out_sigma = nn.Linear(d, d) if output == "linear" else None
+        self.logit_bias = nn.Parameter(torch.zeros(())) if logit_bias else None
+        self.scaled = scaled
 
     def encode(
         self, x: torch.Tensor, edge_index: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """:math:`(\\boldsymbol\\mu, \\log\\boldsymbol\\sigma)` per node [FGAD eq. 5]."""
         mu = self.gin_mu.node_features(x, edge_index)
-        logstd = self.gin_sigma.node_features(x, edge_index).clamp(-LOGSTD_MAX, LOGSTD_MAX)
-        return mu, logstd
+        logstd = self.gin_sigma.node_features(x, edge_index)
+        if self.out_mu is not None and self.out_sigma is not None:
+            mu, logstd = self.out_mu(mu), self.out_sigma(logstd)
+        return mu, logstd.clamp(-LOGSTD_MAX, LOGSTD_MAX)
 
     @staticmethod
     def sample(
@@ -82,9 +115,19 @@ class Generator(nn.Module):
 
     @staticmethod
     def decode(z: torch.Tensor) -> torch.Tensor:
-        """The logits :math:`\\tilde Z \\tilde Z^\\top` of every graph's node pairs (the
-        sigmoid of eq. 7 is applied by :meth:`adjacency`, or inside the loss)."""
+        """The inner products :math:`\\tilde Z \\tilde Z^\\top` of every graph's node pairs
+        (the sigmoid of eq. 7 is applied by :meth:`adjacency`, or inside the loss)."""
         return torch.bmm(z, z.transpose(1, 2))
+
+    def logits(self, z: torch.Tensor) -> torch.Tensor:
+        """Eq. 7's logits as configured: :math:`\\tilde Z \\tilde Z^\\top`, divided by
+        :math:`\\sqrt d` when ``scaled``, plus :math:`b` with ``logit_bias``."""
+        out = self.decode(z)
+        if self.scaled:
+            out = out / math.sqrt(z.shape[-1])
+        if self.logit_bias is not None:
+            out = out + self.logit_bias
+        return out
 
     @staticmethod
     def adjacency(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

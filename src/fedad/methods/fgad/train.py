@@ -18,7 +18,6 @@ tell apart, against that intent.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,8 +25,12 @@ import torch
 
 from fedad.methods.baselines.train import iterate_batches
 from fedad.methods.fgad.losses import (
+    balanced_reconstruction_loss,
+    constant_reconstruction_loss,
     detection_loss,
     distillation_loss,
+    edge_auc,
+    edge_prior_shift,
     kl_divergence,
     reconstruction_loss,
     total_loss,
@@ -40,11 +43,23 @@ if TYPE_CHECKING:
 
 __all__ = ["LOSS_KEYS", "sample_adjacency", "train_epoch"]
 
-LOSS_KEYS = ("loss", "loss_ad", "loss_g", "loss_kd", "student_flags_generated")
+LOSS_KEYS = (
+    "loss",
+    "loss_ad",
+    "loss_g",
+    "loss_kd",
+    "student_flags_generated",
+    "recon_constant",
+    "recon_edge_auc",
+)
 """The per-epoch means :func:`train_epoch` returns: the losses (``loss_kd`` is 0 without
-``distill``) and, a label-free check of the distillation, the share of the batch's generated
-graphs that the student head classifies as generated (the teacher is trained to flag them
-all; a student that never saw them during distillation may not)."""
+``distill``; ``loss_g`` is eq. 8 of the adjacency the detector is shown, whatever the
+generator is trained with) and three label-free checks on the training graphs: the share of
+the batch's generated graphs that the student head classifies as generated (the teacher is
+trained to flag them all; a student that never saw them during distillation may not), eq. 8
+of the best constant predictor (``recon_constant``: a ``loss_g`` above it means the
+generator has learnt nothing about which pairs are edges) and the AUROC of the generator's
+logits for the real edges against the non-edges (``recon_edge_auc``; 0.5: no structure)."""
 
 
 def sample_adjacency(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -72,7 +87,7 @@ def train_epoch(
     kl_weight: float,
     distill: bool,
     distill_on: str = "normal",
-    decoder: str = "dot",
+    reconstruction: str = "eq8",
     fake_graphs: str = "soft",
     device: torch.device | str = "cpu",
 ) -> dict[str, float]:
@@ -81,15 +96,20 @@ def train_epoch(
     term of :data:`LOSS_KEYS`. ``rng`` orders the batches and seeds the generator's noise.
     ``distill_on = "normal"`` distils on the real graphs only (the paper: "only normal graphs
     are considered in the knowledge distillation"); ``"all"`` also on the generated ones (a
-    variant: the student then sees what the teacher flags). ``decoder = "scaled"`` divides the
-    logits :math:`\\tilde Z \\tilde Z^\\top` by :math:`\\sqrt d` (our variant; eq. 7 has no
-    scale); ``fake_graphs = "sampled"`` shows the detector a symmetric 0/1 adjacency drawn
-    edge by edge from :math:`\\tilde A` instead of :math:`\\tilde A` itself (our variant: a
-    real adjacency is 0/1, so a soft one is told apart by its values alone)."""
+    variant: the student then sees what the teacher flags). The generator's logits are
+    :meth:`Generator.logits <fedad.methods.fgad.model.Generator.logits>` (eq. 7, with its
+    optional scale and bias). ``reconstruction = "eq8"`` trains it with eq. 8;
+    ``"balanced"`` with :func:`~fedad.methods.fgad.losses.balanced_reconstruction_loss`, the
+    detector then seeing :math:`\\mathrm{sigmoid}` of the logits less
+    :func:`~fedad.methods.fgad.losses.edge_prior_shift` (our variant);
+    ``fake_graphs = "sampled"`` shows the detector a symmetric 0/1 adjacency drawn edge by
+    edge from :math:`\\tilde A` instead of :math:`\\tilde A` itself (our variant: a real
+    adjacency is 0/1, so a soft one is told apart by its values alone)."""
     net.train()
     gen.train()
     sums = dict.fromkeys(LOSS_KEYS, 0.0)
     count = 0
+    auc_count = 0
     noise = torch.Generator().manual_seed(int(rng.integers(2**62)))
     for idx in iterate_batches(len(graphs), batch_size, rng):
         b = graphs.batch(idx).to(device)
@@ -97,11 +117,13 @@ def train_epoch(
         x, adj, mask = dense_graphs(b)
         mu, logstd = gen.encode(b.x, b.edge_index)
         z = Generator.sample(mu, logstd, noise)
-        z_dense = dense_nodes(z, b.batch, n, x.shape[1])
-        logits = Generator.decode(z_dense)
-        if decoder == "scaled":
-            logits = logits / math.sqrt(z_dense.shape[-1])
-        loss_g = reconstruction_loss(logits, adj, mask)
+        logits = gen.logits(dense_nodes(z, b.batch, n, x.shape[1]))
+        if reconstruction == "balanced":
+            train_g = balanced_reconstruction_loss(logits, adj, mask)
+            logits = logits - edge_prior_shift(adj, mask)
+            loss_g = reconstruction_loss(logits.detach(), adj, mask)
+        else:
+            train_g = loss_g = reconstruction_loss(logits, adj, mask)
         kl = kl_divergence(mu, logstd)
         fake_adj = Generator.adjacency(logits, mask).detach()
         if fake_graphs == "sampled":
@@ -120,12 +142,20 @@ def train_epoch(
                 else distillation_loss(real_t, real_s, tau)
             )
         flagged = (fake_s.detach().argmax(1) != NORMAL).double().mean()
-        loss = total_loss(loss_ad, loss_g, loss_kd, lam, gamma, kl, kl_weight)
+        loss = total_loss(loss_ad, train_g, loss_kd, lam, gamma, kl, kl_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
         kd = loss_kd if loss_kd is not None else loss.new_zeros(())
-        for key, value in zip(LOSS_KEYS, (loss, loss_ad, loss_g, kd, flagged), strict=True):
+        const = constant_reconstruction_loss(adj, mask)
+        values = (loss, loss_ad, loss_g, kd, flagged, const)
+        for key, value in zip(LOSS_KEYS[:-1], values, strict=True):
             sums[key] += float(value.detach()) * n
         count += n
-    return {k: v / max(count, 1) for k, v in sums.items()}
+        auc = edge_auc(logits, adj, mask)
+        if auc is not None:
+            sums["recon_edge_auc"] += auc * n
+            auc_count += n
+    out = {k: v / max(count, 1) for k, v in sums.items()}
+    out["recon_edge_auc"] = sums["recon_edge_auc"] / auc_count if auc_count else 0.5
+    return out
