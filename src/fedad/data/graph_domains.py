@@ -49,7 +49,7 @@ import numpy as np
 from fedad.data.registry import register_dataset
 from fedad.data.types import Dataset, GraphSet
 
-__all__ = ["DOMAINS", "make_domain"]
+__all__ = ["DOMAINS", "add_clique", "make_domain", "rewire_edges"]
 
 PER_CLASS = 300
 Graph = tuple[int, set[tuple[int, int]], np.ndarray]
@@ -60,14 +60,15 @@ def _edge(i: int, j: int) -> tuple[int, int]:
     return (i, j) if i < j else (j, i)
 
 
-def _rewire(
+def rewire_edges(
     n: int,
     edges: set[tuple[int, int]],
     share: float,
     rng: np.random.Generator,
     keep: Callable[[tuple[int, int]], bool] = lambda e: True,
 ) -> set[tuple[int, int]]:
-    """Move ``share`` of the (movable) edges to random node pairs not yet linked."""
+    """Move ``share`` of the (movable) edges to random node pairs not yet linked (edges are
+    ``(i < j)`` pairs; a pair is tried 50 times, then the edge is dropped)."""
     movable = sorted(e for e in edges if keep(e))
     k = max(1, round(share * len(movable)))
     out = set(edges)
@@ -81,8 +82,14 @@ def _rewire(
     return out
 
 
-def _clique(n: int, edges: set[tuple[int, int]], k: int, rng: np.random.Generator,
-            among: np.ndarray | None = None) -> set[tuple[int, int]]:  # fmt: skip
+def add_clique(
+    n: int,
+    edges: set[tuple[int, int]],
+    k: int,
+    rng: np.random.Generator,
+    among: np.ndarray | None = None,
+) -> set[tuple[int, int]]:
+    """Link ``k`` random nodes (of ``among``, default all ``n``) pairwise: a dense subgraph."""
     pool = np.arange(n) if among is None else among
     nodes = [int(v) for v in rng.choice(pool, size=min(k, len(pool)), replace=False)]
     return edges | {_edge(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1 :]}
@@ -117,9 +124,9 @@ def _molecule(rng: np.random.Generator) -> tuple[int, set[tuple[int, int]], np.n
 def _molecules(c: int, rng: np.random.Generator) -> Graph:
     n, edges, types = _molecule(rng)
     if c == 1:
-        edges = _rewire(n, edges, 0.25, rng)
+        edges = rewire_edges(n, edges, 0.25, rng)
     elif c == 2:
-        edges = _clique(n, edges, 4, rng)
+        edges = add_clique(n, edges, 4, rng)
     elif c == 3:
         types = rng.integers(0, 7, size=n)
     return n, edges, _one_hot(types, 7)
@@ -149,9 +156,9 @@ def _proteins(c: int, rng: np.random.Generator) -> Graph:
     chain = {(i, i + 1) for i in range(n - 1)}
     edges = chain | (set() if c == 3 else contacts)
     if c == 1:
-        edges = _rewire(n, edges, 0.25, rng)
+        edges = rewire_edges(n, edges, 0.25, rng)
     elif c == 2:
-        edges = _clique(n, edges, 6, rng)
+        edges = add_clique(n, edges, 6, rng)
     return n, edges, _one_hot(np.asarray(types), 3)
 
 
@@ -170,9 +177,9 @@ def _social(c: int, rng: np.random.Generator) -> Graph:
             if rng.random() < p:
                 edges.add((i, j))
     if c == 1:
-        edges = _rewire(n, edges, 0.4, rng, keep=lambda e: e[0] != 0)
+        edges = rewire_edges(n, edges, 0.4, rng, keep=lambda e: e[0] != 0)
     elif c == 2:
-        edges = _clique(n, edges, 8, rng, among=np.arange(1, n))
+        edges = add_clique(n, edges, 8, rng, among=np.arange(1, n))
     elif c == 3:
         hub = int(rng.integers(1, n))
         others = [i for i in range(1, n) if i != hub]
@@ -198,9 +205,9 @@ def _grids(c: int, rng: np.random.Generator) -> Graph:
     for idx in rng.choice(len(ordered), size=int(rng.integers(0, 3)), replace=False):
         edges.discard(ordered[int(idx)])  # defects
     if c == 1:
-        edges = _rewire(n, edges, 0.15, rng)
+        edges = rewire_edges(n, edges, 0.15, rng)
     elif c == 2:
-        edges = _clique(n, edges, 5, rng)
+        edges = add_clique(n, edges, 5, rng)
     elif c == 3:
         edges |= {(i * k + j, (i + 1) * k + j + 1) for i in range(r - 1) for j in range(k - 1)}
     pos = np.stack([np.repeat(np.arange(r), k) / (r - 1), np.tile(np.arange(k), r) / (k - 1)], 1)

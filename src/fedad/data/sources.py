@@ -14,6 +14,7 @@ name                      kind     where the files come from
 ``mvtec``                 image    ``data.path`` (MVTec AD folder or one category; masks)
 ``tu``                    graph    ``data.path`` (a TU Dortmund folder: MUTAG, PROTEINS, ...)
 ``mutag_structures``      graph    PyPI ``graphkernels`` 0.2.1 sdist (``scripts/setup.sh``)
+``mutag_perturbed``       graph    the same; MUTAG normal against perturbed MUTAG anomalies
 ``table``                 vector   ``data.path`` (your own ``.csv``/``.tsv``/``.parquet``)
 ``image_folder``          image    ``data.path`` (your own folder of images per class)
 ========================= ======== =============================================================
@@ -35,6 +36,7 @@ from fedad.data import table as _table  # noqa: F401  (registers)
 from fedad.data import textures as _textures  # noqa: F401  (registers)
 from fedad.data.cifar import load_cifar10
 from fedad.data.digits import load_digits
+from fedad.data.graphs import perturbed as _perturbed  # noqa: F401  (registers)
 from fedad.data.graphs.mutag import load_mutag_structures
 from fedad.data.graphs.tu import load_tu
 from fedad.data.idx import load_fashion_mnist, load_kmnist, load_mnist
