@@ -1,6 +1,6 @@
 """FedDyMem's Table I/II and Table III analog on ``textures``, side by side with its baselines.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/feddymem.py --suite table|ablation
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/feddymem.py --suite table|ablation|norm
         [--seeds 5] [--jobs 1] [--rounds 20] [--clients 5] [--alpha 0.1]
         [--work DIR] [--summarise-only] [--only LABEL ...]
 
@@ -17,6 +17,9 @@ images.
   by FedAvg, a coreset bank of each client's own images); ``feddymem``.
 * ``ablation``: Table III: FedDyMem without the projection, without the generator, with
   the position-wise mean instead of k-means, with k-means' own centre order, and whole.
+* ``norm``: FedDyMem as it is and with ``score_norm = "train"`` (each client's maps and
+  scores on the scale of its own training images' scores; not in the paper), for the gap
+  between the pooled and the client-mean image AUROC.
 
 Writes ``benchmarks/results/feddymem_<suite>.json`` (per method: mean and population std
 over seeds of the pooled image AUROC, the client-mean image AUROC, pixel AUROC and PRO,
@@ -50,6 +53,11 @@ ABLATION: list[Method] = [
     ("feddymem-kmeans-order", "feddymem", {"bank_order": "kmeans"}, None),
     ("feddymem", "feddymem", {}, None),
 ]
+NORM: list[Method] = [
+    ("feddymem", "feddymem", {}, None),
+    ("feddymem-score-norm", "feddymem", {"score_norm": "train"}, None),
+]
+SUITES = {"table": TABLE, "ablation": ABLATION, "norm": NORM}
 
 
 def config_text(
@@ -66,7 +74,7 @@ def config_text(
         f"clients = {clients}",
         f"alpha = {alpha}",
     ]
-    lines += method_lines(ABLATION if suite == "ablation" else TABLE, only, suite)
+    lines += method_lines(SUITES[suite], only, suite)
     return "\n".join(lines) + "\n"
 
 
@@ -112,7 +120,7 @@ def table(rows: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--suite", choices=["table", "ablation"], required=True)
+    ap.add_argument("--suite", choices=list(SUITES), required=True)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=20)

@@ -58,3 +58,50 @@ def test_crafted_checkpoints_are_refused(fitted: tuple[FedDyMemDetector, np.ndar
     short = {k: v for k, v in arrays.items() if k != "net.projection.conv.weight"}
     with pytest.raises(FedadError, match=r"net\.projection\.conv\.weight"):
         detector_from_config(cfg, short)
+
+
+def test_score_norm_puts_maps_on_the_training_scores_scale(
+    fitted: tuple[FedDyMemDetector, np.ndarray],
+) -> None:
+    raw_det, x = fitted
+    det = FedDyMemDetector(image_size=64, epochs=2, seed=1, score_norm="train").fit(x)
+    raw_train = raw_det.score(x)
+    q25, med, q75 = np.quantile(raw_train, [0.25, 0.5, 0.75])
+    assert det.score_loc_ == pytest.approx(med) and det.score_scale_ == pytest.approx(q75 - q25)
+    bad = x[:3].copy()
+    bad[:, :, 20:28, 4:12] = 1.0
+    np.testing.assert_allclose(
+        det.score_maps(bad), (raw_det.score_maps(bad) - med) / (q75 - q25), rtol=1e-5, atol=1e-5
+    )
+    train = det.score(x)
+    assert np.median(train) == pytest.approx(0.0, abs=1e-6)
+    assert np.subtract(*np.quantile(train, [0.75, 0.25])) == pytest.approx(1.0, rel=1e-5)
+    both = np.concatenate([x, bad])
+    np.testing.assert_array_equal(det.predict(both), raw_det.predict(both))  # same flags
+    again = detector_from_config(det.to_config(), det.get_arrays())
+    np.testing.assert_allclose(again.score(bad), det.score(bad), rtol=1e-6)
+
+
+def test_crafted_score_norm_arrays_are_refused(
+    fitted: tuple[FedDyMemDetector, np.ndarray],
+) -> None:
+    raw_det, x = fitted
+    det = FedDyMemDetector(image_size=64, epochs=1, seed=1, score_norm="train").fit(x)
+    cfg, arrays = det.to_config(), det.get_arrays()
+    cases = [
+        (cfg, {**arrays, "score_scale_": np.float64(0.0)}, "must be positive"),
+        (cfg, {**arrays, "score_loc_": np.float64(np.nan)}, "finite"),
+        (cfg, {**arrays, "score_loc_": np.zeros(2)}, "single finite numbers"),
+        (cfg, {k: v for k, v in arrays.items() if k != "score_scale_"}, "come together"),
+        (cfg, {k: v for k, v in arrays.items() if not k.startswith("score_")}, "missing"),
+        (
+            raw_det.to_config(),
+            {**raw_det.get_arrays(), "score_loc_": 0.0, "score_scale_": 1.0},
+            "score_norm is 'none'",
+        ),
+        ({**cfg, "params": {**cfg["params"], "score_norm": "test"}}, arrays, "score_norm"),
+    ]
+    for config, given, match in cases:
+        with pytest.raises(FedadError, match=match) as err:
+            detector_from_config(config, given)
+        assert "\n" not in str(err.value)

@@ -73,3 +73,21 @@ def test_no_phase_is_a_model_update() -> None:
     req = FedDyMem.requirements({})
     assert req.update_phases == () and req.resources == ("efficientnet-lite0",)
     assert FedDyMem.requirements({"backbone": "wide_resnet50_2"}).resources == ()
+
+
+def test_score_norm_rescales_each_client_by_its_own_training_scores() -> None:
+    fed = make_federation("image", clients=3, masks=True)
+    raw_algo, raw = _run(fed, rounds=1)
+    _, norm = _run(fed, rounds=1, score_norm="train")
+    msg = Message("evaluate", raw.result.arrays, raw.result.scalars)
+    for cid, m in norm.evaluations.items():
+        client = fed.clients[cid]
+        train = raw_algo.client_detector(raw.client_states[cid], client, msg).score(client.x_train)
+        q25, med, q75 = np.quantile(train, [0.25, 0.5, 0.75])
+        loc, scale = m.arrays["detector/score_loc_"], m.arrays["detector/score_scale_"]
+        assert loc == pytest.approx(med) and scale == pytest.approx(q75 - q25)
+        r = raw.evaluations[cid]
+        np.testing.assert_allclose(m.arrays["score"], (r.arrays["score"] - med) / scale, atol=1e-5)
+        np.testing.assert_allclose(m.arrays["map"], (r.arrays["map"] - med) / scale, atol=1e-4)
+        np.testing.assert_array_equal(m.arrays["pred"], r.arrays["pred"])  # flags unchanged
+    assert "detector/score_loc_" not in raw.evaluations[0].arrays

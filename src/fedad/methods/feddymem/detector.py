@@ -11,8 +11,17 @@ Algorithm 4 from its own data, then ``epochs`` rounds of local training (eq. 12)
 memory-reduce (Algorithm 2); with one client the aggregation of Algorithm 3 returns the
 client's bank unchanged.
 
-Arrays: ``net.*`` (projection and generator), ``bank`` ``(K, C)`` and ``threshold_``. The
-backbone is a named resource or a user's weights file and is never stored.
+Optional ``score_norm = "train"`` (not in the paper; off by default): every client's maps,
+and so its image scores, are put on the scale of its own normal training images, ``(map -
+m) / q``, with ``m`` the median and ``q`` the interquartile range of the raw image scores of
+the detector's own training images (:meth:`FedDyMemDetector.calibrate`). A monotone map per
+detector, so a client's own ranking, AUROC and flags are unchanged; what changes is how the
+scores of different clients compare when they are pooled: each client's networks are its
+own, so raw distances are on per-client scales.
+
+Arrays: ``net.*`` (projection and generator), ``bank`` ``(K, C)``, ``threshold_``, and with
+``score_norm = "train"`` ``score_loc_`` and ``score_scale_``. The backbone is a named
+resource or a user's weights file and is never stored.
 """
 
 from __future__ import annotations
@@ -36,6 +45,9 @@ from fedad.seeding import torch_seeded
 
 THRESHOLD = "threshold_"
 BANK = "bank"
+LOC = "score_loc_"
+SCALE = "score_scale_"
+ScoreNorm = Literal["none", "train"]
 NET = "net."
 DEFAULT_STAGES = {"efficientnet-lite0": (3, 5), "wide_resnet50_2": (2, 3)}
 """Mid-level stages per backbone: stride 8 and 16, as WRN-50's layer2 and layer3 [FedDyMem
@@ -64,6 +76,7 @@ class FedDyMemDetectorParams(BaseModel):
     sigma: float = Field(default=4.0, ge=0.0, le=256.0)
     projection: bool = True
     generator: bool = True
+    score_norm: ScoreNorm = "none"
     contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
 
@@ -98,6 +111,7 @@ class FedDyMemDetector(BaseDetector):
         sigma: float = 4.0,
         projection: bool = True,
         generator: bool = True,
+        score_norm: ScoreNorm = "none",
         contamination: float = DEFAULT_CONTAMINATION,
         seed: int = 0,
         device: str = "cpu",
@@ -119,6 +133,7 @@ class FedDyMemDetector(BaseDetector):
         self.sigma = sigma
         self.projection = projection
         self.generator = generator
+        self.score_norm = score_norm
         self.seed = seed
         self.device = device
         self._cache: dict[bytes, np.ndarray] = {}
@@ -140,6 +155,7 @@ class FedDyMemDetector(BaseDetector):
             "sigma": self.sigma,
             "projection": self.projection,
             "generator": self.generator,
+            "score_norm": self.score_norm,
             "contamination": self.contamination,
             "seed": self.seed,
         }
@@ -220,7 +236,28 @@ class FedDyMemDetector(BaseDetector):
         for t in range(1, self.epochs + 1):
             self.train_epochs(feats, 1, rng)
             self.bank_ = memory_reduce(self.memories(feats), self.bank_, t)
-        return self.set_threshold(x)
+        return self.calibrate(x).set_threshold(x)
+
+    def calibrate(self, x: np.ndarray) -> Self:
+        """With ``score_norm = "train"``: ``score_loc_`` and ``score_scale_``, the median and
+        the interquartile range of the raw image scores of ``x``, the detector's own normal
+        training images (never test data); from then on maps and scores are ``(raw - loc) /
+        scale``. Call it after the networks and the bank are final. A no-op otherwise.
+
+        The scale is floored at 1e-6 of the median's magnitude (and at 1e-12), so that a
+        client whose training scores are all equal gets a finite transform."""
+        if self.score_norm != "train":
+            return self
+        for attr in (LOC, SCALE):
+            if hasattr(self, attr):
+                delattr(self, attr)
+        raw = self.score(x)
+        if raw.size == 0:
+            raise ValueError("score_norm = 'train' needs at least one training image")
+        q25, med, q75 = np.quantile(raw, [0.25, 0.5, 0.75])
+        self.score_loc_ = float(med)
+        self.score_scale_ = float(max(q75 - q25, 1e-6 * abs(med), 1e-12))
+        return self
 
     # -- scoring -----------------------------------------------------------------------------
     def score_maps(self, x: np.ndarray) -> np.ndarray:
@@ -241,7 +278,10 @@ class FedDyMemDetector(BaseDetector):
                 out.append(maps.float().cpu().numpy())
         if not out:
             return np.zeros((0, int(x.shape[2]), int(x.shape[3])), np.float32)
-        return np.concatenate(out)
+        result = np.concatenate(out)
+        if self.score_norm == "train" and hasattr(self, SCALE):
+            result = ((result - self.score_loc_) / self.score_scale_).astype(np.float32)
+        return result
 
     def score(self, x: np.ndarray) -> np.ndarray:
         """The image score: the maximum of the anomaly map."""
@@ -256,6 +296,9 @@ class FedDyMemDetector(BaseDetector):
             out[BANK] = np.asarray(self.bank_, dtype=np.float32).copy()
         if hasattr(self, "threshold_"):
             out[THRESHOLD] = np.asarray(self.threshold_, dtype=np.float64)
+        if hasattr(self, SCALE):
+            out[LOC] = np.asarray(self.score_loc_, dtype=np.float64)
+            out[SCALE] = np.asarray(self.score_scale_, dtype=np.float64)
         return out
 
     def set_net(self, arrays: dict[str, np.ndarray]) -> Self:
@@ -294,4 +337,19 @@ class FedDyMemDetector(BaseDetector):
             if t.shape != () or not np.isfinite(t):
                 raise ValueError("threshold_ must be one finite number")
             self.threshold_ = float(t)
+        given = [k for k in (LOC, SCALE) if k in arrays]
+        if given and self.score_norm != "train":
+            raise ValueError(f"'{given[0]}' is given, but score_norm is '{self.score_norm}'")
+        if given:
+            if len(given) != 2:
+                raise ValueError(f"'{LOC}' and '{SCALE}' come together")
+            loc = np.asarray(arrays[LOC], dtype=np.float64)
+            scale = np.asarray(arrays[SCALE], dtype=np.float64)
+            if loc.shape != () or scale.shape != () or not np.isfinite([loc, scale]).all():
+                raise ValueError(f"'{LOC}' and '{SCALE}' must be single finite numbers")
+            if scale <= 0:
+                raise ValueError(f"'{SCALE}' must be positive")
+            self.score_loc_, self.score_scale_ = float(loc), float(scale)
+        elif self.score_norm == "train":
+            raise ValueError(f"score_norm is 'train', but '{LOC}' and '{SCALE}' are missing")
         return self

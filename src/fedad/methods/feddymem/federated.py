@@ -48,7 +48,7 @@ from fedad.fl.context import ServerContext
 from fedad.fl.fedavg import log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.validate import ArraySpec
-from fedad.methods.feddymem.detector import BANK, FedDyMemDetector
+from fedad.methods.feddymem.detector import BANK, FedDyMemDetector, ScoreNorm
 from fedad.methods.feddymem.memory import aggregate_banks, memory_reduce
 from fedad.seeding import rng as seeded_rng
 
@@ -89,6 +89,10 @@ class FedDyMemParams(Params):
     generator: bool = Field(default=True, description="Table III: false = no generator")
     aggregation: Literal["kmeans", "mean"] = Field(
         default="kmeans", description="Algorithm 3, or the position-wise mean (Table III)"
+    )
+    score_norm: ScoreNorm = Field(
+        default="none",
+        description="train: each client's maps and scores on its training scores' scale",
     )
     bank_order: Literal["matched", "kmeans"] = Field(
         default="matched", description="how k-means centres are placed on the H x W map"
@@ -132,7 +136,8 @@ class FedDyMem(Algorithm):
             stages=tuple(p.stages) if p.stages else None, image_size=self.image_size(),
             channels=p.channels, grid=p.grid, k=p.k, th=p.th, epochs=p.local_epochs,
             batch_size=p.batch_size, lr=p.lr, weight_decay=p.weight_decay, sigma=p.sigma,
-            projection=p.projection, generator=p.generator, contamination=self.contamination,
+            projection=p.projection, generator=p.generator, score_norm=p.score_norm,
+            contamination=self.contamination,
             seed=self.setup.seed if seed is None else seed, device=self.setup.device,
         )  # fmt: skip
 
@@ -194,9 +199,11 @@ class FedDyMem(Algorithm):
     def client_detector(
         self, state: ClientState, data: ClientData, msg: Message
     ) -> FedDyMemDetector:
-        """The client's own networks with the final global bank."""
+        """The client's own networks with the final global bank (with ``score_norm =
+        "train"`` calibrated on the client's own training images)."""
         det, _ = self._restore(state, data)
-        return det.set_bank(msg.arrays[BANK])
+        det.set_bank(msg.arrays[BANK])
+        return det.calibrate(np.asarray(data.x_train, dtype=np.float32))
 
     # -- server -----------------------------------------------------------------------------
     def _aggregate(self, ctx: ServerContext, replies: dict[int, Message], r: int) -> np.ndarray:
