@@ -10,12 +10,26 @@ agree across engines.
 ``privacy.secagg``, seconds per round, bytes up per round (masked vectors) and the
 protocol's own bytes (``secagg_bytes``: keys, encrypted shares, stage configs).
 
-    .venv/bin/python benchmarks/flower_engines.py [--secagg]
+``--deployment`` measures a deployment round against the SuperNode's poll interval (Flower
+1.41: a fixed 3 s sleep between a SuperNode's polls of the SuperLink, read here from
+Flower's source): FedAvg with the autoencoder, 3 loopback SuperNodes, ``--rounds`` rounds,
+with a fresh ``flwr-clientapp`` process per message (``engine.clientapp = "per-message"``,
+Flower's own) and with one long-running ClientApp process per SuperNode (``"per-node"``,
+fedad's default), the two runs back to back. For the per-node run the ServerApp and the
+node processes write a timeline (``FEDAD_FLOWER_TIMELINE``, :mod:`fedad.fl.timeline`) that
+splits each steady round (from one round's messages to the next's) along the path of the
+node whose reply came last.
+
+    .venv/bin/python benchmarks/flower_engines.py [--secagg | --deployment [--rounds 8]]
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
+import itertools
+import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -28,7 +42,11 @@ ENGINES = ("inprocess", "flower-simulation", "flower-deployment")
 
 
 def history(
-    engine: str, clients: int, rounds: int = 3, privacy: dict[str, Any] | None = None
+    engine: str,
+    clients: int,
+    rounds: int = 3,
+    privacy: dict[str, Any] | None = None,
+    clientapp: str = "per-node",
 ) -> tuple[list[dict[str, str]], float, float]:
     """(history rows, whole-run seconds, AUROC) of one run."""
     cfg = parse_config(
@@ -37,7 +55,7 @@ def history(
             "rounds": rounds,
             "data": {"name": "digits", "normal": [0, 1, 2, 3, 4], "anomaly": [5, 6, 7, 8, 9]},
             "partition": {"scheme": "iid", "clients": clients},
-            "engine": {"name": engine, "progress": False},
+            "engine": {"name": engine, "progress": False, "clientapp": clientapp},
             "privacy": privacy or {},
             "methods": [{"name": "fedavg", "detector": "autoencoder"}],
         }
@@ -81,6 +99,109 @@ def secagg() -> None:
                 )
 
 
+def supernode_poll_seconds() -> float:
+    """The sleep between a Flower SuperNode's polls of the SuperLink, from Flower's source
+    (``time.sleep(3)`` in ``start_client_internal`` of flwr 1.41; not configurable)."""
+    from flwr.supernode import start_client_internal as sci
+
+    found = re.findall(r"time\.sleep\((\d+(?:\.\d+)?)\)\n\s*continue", inspect.getsource(sci))
+    if len(found) != 1:
+        raise SystemExit("cannot find the SuperNode's poll sleep in flwr's source")
+    return float(found[0])
+
+
+PARTS = (
+    ("push -> task", "the SuperNode's next poll of the SuperLink picks the message up"),
+    ("task -> taken", "the node's ClientApp process takes the task (its own poll)"),
+    ("input", "message, context and run pulled from the SuperNode"),
+    ("handler", "fedad's handler: the local training"),
+    ("reply", "reply and context pushed to the SuperNode"),
+    ("reply -> server", "SuperNode's reply poll (0.5 s), push to the SuperLink, ServerApp's poll"),
+    ("server", "last reply -> next round's messages with the SuperLink (aggregation, push)"),
+)
+
+
+def round_parts(events: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """Per steady round (train messages of round r >= 2 to those of round r + 1): the seconds
+    of each part of :data:`PARTS` along the node whose reply came last; they sum to the
+    round's period."""
+    tasks = {e["message_id"]: e for e in events if e["event"] == "node-task"}
+    replies = {e["reply_to"]: e["time"] for e in events if e["event"] == "server-reply"}
+    pushes = [
+        e
+        for e in events
+        if e["event"] == "server-push"
+        and e["message_ids"]
+        and all(tasks.get(m, {}).get("message_type") == "train" for m in e["message_ids"])
+    ]
+    out = []
+    for this, after in itertools.pairwise(pushes[1:]):  # round 1 carries start-up
+        t0 = this["time"]
+        last = max(this["message_ids"], key=lambda m: replies[m])
+        k = tasks[last]
+        # the ServerApp records a push when the whole message is with the SuperLink; the
+        # SuperNode can take the message itself a moment earlier: counted from the push
+        pending = max(k["pending"], t0)
+        parts = {
+            "push -> task": pending - t0,
+            "task -> taken": max(0.0, k["acquired"] - pending),
+            "input": k["input"] - max(k["acquired"], pending),
+            "handler": k["handled"] - k["input"],
+            "reply": k["pushed"] - k["handled"],
+            "reply -> server": replies[last] - k["pushed"],
+            "server": after["time"] - replies[last],
+        }
+        parts["round"] = after["time"] - t0
+        out.append(parts)
+    return out
+
+
+def deployment(rounds: int) -> None:
+    """Seconds per deployment round, per-message vs per-node ClientApp processes, as ratios
+    to the SuperNode's poll interval; then where a per-node round's seconds go."""
+    poll = supernode_poll_seconds()
+    print(f"SuperNode poll interval (flwr, fixed): {poll:g} s\n")
+    print(
+        "| ClientApp processes | round 1 s | rounds 2-N s (mean, min-max) | / poll interval "
+        "| run s | AUROC |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    parts: list[dict[str, float]] = []
+    ref: float | None = None
+    for mode in ("per-message", "per-node"):
+        with tempfile.TemporaryDirectory() as tmp:
+            timeline = Path(tmp) / "timeline.jsonl"
+            os.environ["FEDAD_FLOWER_TIMELINE"] = str(timeline)
+            try:
+                rows, total, auroc = history("flower-deployment", 3, rounds, clientapp=mode)
+            finally:
+                del os.environ["FEDAD_FLOWER_TIMELINE"]
+            if mode == "per-node":
+                from fedad.fl.timeline import read_timeline
+
+                parts = round_parts(read_timeline(timeline))
+        per_round = [float(r["seconds"]) for r in rows]
+        steady = per_round[1:]
+        mean = sum(steady) / len(steady)
+        ref = auroc if ref is None else ref
+        assert abs(auroc - ref) < 1e-9, "the two modes must give the same model"
+        print(
+            f"| {mode} | {per_round[0]:.2f} | {mean:.2f} ({min(steady):.2f}-{max(steady):.2f}) "
+            f"| {mean / poll:.2f} | {total:.1f} | {auroc:.6f} |"
+        )
+    if not parts:
+        return
+    print(f"\nWhere a per-node round goes ({len(parts)} steady rounds, slowest node's path):\n")
+    print("| part | what | s (mean) | min-max | share |")
+    print("|---|---|---:|---:|---:|")
+    period = sum(p["round"] for p in parts) / len(parts)
+    for name, what in PARTS:
+        xs = [p[name] for p in parts]
+        m = sum(xs) / len(xs)
+        print(f"| {name} | {what} | {m:.3f} | {min(xs):.2f}-{max(xs):.2f} | {m / period:.0%} |")
+    print(f"| round | (period from one round's messages to the next) | {period:.3f} | | |")
+
+
 def main() -> None:
     print("| engine | clients | round 1 s | mean of rounds 2-3 s | vs in-process | run s | AUROC |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -99,7 +220,16 @@ def main() -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--secagg", action="store_true", help="measure SecAgg+'s cost")
-    if parser.parse_args().secagg:
+    parser.add_argument(
+        "--deployment",
+        action="store_true",
+        help="deployment rounds per ClientApp mode, against the SuperNode's poll interval",
+    )
+    parser.add_argument("--rounds", type=int, default=8, help="rounds of --deployment")
+    args = parser.parse_args()
+    if args.secagg:
         secagg()
+    elif args.deployment:
+        deployment(args.rounds)
     else:
         main()

@@ -30,6 +30,8 @@ def test_defaults() -> None:
     c = parse_config(cfg())
     assert c.seed == 0 and c.rounds == 10
     assert c.partition.scheme == "iid" and c.engine.name == "inprocess"
+    assert c.engine.clientapp == "per-node"
+    assert parse_config(cfg(engine={"clientapp": "per-message"})).engine.clientapp == "per-message"
 
 
 @pytest.mark.parametrize(
@@ -46,6 +48,7 @@ def test_defaults() -> None:
         ({"methods": [{"name": "fedavg"}]}, "missing key 'data'"),
         (cfg(methods=[{"name": "fedavg", "lr": 1}]), "unknown key 'methods.0.lr'"),
         (cfg(engine={"name": "ray"}), "engine.name"),
+        (cfg(engine={"clientapp": "per-run"}), "engine.clientapp"),
         (cfg(privacy={"secagg_shares": 2}), "at least 3"),
         (cfg(privacy={"secagg_shares": 1.5}), "share must be in (0, 1]"),
         (cfg(privacy={"secagg_shares": "all"}), "privacy.secagg_shares"),

@@ -140,6 +140,13 @@ class EngineConfig(_Strict):
         default=1,
         description="inprocess: run the clients in N worker processes (auto: one per CPU)",
     )
+    clientapp: Literal["per-node", "per-message"] = Field(
+        default="per-node",
+        description=(
+            "flower-deployment: one long-running ClientApp process per SuperNode (per-node), "
+            "or Flower's own, a fresh process per message (per-message)"
+        ),
+    )
     device: str = Field(
         default="auto",
         pattern=r"^(auto|cpu|cuda|cuda:[0-9]{1,3}|mps)$",

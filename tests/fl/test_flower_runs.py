@@ -146,30 +146,45 @@ def compare(a: Any, b: Any, path: str = "") -> list[str]:
     return [] if a == b else [f"{path}: {a!r} != {b!r}"]
 
 
-def _same_metrics_on_every_engine(config: str, tmp_path: Path) -> dict[str, Any]:
+ENGINES = ("inprocess", "flower-simulation", "flower-deployment")
+
+
+def _same_metrics_on_every_engine(
+    config: str, tmp_path: Path, per_message: bool = False
+) -> dict[str, Any]:
+    """Run ``config`` on every engine (and, with ``per_message``, on a deployment whose
+    SuperNodes start a ClientApp process per message, ``engine.clientapp``) and check that
+    metrics.json agrees with the in-process run's."""
     cfg = tmp_path / "c.toml"
     cfg.write_text(config)
+    runs = [(e, [f'engine.name="{e}"']) for e in ENGINES]
+    if per_message:
+        sets = ['engine.name="flower-deployment"', 'engine.clientapp="per-message"']
+        runs.append(("flower-deployment-per-message", sets))
     metrics = {}
-    for engine in ("inprocess", "flower-simulation", "flower-deployment"):
-        out = tmp_path / engine
+    for name, sets in runs:
+        out = tmp_path / name
         t0 = time.monotonic()
-        p = fedad("run", str(cfg), "--out", str(out), "-q", "--set", f'engine.name="{engine}"')
-        assert p.returncode == 0, (engine, p.stderr[-3000:])
-        print(f"{engine}: {time.monotonic() - t0:.1f} s")
-        metrics[engine] = json.loads((out / "metrics.json").read_text())
+        overrides = [a for s in sets for a in ("--set", s)]
+        p = fedad("run", str(cfg), "--out", str(out), "-q", *overrides)
+        assert p.returncode == 0, (name, p.stderr[-3000:])
+        print(f"{name}: {time.monotonic() - t0:.1f} s")
+        metrics[name] = json.loads((out / "metrics.json").read_text())
         assert not (out / ".flower").exists()  # the hand-over directory is cleaned up
     ref = metrics["inprocess"]
     for label, m in ref["methods"].items():
         assert m["events"] == [] and m["missing_nodes"] == [], label
         assert m["bytes_up"] > 0 and m["bytes_down"] > 0
-    for engine in ("flower-simulation", "flower-deployment"):
-        assert compare(ref, metrics[engine]) == [], engine
-        assert metrics[engine]["experiment"]["engine"] == engine
+    for name, _ in runs[1:]:
+        assert compare(ref, metrics[name]) == [], name
+        assert metrics[name]["experiment"]["engine"] == name.removesuffix("-per-message")
     return metrics
 
 
 def test_same_metrics_inprocess_simulation_deployment(tmp_path: Path, no_leftovers: None) -> None:
-    _same_metrics_on_every_engine(CONFIG + ONLAD, tmp_path)
+    """Deployment both ways: one ClientApp process per SuperNode (the default) and Flower's
+    process per message."""
+    _same_metrics_on_every_engine(CONFIG + ONLAD, tmp_path, per_message=True)
 
 
 def test_secagg_same_metrics_on_every_engine(tmp_path: Path, no_leftovers: None) -> None:
@@ -179,7 +194,7 @@ def test_secagg_same_metrics_on_every_engine(tmp_path: Path, no_leftovers: None)
     config = CONFIG.replace("[engine]", "[privacy]\nsecagg = true\n\n[engine]")
     metrics = _same_metrics_on_every_engine(config, tmp_path)
     assert metrics["inprocess"]["experiment"]["secagg"] is True
-    for engine in ("flower-simulation", "flower-deployment"):
+    for engine in ENGINES[1:]:
         header, *rows = (tmp_path / engine / "history.csv").read_text().splitlines()
         col = header.split(",").index("secagg_bytes")
         assert all(float(r.split(",")[col]) > 0 for r in rows)

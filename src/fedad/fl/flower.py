@@ -64,6 +64,7 @@ from fedad.errors import ConfigError, FedadError
 from fedad.fl.algorithm import EVALUATE, Algorithm, Setup, build_algorithm
 from fedad.fl.messages import Message, Scalar
 from fedad.fl.secagg import SecAggSettings, SecureOutcome, reply_nbytes
+from fedad.fl.timeline import timeline_event
 from fedad.fl.validate import ArraySpec
 from fedad.seeding import rng as seeded_rng
 
@@ -446,6 +447,7 @@ class FlowerGrid:
         if not msgs:
             return {}
         pushed = {mid for mid in self.grid.push_messages(msgs) if mid}
+        timeline_event("server-push", time=time.time(), message_ids=sorted(pushed))
         # a message the SuperLink refused (too large, malformed) is never answered
         pending = {
             m.metadata.message_id: node
@@ -455,6 +457,9 @@ class FlowerGrid:
         got: dict[int, FlowerMessage] = {}
         while pending:
             for reply in self.grid.pull_messages(list(pending)):
+                timeline_event(
+                    "server-reply", time=time.time(), reply_to=reply.metadata.reply_to_message_id
+                )
                 node = pending.pop(reply.metadata.reply_to_message_id, None)
                 if node is not None:
                     got[node] = reply

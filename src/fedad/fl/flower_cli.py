@@ -30,11 +30,14 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import IO, Annotated
+from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
 from fedad.errors import FedadError, Interrupted
+
+if TYPE_CHECKING:
+    from fedad.fl.flower_deploy import Supervisor
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -129,6 +132,7 @@ def run_foreground(
     host: str = "127.0.0.1",
     port_option: str = "--port",
     startup: float = STARTUP,
+    companion: list[str] | None = None,
 ) -> int:
     """Run a Flower server process in the foreground; return its exit status.
 
@@ -137,6 +141,11 @@ def run_foreground(
     :class:`~fedad.errors.FedadError` (``port P ... already in use ... PORT_OPTION`` for a
     taken port) instead of Flower's log. Ctrl-C or SIGTERM stops it and its children
     (130, 143), as does the death of this process; call it from the main thread.
+
+    ``companion``: a process started once the main one listens (a SuperNode's ClientApp
+    process, :mod:`fedad.fl.flower_worker`), with the same environment and output; started
+    again when it dies (:data:`~fedad.fl.flower_deploy.WORKER_RESTARTS` times at most) and
+    stopped with the main process.
     """
     from fedad.fl.flower_deploy import (
         PORT_BUSY,
@@ -179,7 +188,7 @@ def run_foreground(
                     f"run '{command}' to see all of its output",
                 )
             relay.release()
-            code = proc.wait()
+            code = _wait_with(sup, proc, companion, env)
             relay.join(2.0)
             return code
     except KeyboardInterrupt:
@@ -188,6 +197,54 @@ def run_foreground(
         return 128 + int(err.signum)
     finally:
         sup.stop_all()
+
+
+def _wait_with(
+    sup: Supervisor, main: subprocess.Popen[bytes], argv: list[str] | None, env: dict[str, str]
+) -> int:
+    """Wait for ``main`` to exit and return its exit status, keeping ``argv`` (if any)
+    running beside it meanwhile: restarted when it dies, a bounded number of times, with a
+    line on stderr each time."""
+    from fedad.fl.flower_deploy import WORKER_RESTARTS
+
+    if argv is None:
+        return main.wait()
+
+    relays: list[_Relay] = []
+
+    def start() -> subprocess.Popen[bytes]:
+        proc = sup.start("companion", argv, env, stdout=subprocess.PIPE)
+        assert proc.stdout is not None
+        relays.append(_Relay(proc.stdout))
+        relays[-1].release()
+        return proc
+
+    worker = start()
+    restarts = 0
+    while main.poll() is None:
+        code = worker.poll()
+        if code is not None and restarts < WORKER_RESTARTS:
+            restarts += 1
+            why = f"exit status {code}" if code >= 0 else f"killed by signal {-code}"
+            print(
+                f"fedad: the node's ClientApp process stopped ({why}); starting another "
+                f"({restarts} of {WORKER_RESTARTS})",
+                file=sys.stderr,
+                flush=True,
+            )
+            worker = start()
+        elif code is not None and restarts == WORKER_RESTARTS:
+            restarts += 1
+            print(
+                "fedad: the node's ClientApp process stopped again; this node will not "
+                "answer (its replies will be missing); restart it",
+                file=sys.stderr,
+                flush=True,
+            )
+        time.sleep(0.2)
+    for r in relays:
+        r.join(1.0)
+    return int(main.returncode)
 
 
 def _env(home: Path | None, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -244,6 +301,13 @@ def supernode(
         Path,
         typer.Option(help="where this node keeps its personalised detectors (they never leave it)"),
     ] = Path("fedad-models"),
+    clientapp: Annotated[
+        str,
+        typer.Option(
+            help="per-node: one long-running ClientApp process for this node (torch loads "
+            "once); per-message: Flower's own, a fresh process per message"
+        ),
+    ] = "per-node",
     root_certificates: RootCert = None,
     insecure: Insecure = False,
     home: Home = None,
@@ -254,13 +318,20 @@ def supernode(
         _require_flwr()
         from fedad.config import read_toml
         from fedad.fl.flower_deploy import (
+            CLIENTAPP_MODES,
             check_port_free,
             parse_address,
             supernode_argv,
             tls_args_client,
             wait_reachable,
+            worker_argv,
         )
 
+        if clientapp not in CLIENTAPP_MODES:
+            raise FedadError(
+                f"--clientapp '{clientapp}' is not one of {', '.join(CLIENTAPP_MODES)}",
+                "per-node (the default) or per-message",
+            )
         if not 0 <= partition_id < num_partitions:
             raise FedadError(
                 f"--partition-id {partition_id} is not in 0..{num_partitions - 1}",
@@ -276,14 +347,15 @@ def supernode(
         check_port_free("127.0.0.1", port, "the SuperNode's local API")
         wait_reachable(superlink, "--superlink", connect_timeout)
         argv = supernode_argv(
-            superlink, partition_id, num_partitions, port, tls, data_config, str(models)
+            superlink, partition_id, num_partitions, port, tls, data_config, str(models), clientapp
         )
+        worker = worker_argv(port) if clientapp == "per-node" else None
         with contextlib.ExitStack() as stack:
             cache = cache_dir
             if cache is None:
                 cache = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fedad-")))
             env = _env(home, {"FEDAD_FLOWER_CACHE": str(Path(cache).resolve())})
-            code = run_foreground(argv, env, "the SuperNode", port=port)
+            code = run_foreground(argv, env, "the SuperNode", port=port, companion=worker)
     except FedadError as err:
         _fail(err)
     raise typer.Exit(code)

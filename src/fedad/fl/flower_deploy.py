@@ -99,6 +99,11 @@ OWNER_ENV = "FEDAD_FLOWER_OWNER"
 the processes Flower starts in turn), so that stragglers can be found and stopped."""
 READY_LINE = "Uvicorn running on"
 """What a Flower 1.41 SuperLink or SuperNode prints once its HTTP API listens."""
+CLIENTAPP_MODES = ("per-node", "per-message")
+"""``engine.clientapp``: one long-running ClientApp process per SuperNode, or Flower's own
+fresh ``flwr-clientapp`` process per message."""
+WORKER_RESTARTS = 3
+"""How often a SuperNode's ClientApp process that died is started again (per node)."""
 PORT_BUSY = re.compile(r"address already in use|\[errno 98\]|eaddrinuse", re.IGNORECASE)
 """How a Flower process (uvicorn) says that its port is taken."""
 
@@ -585,6 +590,13 @@ class Supervisor:
     def log_path(self, name: str) -> Path:
         return self.logdir / f"{name}.log"
 
+    def rotate_log(self, name: str) -> None:
+        """Keep process ``name``'s log as ``NAME.log.1`` before it is started again (a new
+        start truncates ``NAME.log``)."""
+        path = self.log_path(name)
+        with contextlib.suppress(OSError):
+            path.replace(path.with_suffix(".log.1"))
+
     def log_text(self, name: str) -> str:
         path = self.log_path(name)
         return path.read_text(errors="replace") if path.is_file() else ""
@@ -742,22 +754,43 @@ def supernode_argv(
     tls: list[str] | None = None,
     data_config: str | None = None,
     models_dir: str | None = None,
+    clientapp: str = "per-node",
 ) -> list[str]:
     """``flower-supernode`` holding client ``partition_id`` of ``num_partitions``; it keeps
-    personalised detectors in ``models_dir`` (node config ``fedad-models-dir``)."""
+    personalised detectors in ``models_dir`` (node config ``fedad-models-dir``).
+
+    ``clientapp = "per-node"``: ``--isolation process``, the node's ClientApp tasks are left
+    to one long-running :mod:`fedad.fl.flower_worker` (:func:`worker_argv`) on its Runtime
+    API port; ``"per-message"``: Flower's default, its SuperExec starts a ``flwr-clientapp``
+    process per message."""
     node_config = f"partition-id={partition_id} num-partitions={num_partitions}"
     for key, path in (("fedad-data-config", data_config), ("fedad-models-dir", models_dir)):
         if path:
             if '"' in path:
                 raise ConfigError(f"the path '{path}' must not contain a double quote")
             node_config += f' {key}="{path}"'
+    if clientapp not in CLIENTAPP_MODES:
+        raise ConfigError(f"clientapp '{clientapp}' is not one of {', '.join(CLIENTAPP_MODES)}")
+    isolation = ["--isolation", "process"] if clientapp == "per-node" else []
     return [
         flower_bin("flower-supernode"),
         *(tls or ["--insecure"]),
         "--superlink", superlink,
         "--node-config", node_config,
+        *isolation,
         "--host", "127.0.0.1",
         "--port", str(port),
+    ]  # fmt: skip
+
+
+def worker_argv(port: int, host: str = "127.0.0.1") -> list[str]:
+    """The long-running ClientApp process (:mod:`fedad.fl.flower_worker`) of the SuperNode
+    whose Runtime API listens on ``host:port`` (loopback, no TLS, as the SuperNode's own
+    SuperExec reaches it)."""
+    return [
+        sys.executable, "-m", "fedad.fl.flower_worker",
+        "--runtime-api-address", f"{host}:{port}",
+        "--insecure",
     ]  # fmt: skip
 
 
@@ -819,17 +852,30 @@ def write_connection(home: Path, link: RemoteSuperLink) -> None:
 class LocalDeployment:
     """A SuperLink and ``num_nodes`` SuperNodes on 127.0.0.1 (use as a context manager)."""
 
-    def __init__(self, workdir: Path, num_nodes: int, models_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        num_nodes: int,
+        models_dir: Path | None = None,
+        clientapp: str = "per-node",
+    ) -> None:
         self.workdir = workdir
         self.num_nodes = num_nodes
         self.models_dir = models_dir or workdir / "node-models"
         """Where the SuperNodes keep personalised detectors (all of them: each in its own
         ``run-R/client-I`` folder); created only when one is saved."""
+        if clientapp not in CLIENTAPP_MODES:
+            raise ConfigError(f"clientapp '{clientapp}' is not one of {', '.join(CLIENTAPP_MODES)}")
+        self.clientapp = clientapp
+        """``per-node``: each SuperNode's tasks run in one long-running ClientApp process
+        (``worker-I``, :func:`worker_argv`); ``per-message``: Flower's SuperExec per node."""
         self.supervisor = Supervisor(workdir / "logs")
         self.port = 0
         self.address = ""
         self.node_ports: dict[int, int] = {}
         self._restarts: dict[int, int] = {}
+        self._worker_restarts: dict[int, int] = {}
+        self._workers_gone: set[int] = set()
         self._reported: dict[int, str] = {}
 
     def start(self) -> None:
@@ -867,27 +913,78 @@ class LocalDeployment:
         for i in range(self.num_nodes):
             self._start_node(i)
 
+    def _node_env(self, i: int) -> dict[str, str]:
+        return flower_env(
+            self.workdir / "homes" / f"supernode-{i}",
+            {"FEDAD_FLOWER_CACHE": str(self.workdir / "cache")},
+        )
+
     def _start_node(self, i: int) -> None:
         self.node_ports[i] = free_port()
         self.supervisor.start(
             f"supernode-{i}",
             supernode_argv(
-                self.address, i, self.num_nodes, self.node_ports[i], models_dir=str(self.models_dir)
+                self.address,
+                i,
+                self.num_nodes,
+                self.node_ports[i],
+                models_dir=str(self.models_dir),
+                clientapp=self.clientapp,
             ),
-            flower_env(
-                self.workdir / "homes" / f"supernode-{i}",
-                {"FEDAD_FLOWER_CACHE": str(self.workdir / "cache")},
-            ),
+            self._node_env(i),
+        )
+        if self.clientapp == "per-node":
+            self._start_worker(i)
+
+    def _start_worker(self, i: int) -> None:
+        """Node ``i``'s ClientApp process; it waits for the SuperNode's Runtime API itself
+        (tasks wait in the SuperNode until it polls)."""
+        self.supervisor.start(f"worker-{i}", worker_argv(self.node_ports[i]), self._node_env(i))
+
+    def _check_worker(self, i: int) -> None:
+        """Start node ``i``'s ClientApp process again if it died (a message it was running
+        gets Flower's "ClientApp crashed" reply), :data:`WORKER_RESTARTS` times at most;
+        then its replies are missing, and the console says so once."""
+        name = f"worker-{i}"
+        proc = self.supervisor.procs.get(name)
+        if proc is None or proc.poll() is None or i in self._workers_gone:
+            return
+        code = proc.returncode
+        why = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
+        if self._worker_restarts.get(i, 0) < WORKER_RESTARTS:
+            self._worker_restarts[i] = self._worker_restarts.get(i, 0) + 1
+            self.supervisor.rotate_log(name)
+            self._start_worker(i)
+            log.warning(
+                "node %d: its ClientApp process (pid %d) stopped (%s); started another "
+                "(log of the one that stopped: %s)",
+                i,
+                proc.pid,
+                why,
+                self.supervisor.log_path(name).with_suffix(".log.1"),
+            )
+            return
+        self._workers_gone.add(i)
+        log.warning(
+            "node %d: its ClientApp process stopped again (%s), %d restarts used; its replies "
+            "will be missing (log: %s)",
+            i,
+            why,
+            WORKER_RESTARTS,
+            self.supervisor.log_path(name),
         )
 
     def check_nodes(self) -> None:
-        """Called while a run goes on: restart a SuperNode whose port was taken at start-up;
-        log a warning, once, for a SuperNode that exited or is stopped (its client's replies
-        will be missing)."""
+        """Called while a run goes on: restart a SuperNode whose port was taken at start-up,
+        and a node's ClientApp process that died (:meth:`_check_worker`); log a warning,
+        once, for a SuperNode that exited or is stopped (its client's replies will be
+        missing)."""
         for i in range(self.num_nodes):
             name = f"supernode-{i}"
             proc = self.supervisor.procs[name]
             code = proc.poll()
+            if code is None and self.clientapp == "per-node":
+                self._check_worker(i)
             if code is None:
                 state = _proc_state(proc.pid)
                 if state in ("T", "t") and self._reported.get(i) != "stopped":
@@ -1108,7 +1205,8 @@ def run_deployment(
             else:
                 # the nodes' personalised detectors outlive the work directory: .flower/
                 models = w / "node-models" if temporary else w.parent / NODE_MODELS
-                with LocalDeployment(w, len(fed.clients), models) as dep:
+                nodes = len(fed.clients)
+                with LocalDeployment(w, nodes, models, cfg.engine.clientapp) as dep:
                     link = RemoteSuperLink(dep.address, insecure=True)
                     outcome = submit_and_wait(
                         spec, link, w, dep.supervisor, on_round, ["superlink"],
