@@ -1,14 +1,16 @@
 """FGAD's Tables 1-3 analog on the synthetic graph domains, side by side with its baselines.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/fgad.py --suite single|multi|mutag|ablation
+        (or generator-single|generator-multi|generator-mutag)
         [--seeds 5] [--jobs 2] [--rounds 20] [--clients N] [--domain graphs_social]
         [--work DIR] [--summarise-only] [--only LABEL ...] [--probe]
 
 Every suite is one fedad run with ``seeds = [0, ..., seeds - 1]`` (:func:`fedad.seeds.run_seeds`),
-every method on the same federation per seed. The paper's protocol: class 0 of a domain is
-normal, classes 1-3 anomalies; 80% of the normal graphs train, the test set is the held-out
-normals with as many anomalies of the client's own source (``test_anomaly_fraction =
-0.5``); AUC and AUPRC (anomaly positive) are means over the clients (the paper's), the
+every method on the same federation per seed. The paper's protocol, but for the hold-out
+share: class 0 of a domain is normal, classes 1-3 anomalies; 70% of the normal graphs train
+(``data.test_fraction`` at its default 0.3; the paper holds out 20%), the test set is the
+held-out normals with as many anomalies of the client's own source (``test_anomaly_fraction
+= 0.5``); AUC and AUPRC (anomaly positive) are means over the clients (the paper's), the
 pooled ones beside them.
 
 * ``single``: one domain (``--domain``), its normal graphs split IID over ``--clients``
@@ -21,6 +23,10 @@ pooled ones beside them.
   perturbed`), its normal graphs split IID over ``--clients`` (default 2) clients.
 * ``ablation``: Table 3 on the multi-dataset setting: FGAD_v1 (``collaboration = "none"``),
   FGAD_v2 (``"all"``), FGAD_v3 (``distill = false``) beside FGAD.
+* ``generator-multi``, ``generator-single``, ``generator-mutag``: the generator candidates of
+  :data:`GENERATOR` on that setting, summarised by training-only diagnostics only (the last
+  round's eq. 8 against the best constant predictor's, the edge AUROC of the logits, from
+  ``history.csv``; no test data is read): how :data:`VGAE` was chosen.
 
 Methods of ``single``, ``multi`` and ``mutag``: ``local`` (Self-train), ``fedavg`` and
 ``fedprox`` with ``deepsvdd`` on the GIN, ``gcfl``, ``fedstar``, ``fgad``, ``fgad`` with
@@ -45,10 +51,23 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from suites import OUT, Method, mean_std, method_lines, pm, run_suite, seed_methods, traffic
+from suites import (
+    OUT,
+    Method,
+    mean_std,
+    method_lines,
+    pm,
+    run_suite,
+    seed_methods,
+    traffic,
+)
 
 DOMAINS = ["graphs_molecules", "graphs_proteins", "graphs_social", "graphs_grids"]
-VGAE: dict[str, Any] = {"gen_output": "linear", "decoder_bias": True, "reconstruction": "balanced"}
+VGAE: dict[str, Any] = {
+    "gen_output": "linear",
+    "decoder_bias": True,
+    "reconstruction": "balanced",
+}
 """The generator options that the training-only criterion picked (docs/methods/fgad.md): eq. 8
 below the best constant predictor's on every domain's training graphs."""
 
@@ -63,6 +82,21 @@ TABLE: list[Method] = [
     ("fgad-vgae", "fgad", VGAE, None),
     ("fgad-vgae-sampled", "fgad", {**VGAE, "fake_graphs": "sampled"}, None),
 ]
+GENERATOR: list[Method] = [
+    ("paper", "fgad", {}, None),
+    ("scaled-bias", "fgad", {"decoder": "scaled", "decoder_bias": True}, None),
+    ("linear", "fgad", {"gen_output": "linear"}, None),
+    ("linear-bias", "fgad", {"gen_output": "linear", "decoder_bias": True}, None),
+    (
+        "linear-balanced",
+        "fgad",
+        {"gen_output": "linear", "reconstruction": "balanced"},
+        None,
+    ),
+    ("linear-bias-balanced", "fgad", VGAE, None),
+    ("scaled-linear-bias-balanced", "fgad", {**VGAE, "decoder": "scaled"}, None),
+]
+"""The generator candidates, compared by training-only diagnostics (``--suite generator-*``)."""
 ABLATION: list[Method] = [
     ("fgad-v1-no-collaboration", "fgad", {"collaboration": "none"}, None),
     ("fgad-v2-fedavg-all", "fgad", {"collaboration": "all"}, None),
@@ -80,6 +114,8 @@ def config_text(
     only: list[str] | None = None,
 ) -> str:
     """The suite's experiment as TOML (``only``: just the rows with these labels)."""
+    rows = {"ablation": ABLATION}.get(suite, GENERATOR if suite.startswith("generator") else TABLE)
+    suite = suite.removeprefix("generator-")
     lines = [f"seeds = {list(range(seeds))}", f"rounds = {rounds}", "[data]"]
     if suite in ("single", "mutag"):
         name = "mutag_perturbed" if suite == "mutag" else domain
@@ -95,8 +131,53 @@ def config_text(
         part = ['scheme = "by-source"', f"clients = {len(DOMAINS)}"]
     lines.append("test_anomaly_fraction = 0.5")  # the paper: as many anomalies as normals
     lines += ["[partition]", *part]
-    lines += method_lines(ABLATION if suite == "ablation" else TABLE, only, suite)
+    lines += method_lines(rows, only, suite)
     return "\n".join(lines) + "\n"
+
+
+TRAINING_KEYS = (
+    "loss_g",
+    "recon_constant",
+    "recon_edge_auc",
+    "loss_ad",
+    "student_flags_generated",
+)
+
+
+def summarise_training(run: Path) -> dict[str, Any]:
+    """Per method, the training-only diagnostics of ``history.csv`` (client-weighted means
+    over the clients of a round): the first round's ``loss_g`` and the last round's
+    :data:`TRAINING_KEYS`, each a mean over the seeds. No test data is read."""
+    import csv
+
+    per: dict[str, dict[str, list[float]]] = {}
+    for hist in sorted(run.glob("seed-*/history.csv")):
+        with open(hist, encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+        for label in dict.fromkeys(r["method"] for r in rows):
+            mine = [r for r in rows if r["method"] == label]
+            d = per.setdefault(label, {})
+            d.setdefault("loss_g_first", []).append(float(mine[0]["loss_g"]))
+            for k in TRAINING_KEYS:
+                d.setdefault(k, []).append(float(mine[-1][k]))
+    return {lab: {"seeds": len(d["loss_g"]), **{k: float(np.mean(v)) for k, v in d.items()}}
+            for lab, d in per.items()}  # fmt: skip
+
+
+def training_table(rows: dict[str, Any]) -> str:
+    """Markdown: the training-only diagnostics, one row per generator candidate."""
+    lines = [
+        "| generator | eq. 8, round 1 | eq. 8, last round | constant predictor | edge AUROC | "
+        "l_ad | student flags generated |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, r in rows.items():
+        lines.append(
+            f"| {label} | {r['loss_g_first']:.3f} | {r['loss_g']:.3f} | "
+            f"{r['recon_constant']:.3f} | {r['recon_edge_auc']:.3f} | {r['loss_ad']:.3f} | "
+            f"{r['student_flags_generated']:.3f} |"
+        )
+    return "\n".join(lines)
 
 
 def summarise(run: Path) -> dict[str, Any]:
@@ -147,10 +228,12 @@ def probe(run: Path) -> dict[str, Any]:
 
     Label-free, on each client's training graphs: the Spearman correlation of the student's
     score (its probability of "generated") with the norm of the graph representation
-    :math:`\\|h_G\\|` (the sum readout grows with the graph) and with the edge count, and the
-    share of graphs whose score falls when :math:`h_G` is doubled (the head's extrapolation
-    outward). Then once on the test set: the student's AUROC beside the AUROC of
-    :math:`-\\|h_G\\|` and of the edge count, and the anomalies' mean norm over the normals'.
+    :math:`\\|h_G\\|` (the sum readout grows with the graph) and with the edge count, the same
+    for the authors' score (minus the student's raw "normal" logit), the share of graphs whose
+    score falls when :math:`h_G` is doubled (the head's extrapolation outward) and the mean
+    score. Then once on the test set: the AUROC of the student's score and of the authors',
+    beside the AUROC of :math:`-\\|h_G\\|` and of the edge count, and the anomalies' mean norm
+    over the normals'.
     """
     import torch
     from scipy.stats import spearmanr
@@ -159,16 +242,25 @@ def probe(run: Path) -> dict[str, Any]:
     from fedad.data.federation import build_federation
     from fedad.data.types import GraphSet
     from fedad.methods.fgad.detector import FGADDetector
+    from fedad.methods.fgad.model import NORMAL
     from fedad.metrics import auroc
     from fedad.runner import with_server_data
     from fedad.runs import load_run, read_config
 
-    def heads(det: FGADDetector, g: GraphSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def heads(det: FGADDetector, g: GraphSet) -> dict[str, np.ndarray]:
+        """The student's p(generated) at h_G and 2 h_G, minus its "normal" logit (the
+        authors' score, as an anomaly score), and the norm of h_G."""
         with torch.no_grad():
             b = g.batch(np.arange(len(g)))
             z = det.net_.represent(b.x, b.edge_index, b.batch, int(b.num_graphs))
-            p = [torch.softmax(det.net_.student(a * z).double(), 1)[:, 0] for a in (1.0, 2.0)]
-        return p[0].numpy(), p[1].numpy(), z.norm(dim=1).numpy()
+            logits = det.net_.student(z).double()
+            doubled = torch.softmax(det.net_.student(2 * z).double(), 1)[:, 1 - NORMAL]
+        return {
+            "score": torch.softmax(logits, 1)[:, 1 - NORMAL].numpy(),
+            "doubled": doubled.numpy(),
+            "authors": -logits[:, NORMAL].numpy(),
+            "norm": z.norm(dim=1).numpy(),
+        }
 
     rows: dict[str, list[dict[str, Any]]] = {}
     for seed_dir in sorted(run.glob("seed-*")):
@@ -181,20 +273,23 @@ def probe(run: Path) -> dict[str, Any]:
                 if not isinstance(det, FGADDetector):
                     continue
                 assert isinstance(c.x_train, GraphSet) and isinstance(c.x_test, GraphSet)
-                s, s2, h = heads(det, c.x_train)
+                tr, te = heads(det, c.x_train), heads(det, c.x_test)
+                s, h = tr["score"], tr["norm"]
                 edges = np.diff(c.x_train.edge_ptr) / 2
-                st, _, ht = heads(det, c.x_test)
                 et = np.diff(c.x_test.edge_ptr) / 2
                 y = np.asarray(c.y_test)
                 rows.setdefault(label, []).append({
                     "seed": seed_dir.name, "client": c.client_id, "source": c.source,
                     "train_rho_norm": float(spearmanr(s, h)[0]),
                     "train_rho_edges": float(spearmanr(s, edges)[0]),
-                    "train_falls_when_doubled": float(np.mean(s2 < s)),
-                    "test_auc_student": auroc(y, st),
-                    "test_auc_minus_norm": auroc(y, -ht),
+                    "train_rho_authors_norm": float(spearmanr(tr["authors"], h)[0]),
+                    "train_falls_when_doubled": float(np.mean(tr["doubled"] < s)),
+                    "train_mean_score": float(np.mean(s)),
+                    "test_auc_student": auroc(y, te["score"]),
+                    "test_auc_authors": auroc(y, te["authors"]),
+                    "test_auc_minus_norm": auroc(y, -te["norm"]),
                     "test_auc_edges": auroc(y, et),
-                    "test_norm_ratio": float(ht[y == 1].mean() / ht[y == 0].mean()),
+                    "test_norm_ratio": float(te["norm"][y == 1].mean() / te["norm"][y == 0].mean()),
                 })  # fmt: skip
     out: dict[str, Any] = {}
     for label, rs in rows.items():
@@ -211,9 +306,10 @@ def probe(run: Path) -> dict[str, Any]:
 def probe_table(result: dict[str, Any]) -> str:
     """Markdown: one row per fgad row and source (means over seeds and clients)."""
     lines = [
-        "| method | source | rho(score, norm) train | rho(score, edges) train | "
-        "falls when h doubled | AUC student | AUC -norm | AUC edges | norm anom/normal |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| method | source | rho(score, norm) | rho(score, edges) | rho(authors', norm) | "
+        "falls when h doubled | mean score | AUC student | AUC authors' | AUC -norm | "
+        "AUC edges | norm anom/normal |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, r in result.items():
         for group, v in r["summary"].items():
@@ -221,16 +317,22 @@ def probe_table(result: dict[str, Any]) -> str:
                 continue
             lines.append(
                 f"| {label} | {group} | {v['train_rho_norm']:+.2f} | {v['train_rho_edges']:+.2f} | "
-                f"{v['train_falls_when_doubled']:.2f} | {v['test_auc_student']:.3f} | "
-                f"{v['test_auc_minus_norm']:.3f} | {v['test_auc_edges']:.3f} | "
-                f"{v['test_norm_ratio']:.2f} |"
+                f"{v['train_rho_authors_norm']:+.2f} | {v['train_falls_when_doubled']:.2f} | "
+                f"{v['train_mean_score']:.3f} | {v['test_auc_student']:.3f} | "
+                f"{v['test_auc_authors']:.3f} | {v['test_auc_minus_norm']:.3f} | "
+                f"{v['test_auc_edges']:.3f} | {v['test_norm_ratio']:.2f} |"
             )
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--suite", choices=["single", "multi", "mutag", "ablation"], required=True)
+    ap.add_argument(
+        "--suite",
+        choices=["single", "multi", "mutag", "ablation",
+                 "generator-single", "generator-multi", "generator-mutag"],
+        required=True,
+    )  # fmt: skip
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=20)
@@ -243,16 +345,18 @@ def main() -> None:
     args = ap.parse_args()
     if args.probe and args.work is None:
         raise SystemExit("--probe reads the run's detectors back: give --work DIR")
-    clients = args.clients or (2 if args.suite == "mutag" else 4)
+    clients = args.clients or (2 if args.suite.endswith("mutag") else 4)
 
     text = config_text(args.suite, args.seeds, args.rounds, clients, args.domain, args.only)
     suffix = "_only" if args.only else ""
+    training = args.suite.startswith("generator")
     rows = run_suite(
-        text, f"fgad_{args.suite}{suffix}", summarise, work=args.work, jobs=args.jobs,
+        text, f"fgad_{args.suite.replace('-', '_')}{suffix}",
+        summarise_training if training else summarise, work=args.work, jobs=args.jobs,
         summarise_only=args.summarise_only, suite=args.suite,
     )  # fmt: skip
     print(f"```toml\n{text}```\n")
-    print(table(rows))
+    print(training_table(rows) if training else table(rows))
     if args.probe:
         result = probe(args.work)
         (OUT / f"fgad_{args.suite}{suffix}_probe.json").write_text(
