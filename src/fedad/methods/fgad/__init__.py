@@ -6,7 +6,9 @@ paper                                      code
 =========================================  ===================================================
 eq. 1-3 (GIN, sum readout of layers)       :class:`fedad.nn.gin.GIN`
 eq. 5-7 (VGAE generator, per graph)        ``model.Generator``
-eq. 8 (adjacency reconstruction)           ``losses.reconstruction_loss``
+eq. 8 (adjacency reconstruction)           ``losses.reconstruction_loss`` (ours: its balanced form
+                                           ``losses.balanced_reconstruction_loss`` with
+                                           ``losses.edge_prior_shift``)
 eq. 9 (normal vs generated)                ``losses.detection_loss``
 eq. 10 (pre-training)                      ``train.train_epoch(distill=False)``
 eq. 11-12 (logits, distillation)           ``model.FGADNet``, ``losses.distillation_loss``
