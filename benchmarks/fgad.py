@@ -1,7 +1,8 @@
 """FGAD's Tables 1-3 analog on the synthetic graph domains, side by side with its baselines.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/fgad.py --suite single|multi|mutag|ablation
-        (or generator-single|generator-multi|generator-mutag)
+        (or generator-single|generator-multi|generator-mutag,
+         or confirm-multi|confirm-mutag|confirm-single)
         [--seeds 5] [--jobs 2] [--rounds 20] [--clients N] [--domain graphs_social]
         [--work DIR] [--summarise-only] [--only LABEL ...] [--probe]
 
@@ -27,6 +28,13 @@ pooled ones beside them.
   :data:`GENERATOR` on that setting, summarised by training-only diagnostics only (the last
   round's eq. 8 against the best constant predictor's, the edge AUROC of the logits, from
   ``history.csv``; no test data is read): how :data:`VGAE` was chosen.
+* ``confirm-multi``, ``confirm-mutag``, ``confirm-single``: the pre-registered check of the
+  teacher-scored variant (docs/methods/fgad.md, "Pre-registered check of the teacher-scored
+  variant"): the rows of :data:`CONFIRM` on seeds :data:`CONFIRM_SEEDS` (not used before),
+  on the ``multi`` and ``mutag`` settings and on ``graphs_molecules`` IID over 4 clients
+  (not used before as a single-dataset setting); ``--seeds`` and ``--domain`` do not apply.
+  Prints, beside the table, the criterion fixed in advance (:func:`verdict`): the variant's
+  client-mean AUC at least :data:`MARGIN` above the best baseline's.
 
 Methods of ``single``, ``multi`` and ``mutag``: ``local`` (Self-train), ``fedavg`` and
 ``fedprox`` with ``deepsvdd`` on the GIN, ``gcfl``, ``fedstar``, ``fgad``, ``fgad`` with
@@ -82,6 +90,21 @@ TABLE: list[Method] = [
     ("fgad-vgae", "fgad", VGAE, None),
     ("fgad-vgae-sampled", "fgad", {**VGAE, "fake_graphs": "sampled"}, None),
 ]
+CONFIRM: list[Method] = [
+    *TABLE[:6],  # the baselines and the paper's fgad
+    ("fgad-vgae-sampled", "fgad", {**VGAE, "fake_graphs": "sampled"}, None),
+    ("fgad-v3-vgae-sampled", "fgad", {**VGAE, "fake_graphs": "sampled", "distill": False}, None),
+]
+"""The pre-registered comparison: the baselines, the paper's ``fgad``, the student of the
+generator options with sampled graphs, and the variant under test, FGAD_v3 (``distill =
+false``: the teacher head travels, is averaged and scores) with those options."""
+CONFIRM_SEEDS = [5, 6, 7, 8, 9]
+CONFIRM_SINGLE = "graphs_molecules"
+VARIANT = "fgad-v3-vgae-sampled"
+BASELINES = ("self-train", "fedavg-svdd", "fedprox-svdd", "gcfl", "fedstar")
+MARGIN = 0.05
+"""The pre-registered criterion: the variant's client-mean AUC (mean over the seeds) at least
+this much above the best baseline's, in each setting."""
 GENERATOR: list[Method] = [
     ("paper", "fgad", {}, None),
     ("scaled-bias", "fgad", {"decoder": "scaled", "decoder_bias": True}, None),
@@ -115,8 +138,12 @@ def config_text(
 ) -> str:
     """The suite's experiment as TOML (``only``: just the rows with these labels)."""
     rows = {"ablation": ABLATION}.get(suite, GENERATOR if suite.startswith("generator") else TABLE)
-    suite = suite.removeprefix("generator-")
-    lines = [f"seeds = {list(range(seeds))}", f"rounds = {rounds}", "[data]"]
+    seed_list = list(range(seeds))
+    if suite.startswith("confirm-"):
+        rows, seed_list = CONFIRM, CONFIRM_SEEDS
+        domain = CONFIRM_SINGLE
+    suite = suite.removeprefix("generator-").removeprefix("confirm-")
+    lines = [f"seeds = {seed_list}", f"rounds = {rounds}", "[data]"]
     if suite in ("single", "mutag"):
         name = "mutag_perturbed" if suite == "mutag" else domain
         lines += [f'name = "{name}"', "normal = [0]", "anomaly = [1, 2, 3]"]
@@ -195,6 +222,11 @@ def summarise(run: Path) -> dict[str, Any]:
                 if m.get("per_client")
             ]
             row[f"client_{key}"], row[f"client_{key}_std"] = mean_std(client)
+        row["client_auroc_per_seed"] = [
+            float(np.mean([r["auroc"] for r in m["per_client"] if r.get("auroc") is not None]))
+            for m in ms
+            if m.get("per_client")
+        ]
         row["auroc"], row["auroc_std"] = mean_std([float(m["auroc"]) for m in ms])
         teacher = [float(m["teacher_auroc"]) for m in ms if m.get("teacher_auroc") is not None]
         row["teacher_auroc"], row["teacher_auroc_std"] = mean_std(teacher)
@@ -221,6 +253,19 @@ def table(rows: dict[str, Any]) -> str:
             f"{r['seconds']:.0f} |"
         )
     return "\n".join(lines)
+
+
+def verdict(rows: dict[str, Any]) -> dict[str, Any]:
+    """The pre-registered criterion on a ``confirm-*`` suite's summary: the best baseline (of
+    :data:`BASELINES`, by mean client-mean AUC), the variant's, their difference, and whether
+    it is at least :data:`MARGIN`."""
+    best = max(BASELINES, key=lambda lab: rows[lab]["client_auroc"])
+    variant, base = rows[VARIANT]["client_auroc"], rows[best]["client_auroc"]
+    return {
+        "variant": VARIANT, "best_baseline": best, "variant_auc": variant,
+        "best_baseline_auc": base, "margin": variant - base, "required": MARGIN,
+        "holds": bool(variant - base >= MARGIN),
+    }  # fmt: skip
 
 
 def probe(run: Path) -> dict[str, Any]:
@@ -330,7 +375,8 @@ def main() -> None:
     ap.add_argument(
         "--suite",
         choices=["single", "multi", "mutag", "ablation",
-                 "generator-single", "generator-multi", "generator-mutag"],
+                 "generator-single", "generator-multi", "generator-mutag",
+                 "confirm-multi", "confirm-mutag", "confirm-single"],
         required=True,
     )  # fmt: skip
     ap.add_argument("--seeds", type=int, default=5)
@@ -357,6 +403,15 @@ def main() -> None:
     )  # fmt: skip
     print(f"```toml\n{text}```\n")
     print(training_table(rows) if training else table(rows))
+    if args.suite.startswith("confirm-") and not args.only:
+        v = verdict(rows)
+        path = OUT / f"fgad_{args.suite.replace('-', '_')}{suffix}.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "verdict": v}, indent=1) + "\n")
+        print(
+            f"\n{v['variant']} {v['variant_auc']:.3f} - best baseline {v['best_baseline']} "
+            f"{v['best_baseline_auc']:.3f} = {v['margin']:+.3f} (required >= {MARGIN}): "
+            f"{'holds' if v['holds'] else 'fails'}"
+        )
     if args.probe:
         result = probe(args.work)
         (OUT / f"fgad_{args.suite}{suffix}_probe.json").write_text(

@@ -86,6 +86,53 @@ def test_without_distillation_the_teacher_head_travels() -> None:
     assert 0.0 <= out.history[-1]["student_flags_generated"] <= 1.0
 
 
+VGAE_SAMPLED = {
+    "gen_output": "linear", "decoder_bias": True, "reconstruction": "balanced",
+    "fake_graphs": "sampled",
+}  # fmt: skip
+
+
+def test_without_distillation_the_averaged_teacher_head_scores(
+    delivered: list[tuple[int, Message, Message | None]],
+) -> None:
+    """FGAD_v3 with the generator options: the teacher head goes up, the server's head is the
+    example-weighted mean of the replies, and that head (not the untrained student) scores."""
+    from fedad.detector import detector_from_config
+    from fedad.fl.messages import unprefixed
+    from fedad.metrics import auroc
+
+    fed = make_federation("graph", clients=2)
+    algo, out = _run(fed, rounds=2, distill=False, **VGAE_SAMPLED)
+    assert out.events == []
+    assert algo.make_detector().head == "teacher"
+    last = [(m, r) for _, m, r in delivered if m.kind == "train" and m.get("round") == 2]
+    assert len(last) == 2
+    n = np.array([r.scalars["num_examples"] for _, r in last if r is not None], dtype=float)
+    assert n[0] != n[1]  # unequal clients: the weighting is visible
+    for key, value in out.result.arrays.items():
+        assert key.startswith("teacher.")
+        ups = np.stack([r.arrays[key] for _, r in last if r is not None])
+        np.testing.assert_allclose(value, np.tensordot(n / n.sum(), ups, 1), rtol=1e-5, atol=1e-6)
+    config = algo.detector_config()
+    assert config["params"]["head"] == "teacher"
+    for cid, m in out.evaluations.items():
+        score = m.arrays["score"]
+        np.testing.assert_array_equal(score, m.arrays["teacher_score"])
+        own = unprefixed(m.arrays, "detector")
+        for key, value in out.result.arrays.items():
+            np.testing.assert_array_equal(own[key], value)  # every client: the global teacher
+        det = detector_from_config(config, own)
+        x_test = fed.clients[cid].x_test
+        np.testing.assert_allclose(det.score(x_test), score)  # type: ignore[arg-type]
+        as_student = {**config, "params": {**config["params"], "head": "student"}}
+        student = detector_from_config(as_student, own)
+        assert not np.allclose(student.score(x_test), score)  # type: ignore[arg-type]
+    mean_auc = np.mean(
+        [auroc(m.arrays["label"], m.arrays["score"]) for m in out.evaluations.values()]
+    )
+    assert algo.extra_metrics(out.evaluations)["teacher_auroc"] == pytest.approx(mean_auc)
+
+
 def test_scores_teacher_metric_and_determinism() -> None:
     fed = make_federation("graph", clients=2)
     _, a = _run(fed)

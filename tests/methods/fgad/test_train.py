@@ -53,3 +53,28 @@ def test_the_vgae_options_learn_the_adjacency_and_the_papers_generator_does_not(
     assert vgae["loss_g"] < vgae["recon_constant"]
     assert vgae["recon_edge_auc"] > 0.7
     assert paper["recon_constant"] == pytest.approx(vgae["recon_constant"], rel=0.05)
+
+
+def test_the_teacher_head_scores_when_asked_and_the_choice_survives_a_checkpoint() -> None:
+    import numpy as np
+
+    from fedad.detector import detector_from_config
+    from fedad.methods.fgad.detector import FGADDetector
+    from tests.conftest import make_federation
+
+    graphs = make_federation("graph", clients=1).clients[0].x_train
+    small = {"hidden": 4, "layers": 2, "gen_hidden": 4, "gen_layers": 1, "epochs": 1}
+    det = FGADDetector(in_dim=3, pretrain_epochs=2, head="teacher", seed=0, **small)
+    det.fit(graphs)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(det.score(graphs), det.teacher_score(graphs))  # type: ignore[arg-type]
+    again = detector_from_config(det.to_config(), det.get_arrays())
+    assert isinstance(again, FGADDetector) and again.head == "teacher"
+    np.testing.assert_allclose(again.score(graphs), det.score(graphs))  # type: ignore[arg-type]
+    # a configuration written before ``head`` existed still scores with the student
+    old = det.to_config()
+    del old["params"]["head"]
+    student = detector_from_config(old, det.get_arrays())
+    assert isinstance(student, FGADDetector) and student.head == "student"
+    assert not np.allclose(student.score(graphs), det.score(graphs))  # type: ignore[arg-type]
+    with pytest.raises(Exception, match="head"):
+        detector_from_config({**old, "params": {**old["params"], "head": "both"}}, det.get_arrays())

@@ -2,8 +2,10 @@
 
 :math:`s(G) = \\mathrm{softmax}(\\mathrm{Proj}_{w_s}(f_{w_g}(X, A)))_0`, the probability of the
 "generated" pseudo class [FGAD eq. 9, 11]; :meth:`FGADDetector.teacher_score` gives the
-teacher head's. Stand-alone (:meth:`fit`) it is FGAD without collaboration: the pre-training
-of eq. 10, then epochs of eq. 13 on the detector's own graphs.
+teacher head's. ``head = "teacher"`` makes the teacher's the score (FGAD_v3 of [FGAD Table
+3]: no student, the teacher scores). Stand-alone (:meth:`fit`) it is FGAD without
+collaboration: the pre-training of eq. 10, then epochs of eq. 13 on the detector's own graphs
+(of eq. 10 when the teacher scores: there is no student to distil).
 
 Arrays: the network's state under its own names (``backbone.*``, ``teacher.*``,
 ``student.*``), the generator's (``generator.*``, needed to train on, not to score) and
@@ -61,6 +63,7 @@ class FGADDetectorParams(BaseModel):
     gen_output: Literal["gin", "linear"] = "gin"
     reconstruction: Literal["eq8", "balanced"] = "eq8"
     fake_graphs: Literal["soft", "sampled"] = "soft"
+    head: Literal["student", "teacher"] = "student"
     contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
 
@@ -93,6 +96,7 @@ class FGADDetector(BaseDetector):
         gen_output: Literal["gin", "linear"] = "gin",
         reconstruction: Literal["eq8", "balanced"] = "eq8",
         fake_graphs: Literal["soft", "sampled"] = "soft",
+        head: Literal["student", "teacher"] = "student",
         contamination: float = DEFAULT_CONTAMINATION,
         seed: int = 0,
         device: str = "cpu",
@@ -118,6 +122,7 @@ class FGADDetector(BaseDetector):
         self.gen_output = gen_output
         self.reconstruction = reconstruction
         self.fake_graphs = fake_graphs
+        self.head = head
         self.seed = seed
         self.device = device
 
@@ -143,6 +148,7 @@ class FGADDetector(BaseDetector):
             "gen_output": self.gen_output,
             "reconstruction": self.reconstruction,
             "fake_graphs": self.fake_graphs,
+            "head": self.head,
             "contamination": self.contamination,
             "seed": self.seed,
         }
@@ -239,7 +245,7 @@ class FGADDetector(BaseDetector):
         rng = seeded_rng(self.seed, 0xF6AD)
         opt = self.optimizer()
         self.train_epochs(x, self.pretrain_epochs, distill=False, rng=rng, opt=opt)
-        self.train_epochs(x, self.epochs, distill=True, rng=rng, opt=opt)
+        self.train_epochs(x, self.epochs, distill=self.head == "student", rng=rng, opt=opt)
         return self.set_threshold(x)  # type: ignore[arg-type]
 
     # -- scoring ----------------------------------------------------------------------------
@@ -263,8 +269,11 @@ class FGADDetector(BaseDetector):
         return np.concatenate(out) if out else np.zeros(0)
 
     def score(self, x: GraphSet) -> np.ndarray:  # type: ignore[override]
-        """The student head's probability of "generated", per graph (higher = anomalous)."""
-        return self._probabilities(x, "student")
+        """The scoring head's (``head``: the student's by default) probability of
+        "generated", per graph (higher = anomalous)."""
+        if self.head not in ("student", "teacher"):
+            raise ValueError(f"head must be 'student' or 'teacher', not {self.head!r}")
+        return self._probabilities(x, self.head)
 
     def teacher_score(self, x: GraphSet) -> np.ndarray:
         """The teacher head's probability of "generated", per graph."""

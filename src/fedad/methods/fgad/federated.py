@@ -16,7 +16,9 @@ travels [FGAD eq. 15, Algorithm 1]:
    :meth:`~fedad.fl.context.ServerContext.mean`, so SecAgg+ applies) and sends it back.
 
 At evaluation each client scores with its own backbone and the final global student head
-(Algorithm 1, line 15). A client the sampling never picked trains as in steps 1-2 first.
+(Algorithm 1, line 15); with ``distill = false``, with the final global teacher head (the
+detector's ``head = "teacher"``). A client the sampling never picked trains as in steps 1-2
+first.
 
 The ablations of [FGAD Table 3]: ``collaboration = "none"`` (FGAD_v1: nothing travels),
 ``"all"`` (FGAD_v2: FedAvg of every parameter — generator, backbone and both heads — except
@@ -142,7 +144,7 @@ class FGAD(Algorithm):
             kl_weight=p.kl_weight, distill_on=p.distill_on, decoder=p.decoder,
             decoder_bias=p.decoder_bias, gen_output=p.gen_output,
             reconstruction=p.reconstruction, fake_graphs=p.fake_graphs,
-            contamination=self.contamination,
+            head="student" if p.distill else "teacher", contamination=self.contamination,
             seed=self.setup.seed if seed is None else seed, device=self.setup.device,
         )  # fmt: skip
 
