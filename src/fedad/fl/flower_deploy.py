@@ -914,10 +914,22 @@ class LocalDeployment:
             self._start_node(i)
 
     def _node_env(self, i: int) -> dict[str, str]:
-        return flower_env(
-            self.workdir / "homes" / f"supernode-{i}",
-            {"FEDAD_FLOWER_CACHE": str(self.workdir / "cache")},
-        )
+        """Node ``i``'s environment: its Flower home, the data cache, and
+        ``OMP_NUM_THREADS`` (:meth:`node_threads`) unless the caller's environment sets it."""
+        extra = {"FEDAD_FLOWER_CACHE": str(self.workdir / "cache")}
+        if "OMP_NUM_THREADS" not in os.environ:
+            extra["OMP_NUM_THREADS"] = str(self.node_threads())
+        return flower_env(self.workdir / "homes" / f"supernode-{i}", extra)
+
+    def node_threads(self) -> int:
+        """Torch threads of each node's ClientApp: this process's threads shared out over
+        the nodes (at least 1), as ``engine.workers`` shares them over workers. The nodes
+        of a round train at the same time on one machine; more threads than cores make
+        torch's threads wait on each other (float32 sums may then differ from the
+        in-process run's in the last bits; metrics agree to 1e-6)."""
+        import torch
+
+        return max(1, torch.get_num_threads() // max(1, self.num_nodes))
 
     def _start_node(self, i: int) -> None:
         self.node_ports[i] = free_port()
