@@ -253,3 +253,32 @@ def test_wide_resnet_backbone_from_the_method_keys(tmp_path: Path) -> None:
         n = fed.clients[cid].n_train
         assert m.arrays["detector/bank_"].shape == (int(np.ceil(0.05 * n * 8 * 8)), 512 + 1024)
         assert m.arrays["detector/weight"].shape == (1536, 1536, 1, 1)
+
+
+def _reference_coreset(patches: torch.Tensor, n: int, seed: int) -> torch.Tensor:
+    """The greedy coreset as first written: ``torch.cdist`` against each chosen patch."""
+    g = torch.Generator().manual_seed(seed % (2**63))
+    x = patches
+    if x.shape[1] > patchcore.SELECT_DIM:
+        proj = torch.randn(x.shape[1], patchcore.SELECT_DIM, generator=g)
+        x = x @ (proj / np.sqrt(patchcore.SELECT_DIM)).to(x)
+    chosen = torch.empty(n, dtype=torch.int64)
+    chosen[0] = int(torch.randint(len(x), (1,), generator=g))
+    dist = torch.cdist(x, x[chosen[:1]])[:, 0]
+    for i in range(1, n):
+        chosen[i] = int(dist.argmax())
+        dist = torch.minimum(dist, torch.cdist(x, x[chosen[i : i + 1]])[:, 0])
+    return chosen
+
+
+@pytest.mark.parametrize(
+    ("p", "c", "n"), [(20, 8, 7), (26, 152, 9), (3000, 152, 300), (4000, 64, 50)]
+)
+def test_greedy_coreset_is_bit_for_bit_the_cdist_one(p: int, c: int, n: int) -> None:
+    g = torch.Generator().manual_seed(p)
+    x = torch.randn(p, c, generator=g) * 3 + torch.randn(1, c, generator=g)
+    x[5] = x[3]  # ties: equal distances must break the same way
+    one = patchcore.distances_to_one(x)
+    for i in (0, 3, p - 1):
+        assert torch.equal(one(i), torch.cdist(x, x[i : i + 1])[:, 0])
+    assert torch.equal(greedy_coreset(x, n, seed=11), _reference_coreset(x, n, seed=11))
