@@ -156,6 +156,25 @@ def round_parts(events: list[dict[str, Any]]) -> list[dict[str, float]]:
     return out
 
 
+START = (
+    ("submit -> ServerApp", "`flwr run`, the SuperExec starts `flwr-serverapp`, which installs "
+     "the app and imports fedad"),
+    ("ServerApp -> nodes", "the ServerApp builds the algorithm and sees the SuperNodes"),
+    ("handshake", "`fedad_hello` to every node and back (one SuperNode poll)"),
+)  # fmt: skip
+
+
+def start_parts(events: list[dict[str, Any]]) -> dict[str, float]:
+    """Once per method, from ``flwr run`` to the first round's messages (:data:`START`)."""
+    first = {e["event"]: e["time"] for e in reversed(events) if "time" in e}
+    pushes = [e["time"] for e in events if e["event"] == "server-push"]
+    return {
+        "submit -> ServerApp": first["serverapp-main"] - first["run-submit"],
+        "ServerApp -> nodes": first["server-nodes"] - first["serverapp-main"],
+        "handshake": pushes[1] - first["server-nodes"],
+    }
+
+
 def deployment(rounds: int) -> None:
     """Seconds per deployment round, per-message vs per-node ClientApp processes, as ratios
     to the SuperNode's poll interval; then where a per-node round's seconds go."""
@@ -167,6 +186,7 @@ def deployment(rounds: int) -> None:
     )
     print("|---|---:|---:|---:|---:|---:|")
     parts: list[dict[str, float]] = []
+    start: dict[str, float] = {}
     ref: float | None = None
     for mode in ("per-message", "per-node"):
         with tempfile.TemporaryDirectory() as tmp:
@@ -179,7 +199,8 @@ def deployment(rounds: int) -> None:
             if mode == "per-node":
                 from fedad.fl.timeline import read_timeline
 
-                parts = round_parts(read_timeline(timeline))
+                events = read_timeline(timeline)
+                parts, start = round_parts(events), start_parts(events)
         per_round = [float(r["seconds"]) for r in rows]
         steady = per_round[1:]
         mean = sum(steady) / len(steady)
@@ -200,6 +221,11 @@ def deployment(rounds: int) -> None:
         m = sum(xs) / len(xs)
         print(f"| {name} | {what} | {m:.3f} | {min(xs):.2f}-{max(xs):.2f} | {m / period:.0%} |")
     print(f"| round | (period from one round's messages to the next) | {period:.3f} | | |")
+    print("\nOnce per method, per-node (from `flwr run` to round 1's messages):\n")
+    print("| part | what | s |")
+    print("|---|---|---:|")
+    for name, what in START:
+        print(f"| {name} | {what} | {start[name]:.2f} |")
 
 
 def main() -> None:

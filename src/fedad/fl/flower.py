@@ -403,6 +403,7 @@ class FlowerGrid:
             if n >= self.num_partitions or time.monotonic() >= deadline:
                 break
             time.sleep(self.poll_interval)
+        timeline_event("server-nodes", time=time.time(), nodes=n)
         self._hello(deadline=max(deadline, time.monotonic() + self.poll_interval))
         absent = [c for c in range(self.num_partitions) if c not in self._node_of]
         if absent:

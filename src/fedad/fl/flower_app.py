@@ -80,6 +80,7 @@ from fedad.fl.flower import (
 from fedad.fl.flower_secagg import RefusedReply, checked, decode_content, encode_fitres
 from fedad.fl.messages import Message, unprefixed
 from fedad.fl.secagg import rounding_seed
+from fedad.fl.timeline import timeline_event
 
 if TYPE_CHECKING:
     from fedad.fl.engine import RunOutcome  # (pulls in scipy: not needed by the handshake)
@@ -508,6 +509,7 @@ server_app = ServerApp()
 
 @server_app.main()
 def _deployment_main(grid: Grid, context: Context) -> None:
+    timeline_event("serverapp-main", time=time.time())
     spec = RunSpec.from_run_config(context.run_config)
     if not spec.results_dir:
         raise ValueError("run config 'fedad-results' is empty: nowhere to write the results")

@@ -80,6 +80,7 @@ from fedad.fl.algorithm import Algorithm
 from fedad.fl.engine import RunOutcome
 from fedad.fl.flower import INSTALL_HINT, FlowerRunError, ResultsDir, RunSpec
 from fedad.fl.flower_sim import QUIET_ENV
+from fedad.fl.timeline import timeline_event
 
 APP_NAME = "fedad-run"
 CONNECTION = "fedad"
@@ -1096,6 +1097,7 @@ def submit_and_wait(
     supervisor.start(
         "superexec", superexec_argv(link.address, tls), flower_env(workdir / "homes" / "superexec")
     )
+    timeline_event("run-submit", time=time.time())
     submit = supervisor.start(
         "flwr-run",
         [flower_bin("flwr"), "run", str(app), CONNECTION, "--stream"],

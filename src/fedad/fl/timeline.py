@@ -4,15 +4,20 @@ When the environment variable ``FEDAD_FLOWER_TIMELINE`` names a file, the proces
 Flower run append one JSON object per line to it (wall-clock seconds, ``time.time()``, so
 that processes on one machine agree):
 
-* the ServerApp (:class:`fedad.fl.flower.FlowerGrid`): ``server-push`` when a phase's
-  messages are with the SuperLink (``message_ids``), ``server-reply`` for each reply it
-  pulls (``reply_to``);
+* ``fedad`` (:func:`fedad.fl.flower_deploy.submit_and_wait`): ``run-submit`` as it starts
+  ``flwr run``;
+* the ServerApp (:mod:`fedad.fl.flower_app`, :class:`fedad.fl.flower.FlowerGrid`):
+  ``serverapp-main`` when its main function starts (the process is up, the app installed
+  and imported), ``server-nodes`` once it sees the SuperNodes, ``server-push`` when a
+  phase's messages are with the SuperLink (``message_ids``), ``server-reply`` for each
+  reply it pulls (``reply_to``);
 * each node's ClientApp process (:mod:`fedad.fl.flower_worker`): ``node-task`` per message
   with ``pending`` (when the SuperNode, having pulled the message from the SuperLink, made
   it a task), ``acquired``, ``input`` (message, context and run pulled), ``handled`` (the
   ClientApp returned) and ``pushed`` (reply and context back with the SuperNode).
 
-``benchmarks/flower_engines.py`` reads it to split a deployment round into its parts.
+``benchmarks/flower_engines.py --deployment`` reads it to split a deployment round, and a
+method's start-up, into their parts.
 Nothing is written when the variable is unset (the default); a write that fails is
 ignored, since timing must never fail a run.
 """
