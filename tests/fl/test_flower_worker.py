@@ -183,6 +183,14 @@ def test_bundle_client_app_reads_the_component() -> None:
     assert fw.bundle_client_app(bundle(fw.CLIENT_APP_REF)) == fw.CLIENT_APP_REF
     assert fw.bundle_client_app(bundle("evil.module:app")) == "evil.module:app"
     assert fw.bundle_client_app(b"not a zip") == ""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:  # crafted: components is not a table
+        z.writestr(
+            "pyproject.toml",
+            '[project]\nname = "x"\nversion = "1.0.0"\n\n[tool.flwr.app]\npublisher = "t"\n'
+            'components = "fedad.fl.flower_app:client_app"\n',
+        )
+    assert fw.bundle_client_app(buf.getvalue()) == ""
     assert fw.HELLO_TYPE == "query.fedad_hello"
 
 

@@ -97,8 +97,6 @@ costs at fedad's 0.25 s poll; Flower's default is 1 s
 (``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``)."""
 HELLO_TYPE = f"query.{HELLO}"
 """Flower's message type of the handshake that opens every run."""
-READY_LINE = "fedad node worker ready"
-"""What this process prints once torch and fedad are loaded and it polls for tasks."""
 
 log = logging.getLogger("fedad.flower_worker")
 
@@ -169,12 +167,12 @@ def bundle_client_app(fab_content: bytes) -> str:
     """The ClientApp that a run's app bundle names (``tool.flwr.app.components.clientapp``),
     or ``""`` when it names none or the bundle cannot be read."""
     try:
-        conf = get_fab_config(fab_content)
+        node: Any = get_fab_config(fab_content)
     except Exception:  # a damaged bundle: it names nothing we run
         return ""
-    comps = conf.get("tool", {}).get("flwr", {}).get("app", {}).get("components", {})
-    ref = comps.get("clientapp", "") if isinstance(comps, dict) else ""
-    return ref if isinstance(ref, str) else ""
+    for key in ("tool", "flwr", "app", "components", "clientapp"):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, str) else ""
 
 
 class _TaskHeartbeat:
@@ -415,7 +413,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per poll otherwise
     warm_up()
-    print(READY_LINE, flush=True)
+    log.info("torch and fedad loaded; taking the tasks of %s", args.runtime_api_address)
     runtime = RuntimeAddress(args.runtime_api_address, args.insecure, certs)
     try:
         serve_node(runtime, poll=args.poll)
