@@ -1,4 +1,4 @@
-"""The ``contrastive`` detector (CSI-style SimCLR with rotation negatives) and its federated use."""
+"""The ``contrastive`` detector (CSI's loss, rotation-shifted instances) and its federated use."""
 
 from __future__ import annotations
 
@@ -45,23 +45,77 @@ def test_loss_decreases() -> None:
     assert np.mean(losses[-2:]) < np.mean(losses[:2]) - 0.02, losses
 
 
-def test_loss_is_csi_contrastive_loss_of_the_views() -> None:
-    """One batch by hand: the loss is contrastive_loss over crad_views' layout with csi_mask."""
+def test_loss_is_csi_contrastive_loss_of_the_shifted_views() -> None:
+    """One batch by hand: two T+ views of every sample, each turned by 0, 90, 180 and 270
+    degrees (rotation-major, then sample, then view), contrasted with
+    shifted_instance_mask's pairs."""
     from fedad.methods.fadngs import augment, losses
 
     x = torch.from_numpy(digits(0)[:5])
     det = detector().build()
     det.aug_rng_ = np.random.default_rng(7)
     got = det.loss(x)
-    plus, minus = augment.crad_views(x, 2, np.random.default_rng(7), det._transform)
-    enc = det.encoder
-    z = losses.crad_views(
-        torch.stack([enc.project(plus[:, p]) for p in range(2)], dim=1),
-        torch.stack([enc.project(minus[:, r]) for r in range(3)], dim=1),
-    )
-    pos, neg = losses.csi_mask(5, 2, 3)
-    want = losses.contrastive_loss(z, pos, neg, 0.5)
+    plus, _ = augment.crad_views(x, 2, np.random.default_rng(7), det._transform)
+    views = contrastive.shifted_views(x, 2, np.random.default_rng(7), det._transform)
+    assert views.shape == (4 * 5 * 2, 1, 8, 8)
+    for s in range(4):
+        for i in range(5):
+            for v in range(2):
+                want_view = torch.rot90(plus[i, v], s, dims=(1, 2))
+                torch.testing.assert_close(views[(s * 5 + i) * 2 + v], want_view)
+    pos, neg = contrastive.shifted_instance_mask(5, 2, 4)
+    want = losses.contrastive_loss(det.encoder.project(views), pos, neg, 0.5)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_shifted_instance_mask_pairs_on_a_toy_batch() -> None:
+    """B = 2 samples, V = 2 views, S = 4 rotations: view (s B + i) V + v. Every view is an
+    anchor (the rotated ones too); its one positive is the other view of the same sample
+    under the same rotation; every other view, its own sample's other rotations included,
+    is a negative."""
+    pos, neg = contrastive.shifted_instance_mask(2, 2, 4)
+    n = 16
+    assert pos.shape == neg.shape == (n, n)
+    want_pos = torch.zeros(n, n, dtype=torch.bool)
+    for k in range(0, n, 2):  # views 2k and 2k+1 are one instance
+        want_pos[k, k + 1] = want_pos[k + 1, k] = True
+    assert torch.equal(pos, want_pos)
+    assert torch.equal(neg, ~want_pos & ~torch.eye(n, dtype=torch.bool))
+    # rotated views are anchors: each has its positive (the pre-fix layout had none)
+    assert bool(pos[4:].any(dim=1).all())
+    # view 0 (sample 0, upright) and view 4 (sample 0 turned by 90 degrees): negatives
+    assert bool(neg[0, 4]) and bool(neg[4, 0])
+    with pytest.raises(ValueError):
+        contrastive.shifted_instance_mask(2, 1, 4)
+
+
+def test_the_loss_penalises_rotated_views_collapsed_to_one_point() -> None:
+    """The defect fixed on 2026-11-25: with rotations as negatives only (``csi_mask``), the
+    loss is the same whether the rotated views spread out or all sit at one point far from
+    the upright ones, so nothing kept them apart and training collapsed them; with CSI's
+    shifted instances a collapse costs."""
+    from fedad.methods.fadngs import losses
+
+    b, v, s = 4, 2, 4
+    eye = torch.eye(b * s + 1)
+    inst = torch.arange(b * s).repeat_interleave(v)  # instance of each view, (s B + i)
+    spread = eye[inst]  # every instance its own direction, both views equal
+    collapsed = spread.clone()
+    collapsed[b * v :] = eye[b * s]  # every rotated view at one point
+    pos, neg = contrastive.shifted_instance_mask(b, v, s)
+    new_spread = losses.contrastive_loss(spread, pos, neg, 0.5)
+    new_collapsed = losses.contrastive_loss(collapsed, pos, neg, 0.5)
+    assert float(new_collapsed) > float(new_spread) + 0.5
+    # the old pairs: T+ views sample-major, then the three rotations of each first view
+    upright = eye[torch.arange(b).repeat_interleave(v)]
+    old_pos, old_neg = losses.csi_mask(b, v, s - 1)
+    old_spread = losses.contrastive_loss(
+        torch.cat([upright, eye[b : b * s]]), old_pos, old_neg, 0.5
+    )
+    old_collapsed = losses.contrastive_loss(
+        torch.cat([upright, eye[b * s].expand(b * (s - 1), -1)]), old_pos, old_neg, 0.5
+    )
+    torch.testing.assert_close(old_collapsed, old_spread)
 
 
 def test_rotated_and_inverted_images_score_above_normal_ones() -> None:

@@ -1,29 +1,44 @@
-"""The ``contrastive`` detector: SimCLR with rotation-shifted negatives in the spirit of CSI
-(Tack et al., NeurIPS 2020), scored by feature similarity to the training set. The CSI
+"""The ``contrastive`` detector: contrastive learning with rotation-shifted instances, CSI's
+loss (Tack et al., NeurIPS 2020), scored by feature similarity to the training set. The CSI
 baseline of FADngs's Table I.
 
 Network: FADngs's encoder (:class:`fedad.methods.fadngs.model.Encoder`), a small group-norm
 ResNet :math:`f` (``width`` channels, default 16) and a projection head :math:`h`,
 :math:`z(x) = h(f(x)) \\in \\mathbb{R}^D`, :math:`D` = ``latent_dim`` or 128.
 
-Training: per batch of :math:`B` images, two normal-transform views :math:`T_+` of every
-sample (crop, flip, jitter, blur or noise) and the three rotations (90, 180, 270 degrees)
-:math:`T_-` of its first view (:func:`fedad.methods.fadngs.augment.crad_views`). With
-:math:`\\mathrm{sim}` the cosine similarity and :math:`\\tau = 0.5`, every :math:`T_+` view
-:math:`v` is an anchor of
+Training: CSI's contrastive loss with shifted instances (:math:`\\mathcal L_{\\text{con-SI}}`,
+Tack et al. 2020, eq. 4; its code's ``NT_xent`` over the rotated pairs). Per batch of
+:math:`B` images, two normal-transform views :math:`T_+` of every sample (crop, flip,
+jitter, blur or noise; :func:`fedad.methods.fadngs.augment.crad_views`), and each view
+turned by 0, 90, 180 and 270 degrees: :math:`8B` views (:func:`shifted_views`). Every
+rotation of every sample is an *instance* of its own. With :math:`\\mathrm{sim}` the cosine
+similarity and :math:`\\tau = 0.5`, every view :math:`v` is an anchor of
 
 .. math::
-    \\ell(v) = -\\frac{1}{|P(v)|} \\log
-        \\frac{\\sum_{p \\in P(v)} \\exp(\\mathrm{sim}(z_v, z_p)/\\tau)}
-             {\\sum_{a \\in P(v) \\cup N(v)} \\exp(\\mathrm{sim}(z_v, z_a)/\\tau)}
+    \\ell(v) = -\\log
+        \\frac{\\exp(\\mathrm{sim}(z_v, z_{p(v)})/\\tau)}
+             {\\sum_{a \\neq v} \\exp(\\mathrm{sim}(z_v, z_a)/\\tau)}
 
-where :math:`P(v)` is the other :math:`T_+` view of the same sample and :math:`N(v)` every
-view of every other sample and all rotations, its own sample's included
-(:func:`fedad.methods.fadngs.losses.csi_mask`,
-:func:`~fedad.methods.fadngs.losses.contrastive_loss`); the loss is the mean over the
-:math:`2B` anchors. Rotations are thus *shifted* instances: the network learns to tell a
-normal image from its rotated self, which is what makes it sensitive to anomalies. (CSI also
-trains a rotation classifier and ensembles over rotations at test time; neither is here.)
+where :math:`p(v)` is the other view of the same instance (same sample, same rotation) and
+the sum runs over every other view, the other rotations of :math:`v`'s own sample included
+(:func:`shifted_instance_mask`, :func:`~fedad.methods.fadngs.losses.contrastive_loss`); the
+loss is the mean over the :math:`8B` anchors. Rotations are thus *shifted* instances: the
+network learns to tell a normal image from its rotated self, which is what makes it
+sensitive to anomalies. (CSI also trains a rotation classifier and ensembles over
+rotations at test time; neither is here.)
+
+Why rotated views are anchors too. Until 2026-11-25 they were negatives only (the T+ views
+alone were anchors, as in :func:`fedad.methods.fadngs.losses.csi_mask`, FADngs's Table IV
+"CSI" loss). Nothing then spread the rotated views apart: the network sent all of them to
+one direction, away from the upright anchors (mean pairwise cosine of the 90-degree turns
+of the training images 0.97, against 0.15 for the images themselves; seed 0 of the
+benchmark's Fashion-MNIST federation, ``centralized``). Test anomalies that look turned
+(sandals, sneakers, boots, bags: wide where the normal clothes are tall) fell into that
+direction too, and so did the training contaminants of those classes; one contaminant in the
+bank then matched every such anomaly at a cosine near 1, and the detector ranked the 90-degree
+turns of its own training images as *more* normal than the images (AUROC 0.25 of the
+leave-one-out training scores against the turned ones' scores; test AUROC 0.42). With
+CSI's loss the turned views spread (mean cosine 0.22) and the same check gives 0.96.
 
 Score: CSI's similarity score without its norm factor. With :math:`\\hat z = z / \\lVert z
 \\rVert` and the *bank* :math:`\\{\\hat z(x_j)\\}_{j=1}^{n}` of the detector's own training
@@ -69,7 +84,8 @@ DEFAULT_WIDTH = 16
 DEFAULT_PROJ_DIM = 128
 N_PLUS = 2
 """Normal-transform views per sample (SimCLR's pair)."""
-N_MINUS = len(augment.ROTATIONS)
+N_SHIFTS = 1 + len(augment.ROTATIONS)
+"""Shifting transforms, the identity included: 0, 90, 180 and 270 degrees."""
 BANK_KEYS = "bank_keys_"
 MAX_BANK = 1 << 26
 """Most entries (rows x dimensions) a saved bank may hold (256 MB of float32)."""
@@ -103,7 +119,7 @@ class ContrastiveDetectorParams(TorchDetectorParams):
 
 @register_detector(CONTRASTIVE)
 class ContrastiveDetector(TorchDetector):
-    """SimCLR with rotation-shifted negatives (CSI-style); score :math:`-\\max_j
+    """Contrastive learning with rotation-shifted instances (CSI's loss); score :math:`-\\max_j
     \\cos(z(x), z(x_j))` over the training bank (see the module docstring).
 
     ``fit(x)`` trains, sets the bank to ``x`` and the threshold. Federated use:
@@ -190,7 +206,9 @@ class ContrastiveDetector(TorchDetector):
         return super().train_epochs(x, epochs, rng, prox_mu)
 
     def loss(self, batch: torch.Tensor) -> torch.Tensor:
-        """The CSI-style contrastive loss of a batch (module docstring).
+        """CSI's contrastive loss with shifted instances of a batch (module docstring): the
+        :math:`2B` normal-transform views and their rotations, :math:`8B` views, each an
+        anchor of :func:`shifted_instance_mask`'s pairs.
 
         Shapes:
             - batch: :math:`(B, C, H, H)` in [0, 1]
@@ -202,13 +220,9 @@ class ContrastiveDetector(TorchDetector):
             c, h, w = (int(s) for s in self.input_shape)
             self._transform = augment.normal_transform(c, h, w)
         b = batch.shape[0]
-        plus, minus = augment.crad_views(batch, N_PLUS, self.aug_rng_, self._transform)
-        views = torch.cat([plus.flatten(0, 1), minus.flatten(0, 1)])  # (B(P+R), C, H, H)
-        z_all = self.encoder.project(views)  # one forward pass over every view
-        z_plus = z_all[: b * N_PLUS].view(b, N_PLUS, -1)
-        z_minus = z_all[b * N_PLUS :].view(b, N_MINUS, -1)
-        z = losses.crad_views(z_plus, z_minus)  # T+ sample-major, then T- sample-major
-        pos, neg = losses.csi_mask(b, N_PLUS, N_MINUS)
+        views = shifted_views(batch, N_PLUS, self.aug_rng_, self._transform)
+        z = self.encoder.project(views)  # one forward pass over every view
+        pos, neg = shifted_instance_mask(b, N_PLUS, N_SHIFTS)
         return losses.contrastive_loss(z, pos.to(z.device), neg.to(z.device), self.temperature)
 
     def fit(self, x: Features) -> Self:
@@ -333,3 +347,43 @@ def max_similarity(
             best = np.maximum(best, sims.max(axis=1))
         out[i : i + len(qi)] = best
     return out
+
+
+def shifted_views(
+    x: torch.Tensor, n_views: int, rng: np.random.Generator, transform: nn.Module
+) -> torch.Tensor:
+    """CSI's views of a batch: ``n_views`` normal-transform views :math:`T_+` of every sample
+    (:func:`fedad.methods.fadngs.augment.crad_views`), each turned by 0, 90, 180 and 270
+    degrees, in :func:`shifted_instance_mask`'s order: rotation-major, then sample, then
+    view (row ``(s B + i) V + v``: rotation ``s`` of view ``v`` of sample ``i``).
+
+    Shapes:
+        - x: :math:`(B, C, H, H)` in [0, 1]
+        - output: :math:`(4 B V, C, H, H)`
+    """
+    plus, _ = augment.crad_views(x, n_views, rng, transform)  # (B, V, C, H, H)
+    turns = [torch.rot90(plus, k, dims=(3, 4)) for k in (0, *augment.ROTATIONS)]
+    return torch.stack(turns).flatten(0, 2)
+
+
+def shifted_instance_mask(
+    batch: int, n_views: int, n_shifts: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """CSI's pairs (Tack et al. 2020, :math:`\\mathcal L_{\\text{con-SI}}`): every rotation of
+    every sample is an instance of its own, seen through ``n_views`` views. Every view is
+    an anchor; its positives are the other views of the same instance (same sample, same
+    rotation); its negatives every other view, the other rotations of its own sample
+    included. View ``(s B + i) V + v`` is view ``v`` of rotation ``s`` of sample ``i``
+    (:func:`shifted_views`).
+
+    Shapes:
+        - output: ``pos``, ``neg``: :math:`(N, N)` bool, :math:`N = B S V`
+    """
+    if batch < 1 or n_views < 2 or n_shifts < 1:
+        raise ValueError(
+            f"need batch >= 1, n_views >= 2, n_shifts >= 1, got {batch}, {n_views}, {n_shifts}"
+        )
+    instance = torch.arange(n_shifts * batch).repeat_interleave(n_views)
+    not_self = ~torch.eye(instance.shape[0], dtype=torch.bool)
+    pos = (instance[:, None] == instance[None, :]) & not_self
+    return pos, not_self & ~pos
