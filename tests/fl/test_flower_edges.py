@@ -423,8 +423,9 @@ def test_interrupt_stops_everything_and_names_the_kept_logs(
 @pytest.mark.slow
 @needs_flwr
 def test_sigkilled_fedad_leaves_no_flower_process(tmp_path: Path) -> None:
-    """``fedad run`` on flower-deployment, SIGKILLed while a ClientApp runs: the SuperLink,
-    the SuperNodes, their SuperExecs and the ClientApp all go (checked by pid)."""
+    """``fedad run`` on flower-deployment, SIGKILLed while its run is under way: the SuperLink,
+    the SuperNodes, the ServerApp's SuperExec and the per-node ClientApp workers
+    (``engine.clientapp = "per-node"``, the default) all go (checked by pid)."""
     cfg = tmp_path / "c.toml"
     cfg.write_text(CONFIG)
     t0 = time.monotonic()
@@ -440,7 +441,8 @@ def test_sigkilled_fedad_leaves_no_flower_process(tmp_path: Path) -> None:
         deadline = time.monotonic() + 150
         while time.monotonic() < deadline and run.poll() is None:
             procs = processes_with_home(str(tmp_path))
-            if any("flwr-clientapp" in c for c in procs.values()):
+            kinds = " ".join(procs.values())
+            if "fedad.fl.flower_worker" in kinds and "flower-superexec" in kinds:
                 break
             time.sleep(0.05)
         else:
@@ -449,7 +451,7 @@ def test_sigkilled_fedad_leaves_no_flower_process(tmp_path: Path) -> None:
         run.kill()
         run.wait()
     kinds = " ".join(procs.values())
-    for kind in ("flower-superlink", "flower-supernode", "flower-superexec", "flwr-clientapp"):
+    for kind in ("flower-superlink", "flower-supernode", "flower-superexec", "fedad.fl.flower_worker"):
         assert kind in kinds, kinds
     t1 = time.monotonic()
     left = wait_dead(set(procs), timeout=5)  # Flower's own parent polling takes ~10 s

@@ -11,6 +11,7 @@ of the same config in-process.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,9 @@ def differences(a: Any, b: Any, path: str = "") -> list[str]:
 
 
 def test_same_results_in_process_and_in_flower_simulation(tmp_path: Path) -> None:
+    """Equal at equal torch threads per client: Ray gives each ClientApp worker one CPU
+    (``OMP_NUM_THREADS=1``), and oneDNN's convolutions sum in a thread-dependent order, so
+    both runs get one thread (with 2 in-process the AUROC differed in the 5th decimal)."""
     cfg = tmp_path / "c.toml"
     cfg.write_text(CONFIG)
     runs: dict[str, Path] = {}
@@ -88,6 +92,7 @@ def test_same_results_in_process_and_in_flower_simulation(tmp_path: Path) -> Non
             [sys.executable, "-m", "fedad.cli", "run", str(cfg), "--out", str(out), "-q",
              "--set", f'engine.name="{engine}"'],
             capture_output=True, text=True, timeout=900, cwd=ROOT,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
         )  # fmt: skip
         assert p.returncode == 0, (engine, p.stderr[-3000:])
         runs[engine] = out
