@@ -137,4 +137,4 @@ def test_target_epsilon_config_errors() -> None:
         parse_config(base | {"privacy": {"mechanism": "gaussian", "target_epsilon": 1.0,
                                          "noise_multiplier": 1.0}})  # fmt: skip
     with pytest.raises(ConfigError, match="needs mechanism"):
-        parse_config(base | {"privacy": {"target_epsilon": 1.0}})
+        parse_config(base | {"privacy": {"mechanism": "none", "target_epsilon": 1.0}})

@@ -279,3 +279,32 @@ def test_oversized_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(config_module, "MAX_CONFIG_BYTES", 100)
     with pytest.raises(ConfigError, match="more than a config's limit"):
         load_config(big)
+
+
+@pytest.mark.parametrize(
+    ("privacy", "mechanism"),
+    [
+        ({}, "none"),
+        ({"secagg": True}, "none"),
+        ({"noise_multiplier": 0.8}, "gaussian"),
+        ({"clip": 2.0}, "gaussian"),
+        ({"target_epsilon": 3.0}, "gaussian"),
+        ({"mechanism": "none", "noise_multiplier": 0.8}, "none"),
+        ({"mechanism": "gaussian"}, "gaussian"),
+    ],
+)
+def test_privacy_noise_settings_imply_the_gaussian_mechanism(
+    privacy: dict[str, Any], mechanism: str
+) -> None:
+    """DESIGN.md's "[privacy] Gaussian mechanism (clip, noise_multiplier)": a config that
+    names the noise and not the switch gets the noise; an explicit switch wins."""
+    c = parse_config(cfg(privacy=privacy))
+    assert c.privacy.mechanism == mechanism
+
+
+def test_privacy_resolved_config_keeps_mechanism_none(tmp_path: Path) -> None:
+    """The dump writes every key (clip and noise_multiplier too): read back, still none."""
+    c = parse_config(cfg())
+    path = tmp_path / "c.toml"
+    path.write_text(dump_toml(c.model_dump(mode="json", exclude_none=True)))
+    assert load_config(path).privacy.mechanism == "none"

@@ -168,7 +168,13 @@ class AttackConfig(_Strict):
 class PrivacyConfig(_Strict):
     """Differential privacy on shared updates (see :mod:`fedad.privacy`)."""
 
-    mechanism: Literal["none", "gaussian"] = "none"
+    mechanism: Literal["none", "gaussian"] = Field(
+        default="none",
+        description=(
+            "none or gaussian; when omitted, gaussian as soon as clip, noise_multiplier or "
+            "target_epsilon is given (a config that names the noise gets it)"
+        ),
+    )
     clip: float = Field(default=1.0, gt=0.0, description="L2 clipping norm C of an update")
     noise_multiplier: float = Field(
         default=1.0, ge=0.0, description="noise standard deviation in units of C"
@@ -197,6 +203,22 @@ class PrivacyConfig(_Strict):
         gt=0,
         description="shares needed to rebuild a key: a count (int) or a share of the shares",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _noise_means_gaussian(cls, data: Any) -> Any:
+        """``mechanism`` omitted with ``clip``, ``noise_multiplier`` or ``target_epsilon``
+        given means ``"gaussian"``. An explicit ``"none"`` stays none: resolved configs
+        write every key, the defaults of the noise included."""
+        if not isinstance(data, dict):
+            return data
+        noise_keys = sorted({"clip", "noise_multiplier", "target_epsilon"} & set(data))
+        if noise_keys and "mechanism" not in data:
+            # DESIGN.md's contract reads "[privacy] Gaussian mechanism (clip,
+            # noise_multiplier)": a config that sets the noise and not the switch means the
+            # noise; running it silently without noise would be the worse reading.
+            return {**data, "mechanism": "gaussian"}
+        return data
 
     @model_validator(mode="after")
     def _secagg_sizes(self) -> PrivacyConfig:
