@@ -141,6 +141,8 @@ def dataset_info(name: str) -> DatasetInfo:
     """The registry entry of ``name``; unknown names raise a one-line :class:`DataError`."""
     _load_builtins()
     key = normalize_name(name)
+    if key not in _REGISTRY and f"odds_{key}" in _REGISTRY:
+        key = f"odds_{key}"  # the ODDS sets by their ODDS names: shuttle, satellite, ...
     if key not in _REGISTRY:
         names = sorted(_REGISTRY)
         close = difflib.get_close_matches(key, names, n=1)

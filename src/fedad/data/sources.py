@@ -6,8 +6,10 @@ name                      kind     where the files come from
 ``fashion_mnist``         image    Debian ``dataset-fashion-mnist`` or ``data.path`` (IDX)
 ``mnist``, ``kmnist``     image    ``data.path`` (IDX files)
 ``digits``                image    scikit-learn (8x8; ``data.size`` upsamples)
+``breast_cancer``, ...    vector   scikit-learn (``wine``, ``iris`` too)
 ``cifar10``               image    ``data.path`` (python pickle batches)
-``odds_shuttle`` ...      vector   Debian ``r-cran-mlbench`` or ``data.path`` (``.rda``)
+``odds_shuttle`` ...      vector   Debian ``r-cran-mlbench`` or ``data.path`` (``.rda``);
+                                   also found as ``shuttle``, ``satellite``, ...
 ``keystroke``             vector   ``data.path`` (CMU ``DSL-StrongPasswordData.csv``)
 ``graphs_molecules`` ...  graph    generated (:mod:`fedad.data.graph_domains`, four domains)
 ``textures``              image    Debian ``gimp-data`` patterns + scikit-image (defect masks)
@@ -20,7 +22,8 @@ name                      kind     where the files come from
 ========================= ======== =============================================================
 
 See :mod:`fedad.data.idx`, :mod:`fedad.data.digits`, :mod:`fedad.data.cifar`,
-:mod:`fedad.data.odds`, :mod:`fedad.data.keystroke`, :mod:`fedad.data.mvtec`,
+:mod:`fedad.data.odds`, :mod:`fedad.data.sklearn_tables`, :mod:`fedad.data.keystroke`,
+:mod:`fedad.data.mvtec`,
 :mod:`fedad.data.table`, :mod:`fedad.data.image_folder`,
 :mod:`fedad.data.graphs.tu` and :mod:`fedad.data.graphs.mutag` for the formats. Nothing is
 downloaded at load time (``scripts/setup.sh`` fetches the ``graphkernels`` sdist,
@@ -32,6 +35,7 @@ from __future__ import annotations
 from fedad.data import graph_domains as _graph_domains  # noqa: F401  (registers)
 from fedad.data import image_folder as _image_folder  # noqa: F401  (registers)
 from fedad.data import mvtec as _mvtec  # noqa: F401  (registers)
+from fedad.data import sklearn_tables as _sklearn_tables  # noqa: F401  (registers)
 from fedad.data import table as _table  # noqa: F401  (registers)
 from fedad.data import textures as _textures  # noqa: F401  (registers)
 from fedad.data.cifar import load_cifar10
