@@ -6,6 +6,7 @@ name                      kind     where the files come from
 ``fashion_mnist``         image    Debian ``dataset-fashion-mnist`` or ``data.path`` (IDX)
 ``mnist``, ``kmnist``     image    ``data.path`` (IDX files)
 ``digits``                image    scikit-learn (8x8; ``data.size`` upsamples)
+``lfw_subset``            image    scikit-image (100 faces, 100 non-faces, 25x25)
 ``breast_cancer``, ...    vector   scikit-learn (``wine``, ``iris`` too)
 ``cifar10``               image    ``data.path`` (python pickle batches)
 ``odds_shuttle`` ...      vector   Debian ``r-cran-mlbench`` or ``data.path`` (``.rda``);
@@ -22,8 +23,8 @@ name                      kind     where the files come from
 ========================= ======== =============================================================
 
 See :mod:`fedad.data.idx`, :mod:`fedad.data.digits`, :mod:`fedad.data.cifar`,
-:mod:`fedad.data.odds`, :mod:`fedad.data.sklearn_tables`, :mod:`fedad.data.keystroke`,
-:mod:`fedad.data.mvtec`,
+:mod:`fedad.data.odds`, :mod:`fedad.data.sklearn_tables`, :mod:`fedad.data.lfw`,
+:mod:`fedad.data.keystroke`, :mod:`fedad.data.mvtec`,
 :mod:`fedad.data.table`, :mod:`fedad.data.image_folder`,
 :mod:`fedad.data.graphs.tu` and :mod:`fedad.data.graphs.mutag` for the formats. Nothing is
 downloaded at load time (``scripts/setup.sh`` fetches the ``graphkernels`` sdist,
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 from fedad.data import graph_domains as _graph_domains  # noqa: F401  (registers)
 from fedad.data import image_folder as _image_folder  # noqa: F401  (registers)
+from fedad.data import lfw as _lfw  # noqa: F401  (registers)
 from fedad.data import mvtec as _mvtec  # noqa: F401  (registers)
 from fedad.data import sklearn_tables as _sklearn_tables  # noqa: F401  (registers)
 from fedad.data import table as _table  # noqa: F401  (registers)
