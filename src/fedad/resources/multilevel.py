@@ -29,12 +29,36 @@ import torch.nn.functional as F
 from fedad.errors import ConfigError
 from fedad.resources.base import Backbone
 
-__all__ = ["BACKBONES", "MultiLevelFeatures", "fuse_levels", "grid_side", "stage_channels"]
+__all__ = [
+    "BACKBONES",
+    "MultiLevelFeatures",
+    "check_backbone",
+    "fuse_levels",
+    "grid_side",
+    "stage_channels",
+]
 
 BACKBONES: tuple[str, ...] = ("efficientnet-lite0", "wide_resnet50_2")
 
 _WRN_CACHE: dict[tuple[str, str], Backbone] = {}
 _LOCK = threading.Lock()
+
+
+def check_backbone(method: str, backbone: str, path: str | None) -> None:
+    """One-line :class:`ConfigError` when a method's params name ``wide_resnet50_2`` without
+    its weights file, or a ``backbone_path`` for another backbone. Whether the file loads is
+    checked where the features are computed (on the clients), with a one-line error too."""
+    if backbone == "wide_resnet50_2" and path is None:
+        raise ConfigError(
+            f"backbone 'wide_resnet50_2' of method '{method}' needs its torchvision weights file",
+            "set params.backbone_path to the wide_resnet50_2 .pth file",
+        )
+    if backbone != "wide_resnet50_2" and path is not None:
+        raise ConfigError(
+            f"parameter 'backbone_path' of method '{method}' applies to backbone "
+            f"'wide_resnet50_2' only (the backbone is '{backbone}')",
+            'remove it or set backbone = "wide_resnet50_2"',
+        )
 
 
 def stage_channels(backbone: str) -> tuple[int, ...]:

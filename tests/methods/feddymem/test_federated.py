@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fedad.data.types import Federation
+from fedad.errors import ConfigError
 from fedad.fl.algorithm import Setup, build_algorithm
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import Message
@@ -73,6 +74,22 @@ def test_no_phase_is_a_model_update() -> None:
     req = FedDyMem.requirements({})
     assert req.update_phases == () and req.resources == ("efficientnet-lite0",)
     assert FedDyMem.requirements({"backbone": "wide_resnet50_2"}).resources == ()
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"backbone": "wide_resnet50_2"}, "needs its torchvision weights file"),
+        ({"backbone_path": "/weights/wrn.pth"}, "applies to backbone 'wide_resnet50_2' only"),
+    ],
+)
+def test_a_backbone_without_its_weights_is_one_line_before_the_run(
+    params: dict[str, Any], message: str
+) -> None:
+    setup = Setup("image", (3, 32, 32), rounds=1, seed=0, contamination=0.1, num_clients=2)
+    with pytest.raises(ConfigError, match=message) as err:
+        build_algorithm("feddymem", params, setup)
+    assert "\n" not in str(err.value)
 
 
 def test_score_norm_rescales_each_client_by_its_own_training_scores() -> None:

@@ -57,7 +57,7 @@ from fedad.detector import DEFAULT_CONTAMINATION, register_detector
 from fedad.errors import ConfigError
 from fedad.methods.baselines.detectors import MAX_FEATURES, TorchDetector, TorchDetectorParams
 from fedad.nn.patchscore import anomaly_maps, image_scores, knn_distances
-from fedad.resources.multilevel import MultiLevelFeatures
+from fedad.resources.multilevel import MultiLevelFeatures, check_backbone
 from fedad.seeding import rng as seeded_rng
 
 PATCHCORE = "patchcore"
@@ -152,8 +152,8 @@ def check_patchcore(method: str, detector: str | None, takes: tuple[str, ...], p
     """One-line :class:`ConfigError` when ``params`` set a ``patchcore`` key that does not
     apply: with another detector (``image_size`` is also ``pretrained``'s, when the method
     ``takes`` that detector), or ``backbone_path`` without ``backbone = "wide_resnet50_2"``
-    and that backbone without its weights file. Whether the file loads is checked where the
-    features are computed (on the clients), with a one-line error too."""
+    and that backbone without its weights file
+    (:func:`~fedad.resources.multilevel.check_backbone`)."""
     given = [f for f in PATCHCORE_OPTIONS if getattr(params, f, None) is not None]
     if detector != PATCHCORE:
         for f in given:
@@ -171,18 +171,7 @@ def check_patchcore(method: str, detector: str | None, takes: tuple[str, ...], p
             )
         return
     backbone = getattr(params, "backbone", None) or "efficientnet-lite0"
-    path = getattr(params, "backbone_path", None)
-    if backbone == "wide_resnet50_2" and path is None:
-        raise ConfigError(
-            f"backbone 'wide_resnet50_2' of method '{method}' needs its torchvision weights file",
-            "set params.backbone_path to the wide_resnet50_2 .pth file",
-        )
-    if backbone != "wide_resnet50_2" and path is not None:
-        raise ConfigError(
-            f"parameter 'backbone_path' of method '{method}' applies to backbone "
-            f"'wide_resnet50_2' only (the backbone is '{backbone}')",
-            'remove it or set backbone = "wide_resnet50_2"',
-        )
+    check_backbone(method, backbone, getattr(params, "backbone_path", None))
 
 
 class PatchCoreParams(TorchDetectorParams):

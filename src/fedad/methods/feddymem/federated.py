@@ -42,6 +42,7 @@ from fedad.fl.algorithm import (
     Params,
     Requirements,
     ServerResult,
+    Setup,
     register,
 )
 from fedad.fl.context import ServerContext
@@ -50,6 +51,7 @@ from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.validate import ArraySpec
 from fedad.methods.feddymem.detector import BANK, FedDyMemDetector, ScoreNorm
 from fedad.methods.feddymem.memory import aggregate_banks, memory_reduce
+from fedad.resources.multilevel import check_backbone
 from fedad.seeding import rng as seeded_rng
 
 INIT = "init"
@@ -110,6 +112,10 @@ class FedDyMem(Algorithm):
     ParamsModel = FedDyMemParams
     params: FedDyMemParams
     metric_families: ClassVar[tuple[MetricFamily, ...]] = ()
+
+    def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
+        super().__init__(params, setup, detector)
+        check_backbone(self.name, self.params.backbone, self.params.backbone_path)
 
     @classmethod
     def requirements(cls, params: dict[str, Any]) -> Requirements:
