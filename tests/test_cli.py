@@ -101,7 +101,7 @@ def test_columns_listed_and_the_table_renders_from_them(run_dir: Path) -> None:
     assert m["columns"] == {
         "summary": [
             "auroc", "aupr", "eer", "f1", "precision", "recall", "fe", "me",
-            "bytes_up", "bytes_down", "seconds", "rounds",
+            "bytes_up", "bytes_down", "bytes_up_per_client_round", "seconds", "rounds",
         ],
         "per_client": ["auroc", "f1"],
         "normal-positive": ["normal_precision", "normal_recall", "accuracy", "normal_f1"],

@@ -367,6 +367,7 @@ BUILTIN: tuple[MetricFamily, ...] = (IMAGE, PIXEL)
 COST_COLUMNS: tuple[Column, ...] = (
     Column("bytes_up", "Bytes up", "bytes", terminal="MB up"),
     Column("bytes_down", "Bytes down", "bytes", terminal="MB down"),
+    Column("bytes_up_per_client_round", "Bytes up / client / round", "bytes"),
     Column("seconds", "Seconds", "seconds", terminal="s"),
     Column("rounds", "Rounds", "int"),
 )

@@ -220,13 +220,18 @@ def summarize(
     last_loss = next(
         (r["loss"] for r in reversed(outcome.history) if r.get("loss") is not None), None
     )
+    rounds = max((int(r["round"]) for r in outcome.history), default=0)
     metrics: dict[str, Any] = {
         **pooled,
         "bytes_up": outcome.bytes_up,
         "bytes_down": outcome.bytes_down,
+        # what one client uploads in a round, on average (the papers' communication column)
+        "bytes_up_per_client_round": outcome.bytes_up
+        / max(rounds, 1)
+        / max(algorithm.setup.num_clients, 1),
         "seconds": outcome.seconds,
         "client_seconds": outcome.client_seconds,
-        "rounds": max((int(r["round"]) for r in outcome.history), default=0),
+        "rounds": rounds,
         "threshold": mean_threshold,
         "final_loss": last_loss,
         "method": algorithm.name,

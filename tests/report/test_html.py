@@ -289,7 +289,7 @@ def test_columns_in_metrics_json_drive_the_tables(tmp_path: Path) -> None:
     before = _summary_headers(render_report(run))
     assert before[2:] == [
         "AUROC", "AUPR", "EER", "F1", "Precision", "Recall", "FE", "ME",
-        "Bytes up", "Bytes down", "Seconds", "Rounds",
+        "Bytes up", "Bytes down", "Bytes up / client / round", "Seconds", "Rounds",
     ]  # fmt: skip
     m = json.loads((run / "metrics.json").read_text())
     m["methods"][LABELS[0]].update(pixel_auroc=0.91234, pro=0.5, my_score=3.25)
