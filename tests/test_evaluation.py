@@ -28,6 +28,7 @@ from fedad.evaluation import (
     NORMAL_POSITIVE,
     PIXEL,
     Pooled,
+    client_sample_indices,
     column_spec,
     columns_of,
     evaluate_replies,
@@ -364,13 +365,37 @@ def test_sample_indices_cap_and_balance() -> None:
     assert len(sample_indices(np.zeros(0))) == 0
 
 
+KEPT = 3 * (MAPS_CAP // 3)
+"""Anomaly maps a run of the toy federation keeps: MAPS_CAP // 3 of each of its 3 clients."""
+
+
+def test_client_sample_indices_take_a_few_of_every_client() -> None:
+    y = np.r_[np.zeros(30), np.ones(10), np.zeros(30), np.ones(10), np.zeros(5), np.ones(1)]
+    c = np.r_[np.zeros(40), np.ones(40), np.full(6, 2)].astype(np.int64)
+    idx = client_sample_indices(y, c)
+    assert np.all(np.diff(idx) > 0) and len(idx) == KEPT
+    per = MAPS_CAP // 3
+    for cid in range(2):
+        own = idx[c[idx] == cid]
+        assert len(own) == per and int(y[own].sum()) == per - max(1, per // 4)
+    # a client with one anomaly: that one and normals to fill its share
+    own = idx[c[idx] == 2]
+    assert len(own) == per and int(y[own].sum()) == 1
+    # more clients than the cap can show two each of: every other one, two each
+    many = np.repeat(np.arange(40), 4)
+    idx = client_sample_indices(np.tile([0, 0, 1, 1], 40), many)
+    assert len(idx) == MAPS_CAP and len(np.unique(many[idx])) == MAPS_CAP // 2
+    assert np.all(np.bincount(many[idx])[np.unique(many[idx])] == 2)
+    assert len(client_sample_indices(np.zeros(0), np.zeros(0))) == 0
+
+
 def test_map_sample_holds_the_scored_images(toy: None) -> None:
     fed, runs = _run(RAW)
     ev = Pooled(runs["maps"][1].evaluations)
     images = {c.client_id: c.x_test for c in fed.clients}
     s = map_sample(ev, images)
-    assert len(s["map"]) == MAPS_CAP
-    for i in range(MAPS_CAP):
+    assert len(s["map"]) == KEPT
+    for i in range(KEPT):
         c = fed.clients[int(s["client"][i])]
         j = int(s["index"][i])
         np.testing.assert_array_equal(s["image"][i], c.x_test[j])
@@ -401,11 +426,11 @@ def test_run_writes_columns_maps_and_overlays(maps_run: Path) -> None:
     assert m["methods"]["nomaps"].get("pixel_auroc") is None
     with np.load(maps_run / "maps.npz") as z:
         assert sorted({k.split("/")[0] for k in z.files}) == ["maps"]
-        assert z["maps/map"].shape == (MAPS_CAP, SIDE, SIDE)
+        assert z["maps/map"].shape == (KEPT, SIDE, SIDE)
     with np.load(maps_run / "scores.npz") as z:
         assert not any("map" in k.split("/")[-1] for k in z.files)
     maps = read_maps(maps_run / "maps.npz", ["maps"])
-    assert list(maps) == ["maps"] and maps["maps"].image.shape == (MAPS_CAP, 1, SIDE, SIDE)
+    assert list(maps) == ["maps"] and maps["maps"].image.shape == (KEPT, 1, SIDE, SIDE)
     html = (maps_run / "report.html").read_text()
     assert "<h2>Anomaly maps</h2>" in html and "Pixel AUROC" in html and "<th>PRO</th>" in html
     assert "per-region-overlap" in html
@@ -431,10 +456,10 @@ def test_damaged_maps_npz(maps_run: Path, monkeypatch: pytest.MonkeyPatch) -> No
     with np.load(path) as z:
         arrays = {k: z[k] for k in z.files}
     for damage in (
-        {"maps/mask": np.full((MAPS_CAP, SIDE, SIDE), 7, np.uint8)},
-        {"maps/map": np.zeros((MAPS_CAP, SIDE))},
-        {"maps/image": np.zeros((MAPS_CAP, 5, SIDE, SIDE))},
-        {"maps/image": np.array(["a"] * MAPS_CAP)},
+        {"maps/mask": np.full((KEPT, SIDE, SIDE), 7, np.uint8)},
+        {"maps/map": np.zeros((KEPT, SIDE))},
+        {"maps/image": np.zeros((KEPT, 5, SIDE, SIDE))},
+        {"maps/image": np.array(["a"] * KEPT)},
     ):
         np.savez(path, **{**arrays, **damage})
         with pytest.raises(FedadError) as err:
@@ -454,7 +479,7 @@ def test_damaged_maps_npz(maps_run: Path, monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(FedadError, match="would unpack to"):
         read_maps(path)
     monkeypatch.undo()
-    assert read_maps(path)["maps"].map.shape == (MAPS_CAP, SIDE, SIDE)
+    assert read_maps(path)["maps"].map.shape == (KEPT, SIDE, SIDE)
     path.unlink()
     assert "<h2>Anomaly maps</h2>" not in write_report(maps_run).read_text()
 

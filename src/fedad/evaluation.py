@@ -52,6 +52,7 @@ __all__ = [
     "Column",
     "MetricFamily",
     "Pooled",
+    "client_sample_indices",
     "column_spec",
     "columns_of",
     "embedding_indices",
@@ -558,12 +559,36 @@ def sample_indices(
     return np.sort(np.concatenate([spread(pos, n_pos), spread(neg, n_neg)]))
 
 
+def client_sample_indices(
+    label: np.ndarray, client: np.ndarray, cap: int = MAPS_CAP
+) -> np.ndarray:
+    """Positions (sorted) of at most ``cap`` samples, a few from every client: ``per =
+    max(2, cap // clients)`` of each (about three anomalies to one normal image, by
+    :func:`sample_indices` within the client's own samples). With more than ``cap // 2``
+    clients, ``cap // 2`` of them, evenly spaced over the sorted ids, give two each. Depends
+    only on the labels and clients: every method of a run shows the same images."""
+    y, c = np.asarray(label).reshape(-1), np.asarray(client).reshape(-1)
+    ids = np.unique(c)
+    if cap <= 0 or len(ids) == 0:
+        return np.zeros(0, dtype=np.int64)
+    if 2 * len(ids) > cap:
+        ids = ids[np.unique(np.linspace(0, len(ids) - 1, max(1, cap // 2)).round().astype(int))]
+    per = max(2, cap // len(ids))
+    anomalous = per - max(1, per // 4)
+    parts = []
+    for cid in ids:
+        own = np.flatnonzero(c == cid)
+        parts.append(own[sample_indices(y[own], per, anomalous)])
+    return np.sort(np.concatenate(parts))[:cap].astype(np.int64)
+
+
 def map_sample(
     ev: Pooled,
     images: Mapping[int, Any],
     cap: int = MAPS_CAP,
 ) -> dict[str, np.ndarray]:
-    """A capped sample of one method's anomaly maps for ``maps.npz``, or ``{}`` without maps.
+    """A capped sample of one method's anomaly maps for ``maps.npz`` (a few test images of
+    every client, :func:`client_sample_indices`), or ``{}`` without maps.
 
     ``images[client]`` is that client's local test set (the images scored, in order; the
     harness's copy: test images never travel in a reply). Arrays: ``image`` ``(n, C, H, W)``
@@ -577,7 +602,7 @@ def map_sample(
     local = np.concatenate([np.arange(len(m)) for _, m, _ in pairs])
     maps = np.concatenate([m for _, m, _ in pairs])
     masks = np.concatenate([k for _, _, k in pairs])
-    take = sample_indices(ev.label, cap)
+    take = client_sample_indices(ev.label, ev.client, cap)
     picked = []
     for i in take:
         x = np.asarray(images[int(ev.client[i])][int(local[i])], dtype=np.float32)

@@ -94,6 +94,10 @@ def test_anomaly_map_figure() -> None:
     rgb = rng.normal(size=(2, 3, 8, 8))  # standardised, outside [0, 1]
     _png_ok(plots.anomaly_map_figure(rgb, maps[:2], masks[:2], [0.1, np.inf], [1, 0]))
     _png_ok(plots.anomaly_map_figure(np.zeros((0, 1, 8, 8)), [], [], [], []))
+    # each pair names its client
+    fig = plots.anomaly_map_figure(grey[:2], maps[:2], masks[:2], [1, 2], [1, 0], clients=[3, 0])
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles[:4] == ["client 3: anomaly", "score 1", "client 0: normal", "score 2"]
 
 
 def test_score_boxes_two_clients_one_class_and_nan() -> None:

@@ -653,8 +653,8 @@ def _maps_section(maps: Mapping[str, MethodMaps], notes: list[str]) -> str:
         return ""
     parts = [
         "<h2>Anomaly maps</h2>"
-        '<p class="muted">A sample of test images of every method that localises (the same '
-        "images for every method: mostly anomalous ones, spread over the clients). Left: the "
+        '<p class="muted">A few test images of every client, for every method that localises '
+        "(the same images for every method: mostly anomalous ones). Left: the "
         "image, the ground-truth defect outlined in red; right: the method's anomaly map as "
         "heat over the image (one colour scale per method), the defect outlined in cyan. The "
         "score is the image's anomaly score.</p>"
@@ -662,7 +662,9 @@ def _maps_section(maps: Mapping[str, MethodMaps], notes: list[str]) -> str:
     for label, m in maps.items():
         title = f"Anomaly maps: {label}"
         try:
-            fig = plots.anomaly_map_figure(m.image, m.map, m.mask, m.score, m.label)
+            fig = plots.anomaly_map_figure(
+                m.image, m.map, m.mask, m.score, m.label, clients=m.client
+            )
             parts.append(f"<h3>{_e(label)}</h3>")
             parts.append(
                 _figure_html(

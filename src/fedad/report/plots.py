@@ -485,20 +485,23 @@ def anomaly_map_figure(
     labels: ArrayLike,
     title: str = "",
     ncols: int = 4,
+    clients: ArrayLike | None = None,
 ) -> Figure:
     """Anomaly maps over their test images, two panels per image.
 
     ``images`` ``(n, C, H, W)``, ``maps`` and ``masks`` ``(n, H, W)`` (1 = defect pixel),
-    one ``score`` and 0/1 ``label`` per image. Left panel: the image with the ground-truth
-    defect outlined in red; right: the map as heat over the greyed image (one colour scale
-    for all of the method's maps, from their 1st to 99th percentile), the defect outlined
-    in cyan. Each pair is titled with the image's label and score.
+    one ``score`` and 0/1 ``label`` per image, and optionally the ``clients`` whose test
+    images they are. Left panel: the image with the ground-truth defect outlined in red;
+    right: the map as heat over the greyed image (one colour scale for all of the method's
+    maps, from their 1st to 99th percentile), the defect outlined in cyan. Each pair is
+    titled with the image's client, label and score.
     """
     imgs = np.asarray(images)
     mp = np.asarray(maps, dtype=np.float64)
     mk = np.asarray(masks)
     sc = np.asarray(scores, dtype=np.float64).reshape(-1)
     lb = np.asarray(labels).reshape(-1)
+    cl = None if clients is None else np.asarray(clients).reshape(-1)
     n = len(mp)
     ncols = max(1, min(ncols, n))
     nrows = max(1, math.ceil(n / ncols))
@@ -539,7 +542,8 @@ def anomaly_map_figure(
         kind = "anomaly" if lb[i] == 1 else "normal"
         score = f"{sc[i]:.3g}" if math.isfinite(sc[i]) else str(sc[i])
         color = _ANOMALY_COLOR if lb[i] == 1 else _NORMAL_COLOR
-        left.set_title(kind, fontsize=8, color=color)
+        who = f"client {int(cl[i])}: " if cl is not None and i < len(cl) else ""
+        left.set_title(who + kind, fontsize=8, color=color)
         right.set_title(f"score {score}", fontsize=8)
     if shown is not None:
         fig.colorbar(shown, ax=grid.ravel().tolist(), shrink=0.8, label="anomaly map")
