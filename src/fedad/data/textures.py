@@ -16,8 +16,9 @@ images on every machine.
 six kinds, in turn: a *scratch* (a thin bright or dark curve), a *crack* (a dark branching
 polyline), a *hole* (a dark disc), *cut-and-paste* (a rectangle of another type's image),
 a *stain* (a tinted blob) or a *missing patch* (a flat grey rectangle). Each covers roughly
-0.5-5% of the image. The mask is exactly the set of pixels whose value the defect changed
-(any channel by more than 1/255 in [0, 1]); normal images have empty masks.
+0.1-5% of the image (measured at 128 px: 0.13% to 4.9%, median 1.5%). The mask is exactly
+the set of pixels whose value the defect changed (any channel by more than 1/255 in
+[0, 1]); normal images have empty masks.
 
 Counts per type: 60 training images (normal), 20 normal and 20 defective test images. The
 set is a *defect set* (``Dataset.defect_test``): ``data.normal`` selects types (default
