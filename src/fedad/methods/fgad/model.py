@@ -139,8 +139,10 @@ class Generator(nn.Module):
 class FGADNet(nn.Module):
     """GIN backbone with the teacher and student heads [FGAD eq. 9, 11, 14].
 
-    The paper's sizes: GIN of 3 layers of 64 (representation 192), teacher
-    192-192-128-64-2, student 192-128-64-2.
+    The paper's sizes: GIN of 3 layers of 64 (representation 192), student 192-128-64-2,
+    teacher of 4 layers. The paper writes the teacher as 256-192-128-64-2, which does not
+    fit a 192-wide representation as its input; we keep its 4 layers and last three widths
+    and read the input as 192: 192-192-128-64-2.
 
     Shapes:
         - representation :math:`(B, K \\cdot \\mathrm{hidden})`; each head's logits
