@@ -14,7 +14,7 @@ from fedad.fl.algorithm import Setup, build_algorithm
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import Message, unprefixed
 from fedad.methods.gcfl.cluster import bipartition, cosine_distances, dtw, update_norms
-from fedad.methods.gcfl.federated import GCFL, cluster_arrays
+from fedad.methods.gcfl.federated import GCFL, REL_EPS1, REL_EPS2, cluster_arrays, split_thresholds
 from tests.conftest import make_federation
 
 
@@ -103,6 +103,26 @@ def test_the_cosine_and_dtw_variants_group_the_families() -> None:
     np.testing.assert_array_equal(seq.result.arrays["membership"], [0, 0, 1, 1])
     # split once 3 norms are recorded (round 3, after the 2 warm-up rounds)
     assert [r["clusters"] for r in seq.history if r["round"] >= 1][:3] == [1, 1, 2]
+
+
+def test_split_thresholds_absolute_or_relative_to_the_median_norm() -> None:
+    assert split_thresholds([1.0, 2.0, 9.0], 0.3, 0.5) == (0.3, 0.5)
+    e1, e2 = split_thresholds([1.0, 2.0, 9.0], None, None)
+    assert (e1, e2) == pytest.approx((REL_EPS1 * 2.0, REL_EPS2 * 2.0))
+    # one Adam step of the default GIN: the absolute thresholds measured for it
+    e1, e2 = split_thresholds([0.143] * 4, None, None)
+    assert (e1, e2) == pytest.approx((0.1, 0.12), abs=2e-3)
+
+
+def test_several_steps_per_round_still_split_the_families() -> None:
+    """Updates of several Adam steps are longer than one step's: absolute thresholds made
+    for one step never split, the relative default does, into the families."""
+    fed = two_families(per=3)
+    _, rel = _run(fed, rounds=4, batch_size=4)
+    _, ab = _run(fed, rounds=4, batch_size=4, eps1=0.1, eps2=0.12)
+    assert rel.history[-1]["mean_update_norm"] > 0.1  # longer than one step's updates
+    np.testing.assert_array_equal(rel.result.arrays["membership"], [0, 0, 0, 1, 1, 1])
+    assert ab.history[-1]["clusters"] == 1
 
 
 def test_one_family_stays_one_cluster() -> None:

@@ -42,8 +42,12 @@ steps per round (more graphs, or a smaller ``batch_size``) to tell clients apart
 thresholds are absolute, as in GCFL (whose code tunes them per data set): the defaults
 ``eps1 = 0.1``, ``eps2 = 0.12`` fit the default network and learning rate with one Adam
 step per round (measured: the mean update of clients of two graph families is 0.05-0.06
-long, of clients of one family 0.11-0.12, each update 0.143); with other ``lr``, ``hidden``
-or many steps per round, scale them.
+long, of clients of one family 0.11-0.12, each update 0.143). Left unset (the default) they
+are relative: 0.7 and 0.84 times the cluster's median update norm of the round
+(:func:`split_thresholds`), which is the same rule in that setting and holds with other
+``lr``, ``hidden`` or several steps per round, where fixed thresholds never split (the
+updates grow with the steps: on FGAD's benchmark, about four steps per round, absolute 0.1
+and 0.12 left GCFL equal to FedAvg in every table).
 
 Reduced to: Deep SVDD on the bias-free GIN of the generic baselines
 (:class:`fedad.methods.baselines.model.DeepSVDDNet`, FGAD's "GCFL + DeepSVDD" baseline) in
@@ -101,11 +105,37 @@ class GCFLParams(TrainParams):
     variant: Literal["gcfl", "gcfl+"] = Field(
         default="gcfl", description="split by cosine of the updates, or DTW of norm sequences"
     )
-    eps1: float = Field(default=0.1, gt=0.0, description="split if ||mean dW|| < eps1 ...")
-    eps2: float = Field(default=0.12, ge=0.0, description="... and max ||dW_i|| > eps2")
+    eps1: float | None = Field(
+        default=None, gt=0.0, description="split if ||mean dW|| < eps1 (default: relative)"
+    )
+    eps2: float | None = Field(
+        default=None, ge=0.0, description="... and max ||dW_i|| > eps2 (default: relative)"
+    )
     seq_length: int = Field(default=5, ge=1, le=1000, description="GCFL+ norm sequence")
     warmup: int = Field(default=2, ge=0, le=1_000_000, description="rounds before a split")
     min_split: int = Field(default=3, ge=2, le=1_000_000, description="smallest cluster split")
+
+
+REL_EPS1 = 0.7
+REL_EPS2 = 0.84
+"""The default thresholds in units of the cluster's median update norm this round: with
+one Adam step per round every update is :math:`\\mathrm{lr}\\sqrt{P}` = 0.143 long for the
+default GIN, and 0.1 and 0.12, the absolute thresholds measured to split two graph families
+and keep one (module docstring), are 0.7 and 0.84 of it."""
+
+
+def split_thresholds(
+    norms: list[float], eps1: float | None, eps2: float | None
+) -> tuple[float, float]:
+    """:math:`(\\varepsilon_1, \\varepsilon_2)` of a cluster whose members' update norms are
+    ``norms``: the given absolute values, or (``None``) :data:`REL_EPS1` and
+    :data:`REL_EPS2` times the median norm, so that the criterion does not depend on how
+    long the updates are (learning rate, steps per round, network size)."""
+    med = float(np.median(norms)) if norms else 0.0
+    return (
+        REL_EPS1 * med if eps1 is None else eps1,
+        REL_EPS2 * med if eps2 is None else eps2,
+    )
 
 
 def flat_update(new: dict[str, np.ndarray], old: dict[str, np.ndarray]) -> np.ndarray:
@@ -148,7 +178,10 @@ class GCFL(FedAvg):
         if r <= p.warmup or len(members) < p.min_split or any(i not in updates for i in members):
             return None
         mean_norm, max_norm = update_norms([updates[i] for i in members])
-        if not (mean_norm < p.eps1 and max_norm > p.eps2):
+        eps1, eps2 = split_thresholds(
+            [float(np.linalg.norm(updates[i])) for i in members], p.eps1, p.eps2
+        )
+        if not (mean_norm < eps1 and max_norm > eps2):
             return None
         if p.variant == "gcfl+":
             if any(len(norms[i]) < p.seq_length for i in members):
