@@ -56,44 +56,36 @@ def test_loss_is_csi_contrastive_loss_of_the_shifted_views() -> None:
     det.aug_rng_ = np.random.default_rng(7)
     got = det.loss(x)
     plus, _ = augment.crad_views(x, 2, np.random.default_rng(7), det._transform)
-    views = contrastive.shifted_views(x, 2, np.random.default_rng(7), det._transform)
+    views = augment.shifted_views(x, 2, np.random.default_rng(7), det._transform)
     assert views.shape == (4 * 5 * 2, 1, 8, 8)
     for s in range(4):
         for i in range(5):
             for v in range(2):
                 want_view = torch.rot90(plus[i, v], s, dims=(1, 2))
                 torch.testing.assert_close(views[(s * 5 + i) * 2 + v], want_view)
-    pos, neg = contrastive.shifted_instance_mask(5, 2, 4)
+    pos, neg = losses.shifted_instance_mask(5, 2, 4)
     want = losses.contrastive_loss(det.encoder.project(views), pos, neg, 0.5)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_shifted_instance_mask_pairs_on_a_toy_batch() -> None:
-    """B = 2 samples, V = 2 views, S = 4 rotations: view (s B + i) V + v. Every view is an
-    anchor (the rotated ones too); its one positive is the other view of the same sample
-    under the same rotation; every other view, its own sample's other rotations included,
-    is a negative."""
-    pos, neg = contrastive.shifted_instance_mask(2, 2, 4)
-    n = 16
-    assert pos.shape == neg.shape == (n, n)
-    want_pos = torch.zeros(n, n, dtype=torch.bool)
-    for k in range(0, n, 2):  # views 2k and 2k+1 are one instance
-        want_pos[k, k + 1] = want_pos[k + 1, k] = True
-    assert torch.equal(pos, want_pos)
-    assert torch.equal(neg, ~want_pos & ~torch.eye(n, dtype=torch.bool))
-    # rotated views are anchors: each has its positive (the pre-fix layout had none)
-    assert bool(pos[4:].any(dim=1).all())
-    # view 0 (sample 0, upright) and view 4 (sample 0 turned by 90 degrees): negatives
-    assert bool(neg[0, 4]) and bool(neg[4, 0])
-    with pytest.raises(ValueError):
-        contrastive.shifted_instance_mask(2, 1, 4)
+def anchors_only_pairs(batch: int, n_plus: int, n_minus: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pairs before 2026-11-25: ``n_plus`` T+ views per sample (sample-major), then
+    ``n_minus`` rotations per sample; only T+ views are anchors, their positives the other
+    T+ views of the same sample, every other view a negative."""
+    plus = torch.arange(batch).repeat_interleave(n_plus)
+    sample = torch.cat([plus, torch.arange(batch).repeat_interleave(n_minus)])
+    is_plus = torch.arange(len(sample)) < batch * n_plus
+    not_self = ~torch.eye(len(sample), dtype=torch.bool)
+    anchors = is_plus[:, None]
+    pos = anchors & is_plus[None, :] & (sample[:, None] == sample[None, :]) & not_self
+    return pos, anchors & not_self & ~pos
 
 
 def test_the_loss_penalises_rotated_views_collapsed_to_one_point() -> None:
-    """The defect fixed on 2026-11-25: with rotations as negatives only (``csi_mask``), the
-    loss is the same whether the rotated views spread out or all sit at one point far from
-    the upright ones, so nothing kept them apart and training collapsed them; with CSI's
-    shifted instances a collapse costs."""
+    """The defect fixed on 2026-11-25: with rotations as negatives only
+    (:func:`anchors_only_pairs`), the loss is the same whether the rotated views spread out
+    or all sit at one point far from the upright ones, so nothing kept them apart and
+    training collapsed them; with CSI's shifted instances a collapse costs."""
     from fedad.methods.fadngs import losses
 
     b, v, s = 4, 2, 4
@@ -102,13 +94,13 @@ def test_the_loss_penalises_rotated_views_collapsed_to_one_point() -> None:
     spread = eye[inst]  # every instance its own direction, both views equal
     collapsed = spread.clone()
     collapsed[b * v :] = eye[b * s]  # every rotated view at one point
-    pos, neg = contrastive.shifted_instance_mask(b, v, s)
+    pos, neg = losses.shifted_instance_mask(b, v, s)
     new_spread = losses.contrastive_loss(spread, pos, neg, 0.5)
     new_collapsed = losses.contrastive_loss(collapsed, pos, neg, 0.5)
     assert float(new_collapsed) > float(new_spread) + 0.5
     # the old pairs: T+ views sample-major, then the three rotations of each first view
     upright = eye[torch.arange(b).repeat_interleave(v)]
-    old_pos, old_neg = losses.csi_mask(b, v, s - 1)
+    old_pos, old_neg = anchors_only_pairs(b, v, s - 1)
     old_spread = losses.contrastive_loss(
         torch.cat([upright, eye[b : b * s]]), old_pos, old_neg, 0.5
     )

@@ -16,10 +16,10 @@ from fedad.methods.fadngs.losses import (
     crad_loss,
     crad_mask,
     crad_views,
-    csi_mask,
     ensemble_sed_loss,
     pearson_weights,
     sed_loss,
+    shifted_instance_mask,
     simclr_mask,
     similarity_distribution,
 )
@@ -209,21 +209,25 @@ def test_simclr_mask_with_two_views_is_nt_xent() -> None:
     assert torch.allclose(got, torch.stack(want).mean(), atol=1e-6)
 
 
-def test_csi_mask_on_a_toy_batch() -> None:
-    # 2 samples, 2 T+ views each, 1 rotation each: rows 0,1 (s0 T+), 2,3 (s1 T+), 4 (s0 T-),
-    # 5 (s1 T-)
-    pos, neg = csi_mask(2, 2, 1)
-    expected_pos = torch.zeros(6, 6, dtype=torch.bool)
-    for a, b in [(0, 1), (1, 0), (2, 3), (3, 2)]:
-        expected_pos[a, b] = True
-    assert torch.equal(pos, expected_pos)
-    # anchor 0: negatives are the other sample's T+ views and both rotations
-    assert neg[0].nonzero().flatten().tolist() == [2, 3, 4, 5]
-    assert neg[3].nonzero().flatten().tolist() == [0, 1, 4, 5]
-    assert not neg[4].any() and not pos[4].any()  # rotations are not anchors
-    assert not (pos & neg).any()
+def test_shifted_instance_mask_pairs_on_a_toy_batch() -> None:
+    """B = 2 samples, V = 2 views, S = 4 rotations: view (s B + i) V + v. Every view is an
+    anchor (the rotated ones too); its one positive is the other view of the same sample
+    under the same rotation; every other view, its own sample's other rotations included,
+    is a negative."""
+    pos, neg = shifted_instance_mask(2, 2, 4)
+    n = 16
+    assert pos.shape == neg.shape == (n, n)
+    want_pos = torch.zeros(n, n, dtype=torch.bool)
+    for k in range(0, n, 2):  # views 2k and 2k+1 are one instance
+        want_pos[k, k + 1] = want_pos[k + 1, k] = True
+    assert torch.equal(pos, want_pos)
+    assert torch.equal(neg, ~want_pos & ~torch.eye(n, dtype=torch.bool))
+    # rotated views are anchors: each has its positive (the pre-fix layout had none)
+    assert bool(pos[4:].any(dim=1).all())
+    # view 0 (sample 0, upright) and view 4 (sample 0 turned by 90 degrees): negatives
+    assert bool(neg[0, 4]) and bool(neg[4, 0])
     with pytest.raises(ValueError):
-        csi_mask(2, 1, 1)
+        shifted_instance_mask(2, 1, 4)
 
 
 def test_mean_log_form_averages_the_log_probabilities_of_the_positives() -> None:

@@ -75,6 +75,24 @@ def test_local_update_trains_and_lowers_its_loss(loss: str, form: str) -> None:
         assert "delta" not in later
 
 
+def test_csi_row_is_csi_loss_with_shifted_instances() -> None:
+    """Table IV's ``loss = "csi"``: CSI's own loss (every rotation of every sample an anchor
+    with its own positive), the ``contrastive`` detector's pairs, not rotations as
+    negatives only."""
+    from fedad.methods.fadngs.augment import shifted_views
+    from fedad.methods.fadngs.losses import contrastive_loss, shifted_instance_mask
+    from fedad.methods.fadngs.train import _views_loss
+
+    x = torch.from_numpy(_oriented(6))
+    enc = _encoder()
+    got = _views_loss(enc, x, "csi", 2, 0.5, np.random.default_rng(4), None, "mean-log")
+    views = shifted_views(x, 2, np.random.default_rng(4))
+    assert views.shape == (4 * 6 * 2, 1, 8, 8)
+    pos, neg = shifted_instance_mask(6, 2, 4)
+    want = contrastive_loss(enc.project(views), pos, neg, 0.5, "mean-log")
+    torch.testing.assert_close(got, want)
+
+
 def test_crad_needs_a_density() -> None:
     with pytest.raises(ValueError, match="density"):
         local_update(_encoder(), _images(4), epochs=1, batch_size=4, lr=0.1,

@@ -10,7 +10,8 @@ Training: CSI's contrastive loss with shifted instances (:math:`\\mathcal L_{\\t
 Tack et al. 2020, eq. 4; its code's ``NT_xent`` over the rotated pairs). Per batch of
 :math:`B` images, two normal-transform views :math:`T_+` of every sample (crop, flip,
 jitter, blur or noise; :func:`fedad.methods.fadngs.augment.crad_views`), and each view
-turned by 0, 90, 180 and 270 degrees: :math:`8B` views (:func:`shifted_views`). Every
+turned by 0, 90, 180 and 270 degrees: :math:`8B` views
+(:func:`~fedad.methods.fadngs.augment.shifted_views`). Every
 rotation of every sample is an *instance* of its own. With :math:`\\mathrm{sim}` the cosine
 similarity and :math:`\\tau = 0.5`, every view :math:`v` is an anchor of
 
@@ -21,16 +22,17 @@ similarity and :math:`\\tau = 0.5`, every view :math:`v` is an anchor of
 
 where :math:`p(v)` is the other view of the same instance (same sample, same rotation) and
 the sum runs over every other view, the other rotations of :math:`v`'s own sample included
-(:func:`shifted_instance_mask`, :func:`~fedad.methods.fadngs.losses.contrastive_loss`); the
+(:func:`~fedad.methods.fadngs.losses.shifted_instance_mask`,
+:func:`~fedad.methods.fadngs.losses.contrastive_loss`); the
 loss is the mean over the :math:`8B` anchors. Rotations are thus *shifted* instances: the
 network learns to tell a normal image from its rotated self, which is what makes it
 sensitive to anomalies. (CSI also trains a rotation classifier and ensembles over
 rotations at test time; neither is here.)
 
 Why rotated views are anchors too. Until 2026-11-25 they were negatives only (the T+ views
-alone were anchors, as in :func:`fedad.methods.fadngs.losses.csi_mask`, FADngs's Table IV
-"CSI" loss). Nothing then spread the rotated views apart: the network sent all of them to
-one direction, away from the upright anchors (mean pairwise cosine of the 90-degree turns
+alone were anchors, and FADngs's Table IV ``loss = "csi"`` used the same pairs). Nothing
+then spread the rotated views apart: the network sent all of them to one direction, away
+from the upright anchors (mean pairwise cosine of the 90-degree turns
 of the training images 0.97, against 0.15 for the images themselves; seed 0 of the
 benchmark's Fashion-MNIST federation, ``centralized``). Test anomalies that look turned
 (sandals, sneakers, boots, bags: wide where the normal clothes are tall) fell into that
@@ -208,7 +210,7 @@ class ContrastiveDetector(TorchDetector):
     def loss(self, batch: torch.Tensor) -> torch.Tensor:
         """CSI's contrastive loss with shifted instances of a batch (module docstring): the
         :math:`2B` normal-transform views and their rotations, :math:`8B` views, each an
-        anchor of :func:`shifted_instance_mask`'s pairs.
+        anchor of :func:`~fedad.methods.fadngs.losses.shifted_instance_mask`'s pairs.
 
         Shapes:
             - batch: :math:`(B, C, H, H)` in [0, 1]
@@ -220,9 +222,9 @@ class ContrastiveDetector(TorchDetector):
             c, h, w = (int(s) for s in self.input_shape)
             self._transform = augment.normal_transform(c, h, w)
         b = batch.shape[0]
-        views = shifted_views(batch, N_PLUS, self.aug_rng_, self._transform)
+        views = augment.shifted_views(batch, N_PLUS, self.aug_rng_, self._transform)
         z = self.encoder.project(views)  # one forward pass over every view
-        pos, neg = shifted_instance_mask(b, N_PLUS, N_SHIFTS)
+        pos, neg = losses.shifted_instance_mask(b, N_PLUS, N_SHIFTS)
         return losses.contrastive_loss(z, pos.to(z.device), neg.to(z.device), self.temperature)
 
     def fit(self, x: Features) -> Self:
@@ -347,43 +349,3 @@ def max_similarity(
             best = np.maximum(best, sims.max(axis=1))
         out[i : i + len(qi)] = best
     return out
-
-
-def shifted_views(
-    x: torch.Tensor, n_views: int, rng: np.random.Generator, transform: nn.Module
-) -> torch.Tensor:
-    """CSI's views of a batch: ``n_views`` normal-transform views :math:`T_+` of every sample
-    (:func:`fedad.methods.fadngs.augment.crad_views`), each turned by 0, 90, 180 and 270
-    degrees, in :func:`shifted_instance_mask`'s order: rotation-major, then sample, then
-    view (row ``(s B + i) V + v``: rotation ``s`` of view ``v`` of sample ``i``).
-
-    Shapes:
-        - x: :math:`(B, C, H, H)` in [0, 1]
-        - output: :math:`(4 B V, C, H, H)`
-    """
-    plus, _ = augment.crad_views(x, n_views, rng, transform)  # (B, V, C, H, H)
-    turns = [torch.rot90(plus, k, dims=(3, 4)) for k in (0, *augment.ROTATIONS)]
-    return torch.stack(turns).flatten(0, 2)
-
-
-def shifted_instance_mask(
-    batch: int, n_views: int, n_shifts: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """CSI's pairs (Tack et al. 2020, :math:`\\mathcal L_{\\text{con-SI}}`): every rotation of
-    every sample is an instance of its own, seen through ``n_views`` views. Every view is
-    an anchor; its positives are the other views of the same instance (same sample, same
-    rotation); its negatives every other view, the other rotations of its own sample
-    included. View ``(s B + i) V + v`` is view ``v`` of rotation ``s`` of sample ``i``
-    (:func:`shifted_views`).
-
-    Shapes:
-        - output: ``pos``, ``neg``: :math:`(N, N)` bool, :math:`N = B S V`
-    """
-    if batch < 1 or n_views < 2 or n_shifts < 1:
-        raise ValueError(
-            f"need batch >= 1, n_views >= 2, n_shifts >= 1, got {batch}, {n_views}, {n_shifts}"
-        )
-    instance = torch.arange(n_shifts * batch).repeat_interleave(n_views)
-    not_self = ~torch.eye(instance.shape[0], dtype=torch.bool)
-    pos = (instance[:, None] == instance[None, :]) & not_self
-    return pos, not_self & ~pos

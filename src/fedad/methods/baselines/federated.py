@@ -21,7 +21,7 @@ send their mean embedding :math:`\\bar\\phi_k` and :math:`n_k` under the initial
 weights and the server takes the example-weighted mean, which is the pooled-data centre;
 ``local`` clients use their own data; ``centralized`` uses the pooled data.
 
-The ``contrastive`` detector (CSI-style SimCLR with rotations as negatives, the CSI
+The ``contrastive`` detector (CSI's contrastive loss with shifted instances, the CSI
 baseline of FADngs's Table I) scores a sample by minus its largest cosine similarity to a
 *bank*, the normalised projections of training images. Rounds exchange the network only.
 In ``fedavg``/``fedprox`` each client's final detector is the global network with a bank of

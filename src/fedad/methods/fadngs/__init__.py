@@ -1,7 +1,12 @@
 """FADngs: Federated Anomaly Detection with Noisy Global Density Estimation and
 Self-supervised Ensemble Distillation (Dong et al., IEEE TNNLS 2024). Paper label: ``FADngs``.
 
-This package holds, for now, only the method's pure math; it registers nothing.
+Modules: ``model`` (the encoder), ``augment`` (the transforms), ``density`` (NGDE and the
+score), ``losses`` (the contrastive and distillation losses), ``train`` (LocalUpdate and
+SED's loops), ``privacy`` (the Gaussian mechanism on the densities, distance correlations),
+``detector`` (the ``fadngs`` detector), ``family`` (its metrics) and ``federated`` (the
+protocol, [FADngs Algorithm 1]; registers ``fadngs`` and ``fadngs-nosed``). Importing this
+package registers nothing; :mod:`fedad.methods` imports ``federated``.
 
 =========================================  ===================================================
 paper                                      function
@@ -19,15 +24,15 @@ eq. 7 (contrastive loss)                   ``losses.contrastive_loss``
 eq. 8, 9 (predicted anomalies, pairs)      ``losses.crad_mask``, ``losses.crad_anchors``
 eq. 7-9 (CRAD)                             ``losses.crad_loss``
 SimCLR pairs (warm-up, Table IV)           ``losses.simclr_mask`` with ``contrastive_loss``
+CSI's pairs (Table IV, Tack et al. eq. 4)  ``augment.shifted_views``,
+                                           ``losses.shifted_instance_mask``
 eq. 11, 12 (similarity distributions)      ``losses.similarity_distribution``
 eq. 13 (weighted ensemble distillation)    ``losses.sed_loss``, ``losses.ensemble_sed_loss``
 :math:`w_c` (Sec. III-D, Pearson)          ``losses.pearson_weights``
 instance queue :math:`D_c` (Sec. III-D)    ``losses.FifoQueue``
 :math:`T_+`, :math:`T_-` (Sec. III-C)      ``augment.normal_transform``, ``augment.rotations``,
                                            ``augment.crad_views``
+Algorithm 1 (GetDensityFunctions,          ``federated.FADngs``, ``federated.FADngsNoSED``
+LocalUpdate, Aggregate)                    (``train.local_update``, ``train.sed_distill``)
 =========================================  ===================================================
-
-Not yet: the federated protocol (Algorithm 1: GetDensityFunctions, LocalUpdate, Aggregate;
-the threshold :math:`\\delta` of eq. 8; the SimCLR warm-up; the detector; registration as a
-method).
 """

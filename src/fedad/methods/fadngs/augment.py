@@ -8,6 +8,8 @@
 * Shifting transforms :math:`\\mathcal{T}_-`: rotations by 90, 180 and 270 degrees. Applied
   to a normal-transformed view, as CSI does (Tack et al. 2020): a rotated sample then
   differs from a positive by the rotation alone, not also by the absence of augmentation.
+* CSI's shifted instances (:func:`shifted_views`): every rotation of every normal view, for
+  CSI's own loss (the ``contrastive`` detector, FADngs's Table IV row ``loss = "csi"``).
 
 Seeding: kornia draws from torch's global CPU generator; every function here runs under
 ``torch.random.fork_rng`` seeded from the caller's numpy generator, so equal generators give
@@ -78,3 +80,20 @@ def crad_views(
         views = [aug(x.cpu()).clamp(0.0, 1.0) for _ in range(n_plus)]
     plus = torch.stack(views, dim=1).to(x.device)
     return plus, rotations(plus[:, 0])
+
+
+def shifted_views(
+    x: torch.Tensor, n_views: int, rng: np.random.Generator, transform: nn.Module | None = None
+) -> torch.Tensor:
+    """CSI's views of a batch: ``n_views`` normal-transform views :math:`T_+` of every sample
+    (:func:`crad_views`), each turned by 0, 90, 180 and 270 degrees, in
+    :func:`~fedad.methods.fadngs.losses.shifted_instance_mask`'s order: rotation-major, then
+    sample, then view (row ``(s B + i) V + v``: rotation ``s`` of view ``v`` of sample ``i``).
+
+    Shapes:
+        - x: :math:`(B, C, H, H)` in [0, 1]
+        - output: :math:`(4 B V, C, H, H)`
+    """
+    plus, _ = crad_views(x, n_views, rng, transform)  # (B, V, C, H, H)
+    turns = [torch.rot90(plus, k, dims=(3, 4)) for k in (0, *ROTATIONS)]
+    return torch.stack(turns).flatten(0, 2)

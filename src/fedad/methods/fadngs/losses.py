@@ -196,38 +196,27 @@ def simclr_mask(batch: int, n_views: int) -> tuple[torch.Tensor, torch.Tensor]:
     return same & not_self, ~same
 
 
-def csi_mask(batch: int, n_plus: int, n_minus: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """CSI's pairs (Tack et al. 2020) in :func:`crad_mask`'s view layout: contrastive learning
-    with shifted instances but *without* CRAD's global selection [FADngs Table IV, "CSI"].
-    Every :math:`T_+` view is an anchor; its positives are the other :math:`T_+` views of the
-    same sample; its negatives every view of every other sample and every :math:`T_-` view
-    (of its own sample too). :math:`T_-` views are not anchors.
-
-    Views as in :func:`crad_mask`: first the :math:`T_+` views sample-major (row
-    ``i * P + p``), then the :math:`T_-` views (row ``B * P + i * R + r``).
+def shifted_instance_mask(
+    batch: int, n_views: int, n_shifts: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """CSI's pairs (Tack et al. 2020, :math:`\\mathcal L_{\\text{con-SI}}`): every rotation of
+    every sample is an instance of its own, seen through ``n_views`` views. Every view is
+    an anchor; its positives are the other views of the same instance (same sample, same
+    rotation); its negatives every other view, the other rotations of its own sample
+    included. View ``(s B + i) V + v`` is view ``v`` of rotation ``s`` of sample ``i``
+    (:func:`~fedad.methods.fadngs.augment.shifted_views`).
 
     Shapes:
-        - output: ``pos``, ``neg``: :math:`(N, N)` bool, :math:`N = B(P + R)`
+        - output: ``pos``, ``neg``: :math:`(N, N)` bool, :math:`N = B S V`
     """
-    if batch < 1 or n_plus < 2 or n_minus < 0:
+    if batch < 1 or n_views < 2 or n_shifts < 1:
         raise ValueError(
-            f"need batch >= 1, n_plus >= 2, n_minus >= 0, got {batch}, {n_plus}, {n_minus}"
+            f"need batch >= 1, n_views >= 2, n_shifts >= 1, got {batch}, {n_views}, {n_shifts}"
         )
-    plus = torch.arange(batch).repeat_interleave(n_plus)
-    minus = torch.arange(batch).repeat_interleave(n_minus)
-    sample = torch.cat([plus, minus])
-    is_plus = torch.cat(
-        [
-            torch.ones(batch * n_plus, dtype=torch.bool),
-            torch.zeros(batch * n_minus, dtype=torch.bool),
-        ]
-    )
-    n = sample.shape[0]
-    not_self = ~torch.eye(n, dtype=torch.bool)
-    anchors = is_plus[:, None]
-    pos = anchors & is_plus[None, :] & (sample[:, None] == sample[None, :]) & not_self
-    neg = anchors & not_self & ~pos
-    return pos, neg
+    instance = torch.arange(n_shifts * batch).repeat_interleave(n_views)
+    not_self = ~torch.eye(instance.shape[0], dtype=torch.bool)
+    pos = (instance[:, None] == instance[None, :]) & not_self
+    return pos, not_self & ~pos
 
 
 def similarity_distribution(z: torch.Tensor, queue: torch.Tensor, tau: float = 0.5) -> torch.Tensor:

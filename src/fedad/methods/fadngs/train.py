@@ -6,7 +6,8 @@
   anomalies those above :math:`\\delta`, the ``quantile`` (0.95) of those training scores
   [FADngs eq. 8, Sec. IV: "95% of the training data is classified as normal"], then trains
   on CRAD's pairs [FADngs eq. 7, 9]. ``"simclr"`` (the warm-up, and Table IV's SimCLR row)
-  and ``"csi"`` (Table IV's CSI row: rotations as negatives, no selection) need no density.
+  and ``"csi"`` (Table IV's CSI row: CSI's loss with shifted instances, every rotation of
+  every sample an anchor, no selection) need no density.
 * :func:`sed_distill` is Aggregate of [FADngs Algorithm 1] after the FedAvg start: ``epochs``
   passes over the public set; per batch, every teacher's similarity distribution over its
   own FIFO queue is matched by the student [FADngs eq. 11-13], then the teacher's batch
@@ -28,15 +29,15 @@ import torch
 from torch import nn
 
 from fedad.methods.baselines.train import iterate_batches
-from fedad.methods.fadngs.augment import crad_views, normal_transform
+from fedad.methods.fadngs.augment import ROTATIONS, crad_views, normal_transform, shifted_views
 from fedad.methods.fadngs.density import min_mahalanobis
 from fedad.methods.fadngs.losses import (
     ConForm,
     FifoQueue,
     contrastive_loss,
     crad_loss,
-    csi_mask,
     ensemble_sed_loss,
+    shifted_instance_mask,
     simclr_mask,
 )
 from fedad.methods.fadngs.model import Encoder
@@ -114,15 +115,15 @@ def _views_loss(
         z = enc.project(plus.flatten(0, 1))
         pos, neg = simclr_mask(b, v)
         return contrastive_loss(z, pos.to(z.device), neg.to(z.device), temperature, form)
-    n_p = max(2, n_plus) if loss == "csi" else n_plus
-    plus, minus = crad_views(batch, n_p, rng, aug)
-    z = enc.project(torch.cat([plus.flatten(0, 1), minus.flatten(0, 1)]))
-    z_plus = z[: b * n_p].view(b, n_p, -1)
-    z_minus = z[b * n_p :].view(b, minus.shape[1], -1)
     if loss == "csi":
-        pos, neg = csi_mask(b, n_p, minus.shape[1])
-        zz = torch.cat([z_plus.flatten(0, 1), z_minus.flatten(0, 1)])
-        return contrastive_loss(zz, pos.to(z.device), neg.to(z.device), temperature, form)
+        v = max(2, n_plus)
+        z = enc.project(shifted_views(batch, v, rng, aug))
+        pos, neg = shifted_instance_mask(b, v, 1 + len(ROTATIONS))
+        return contrastive_loss(z, pos.to(z.device), neg.to(z.device), temperature, form)
+    plus, minus = crad_views(batch, n_plus, rng, aug)
+    z = enc.project(torch.cat([plus.flatten(0, 1), minus.flatten(0, 1)]))
+    z_plus = z[: b * n_plus].view(b, n_plus, -1)
+    z_minus = z[b * n_plus :].view(b, minus.shape[1], -1)
     assert anomalous is not None
     return crad_loss(z_plus, z_minus, anomalous, temperature, form)
 
