@@ -4,6 +4,7 @@ with ``represent``)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -128,10 +129,17 @@ def _raw(*methods: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_fadngs_run_writes_embeddings_and_the_report_draws_tsne(toy: None, tmp_path: Path) -> None:
-    raw = _raw({"name": "fadngs", "label": "fad", "params": FAST},
+    raw = _raw({"name": "fadngs", "label": "fad", "params": {**FAST, "density_noise": 1.0}},
                {"name": "local", "label": "ae", "detector": "autoencoder",
                 "params": {"local_epochs": 1}})  # fmt: skip
     run_experiment(parse_config(raw), tmp_path / "run")
+    # the privacy measures (Fig. 9) and the densities' epsilon in metrics.json and the report
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    fad = metrics["methods"]["fad"]
+    for key in ("dcor_shared", "dcor_random"):
+        assert 0.0 <= fad[key] <= 1.0, key
+    assert fad["density_epsilon"] > 0 and 0 < fad["density_delta"] < 1
+    assert "fadngs-privacy" in metrics["columns"] and "dcor_shared" not in metrics["methods"]["ae"]
     with np.load(tmp_path / "run" / "embeddings.npz", allow_pickle=False) as npz:
         keys = set(npz.files)
         z, y, c = npz["fad/embedding"], npz["fad/label"], npz["fad/client"]
@@ -146,6 +154,7 @@ def test_fadngs_run_writes_embeddings_and_the_report_draws_tsne(toy: None, tmp_p
     assert "Representations (t-SNE)" in text and 'alt="t-SNE: fad"' in text
     assert 'alt="t-SNE: ae"' not in text
     assert "Scores per client" in text and 'alt="Scores per client"' in text
+    assert "Privacy measures (FADngs)" in text and "ε of the densities" in text
     # a damaged embeddings.npz is a note, never a crash
     (tmp_path / "run" / "embeddings.npz").write_bytes(b"PK\x03\x04 not a zip")
     text = render_report(tmp_path / "run")
