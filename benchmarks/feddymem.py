@@ -14,7 +14,9 @@ images.
 * ``table``: ``local``, ``fedavg``, ``fedprox`` and ``centralized`` (the upper reference:
   pooled data) with the autoencoder (its reconstruction error as the anomaly map) and with
   the PatchCore-style detector (the same frozen features as FedDyMem, a projection averaged
-  by FedAvg, a coreset bank of each client's own images); ``feddymem``.
+  by FedAvg, a coreset bank of each client's own images); ``fedbn`` with both (normalisation
+  layers stay local: the autoencoder has none, so it is FedAvg there) and ``scaffold`` with
+  the autoencoder (control variates; it takes no PatchCore detector); ``feddymem``.
 * ``ablation``: Table III: FedDyMem without the projection, without the generator, with
   the position-wise mean instead of k-means, with k-means' own centre order, and whole.
 * ``norm``: FedDyMem as it is and with ``score_norm = "train"`` (each client's maps and
@@ -40,7 +42,10 @@ TABLE: list[Method] = [
     ("fedavg-ae", "fedavg", {}, "autoencoder"),
     ("fedprox-ae", "fedprox", {}, "autoencoder"),
     ("centralized-ae", "centralized", {}, "autoencoder"),
+    ("fedbn-ae", "fedbn", {}, "autoencoder"),
+    ("scaffold-ae", "scaffold", {}, "autoencoder"),
     ("local-patchcore", "local", {}, "patchcore"),
+    ("fedbn-patchcore", "fedbn", {}, "patchcore"),
     ("fedavg-patchcore", "fedavg", {}, "patchcore"),
     ("fedprox-patchcore", "fedprox", {}, "patchcore"),
     ("centralized-patchcore", "centralized", {}, "patchcore"),

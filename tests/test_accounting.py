@@ -37,6 +37,37 @@ def test_full_participation_matches_the_analytic_gaussian(
     assert got <= dp_epsilon(sigma, 1.0, rounds, delta, accountant="rdp")  # RDP is looser
 
 
+# TensorFlow Privacy's MNIST DP-SGD tutorial (tutorials/README.md, "Select Parameters"):
+# N = 60,000, batches of 256 (q = 256/60,000, Poisson), delta = 1e-5, RDP accountant over
+# the orders below with the basic RDP-to-DP conversion of its day: (noise, epochs, epsilon).
+PUBLISHED = [(1.12, 60, 2.92), (0.6, 30, 9.74), (1.2, 10, 1.20)]
+TUTORIAL_ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
+
+
+@pytest.mark.parametrize(("sigma", "epochs", "published"), PUBLISHED)
+def test_the_sampled_gaussian_reproduces_published_epsilons(
+    sigma: float, epochs: int, published: float
+) -> None:
+    """Our event (Poisson-sampled Gaussian, composed ``steps`` times) gives the published
+    epsilon under the tutorial's RDP orders and conversion (eps = min over orders of
+    rdp - log(delta) / (order - 1)); ``dp_epsilon``, with dp-accounting's tighter
+    conversion (RDP) or PLD, stays at or below it."""
+    import numpy as np
+    from dp_accounting.rdp import RdpAccountant
+
+    from fedad.accounting import _event
+
+    q, steps, delta = 256 / 60_000, int(epochs * 60_000 / 256), 1e-5
+    acc = RdpAccountant(TUTORIAL_ORDERS)
+    acc.compose(_event(sigma, q, steps))
+    rdp = np.asarray(acc._rdp)  # the RDP curve itself, before any conversion
+    basic = float(np.min(rdp - math.log(delta) / (np.asarray(TUTORIAL_ORDERS) - 1)))
+    assert basic == pytest.approx(published, rel=0.005)
+    tight = dp_epsilon(sigma, q, steps, delta, accountant="rdp")
+    assert 0.75 * published < tight <= published
+    assert dp_epsilon(sigma, q, steps, delta) <= tight  # PLD is tighter still
+
+
 def test_sampling_amplifies_and_more_rounds_cost_more() -> None:
     full = dp_epsilon(1.0, 1.0, 50, 1e-5)
     sampled = dp_epsilon(1.0, 0.1, 50, 1e-5)
