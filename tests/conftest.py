@@ -149,3 +149,21 @@ def make_graph_federation(clients: int = 3, n: int = 24, seed: int = 0) -> Feder
         anomaly_classes=[1],
         server_normal=ring(20),
     )
+
+
+def mixed_width_graph_federation() -> Federation:
+    """:func:`make_graph_federation` with 3 clients, the last one's node features widened
+    from 3 to 5 (its first two columns repeated): sources of different feature widths."""
+    fed = make_graph_federation(3)
+    c = fed.clients[2]
+
+    def widen(g: GraphSet) -> GraphSet:
+        pairs = [g.graph(i) for i in range(len(g))]
+        return GraphSet.from_graphs([(np.c_[x, x[:, :2]], e) for x, e in pairs])
+
+    assert isinstance(c.x_train, GraphSet) and isinstance(c.x_test, GraphSet)
+    fed.clients[2] = ClientData(
+        client_id=2, x_train=widen(c.x_train), y_train=c.y_train, c_train=c.c_train,
+        x_test=widen(c.x_test), y_test=c.y_test,
+    )  # fmt: skip
+    return fed

@@ -9,14 +9,14 @@ import pytest
 
 pytest.importorskip("torch_geometric")
 
-from fedad.data.types import ClientData, Federation, GraphSet
+from fedad.data.types import Federation, GraphSet
 from fedad.fl.algorithm import Setup, build_algorithm
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import Message
 from fedad.methods.fedstar.detector import FedStarDetector
 from fedad.methods.fedstar.federated import FedStar
 from fedad.methods.fedstar.model import structure_features
-from tests.conftest import make_federation
+from tests.conftest import make_federation, mixed_width_graph_federation
 
 FAST = {"hidden": 8, "layers": 2}
 
@@ -74,25 +74,8 @@ def test_only_the_structure_encoder_travels(
         np.testing.assert_array_equal(m.arrays[f"detector/{key}"], out.result.arrays[key])
 
 
-def _mixed() -> Federation:
-    """Two clients with node-feature width 3, one with width 5."""
-    fed = make_federation("graph", clients=3)
-    c = fed.clients[2]
-
-    def widen(g: GraphSet) -> GraphSet:
-        pairs = [g.graph(i) for i in range(len(g))]
-        return GraphSet.from_graphs([(np.c_[x, x[:, :2]], e) for x, e in pairs])
-
-    assert isinstance(c.x_train, GraphSet) and isinstance(c.x_test, GraphSet)
-    fed.clients[2] = ClientData(
-        client_id=2, x_train=widen(c.x_train), y_train=c.y_train, c_train=c.c_train,
-        x_test=widen(c.x_test), y_test=c.y_test,
-    )  # fmt: skip
-    return fed
-
-
 def test_clients_of_different_widths_share_the_structure_encoder() -> None:
-    fed = _mixed()
+    fed = mixed_width_graph_federation()
     _, out = _run(fed)
     assert out.events == []
     h = FAST["hidden"] * FAST["layers"]

@@ -14,7 +14,7 @@ from fedad.fl.algorithm import Setup, build_algorithm
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import Message
 from fedad.methods.fgad.federated import FGAD
-from tests.conftest import make_federation
+from tests.conftest import make_federation, mixed_width_graph_federation
 
 FAST = {"hidden": 4, "layers": 2, "gen_hidden": 4, "gen_layers": 1, "pretrain_epochs": 1}
 
@@ -152,9 +152,13 @@ def test_distilling_on_generated_graphs_too_teaches_the_student_to_flag_them() -
     assert flagged[1] > flagged[0]
 
 
-def test_two_rounds_on_flowers_grid_equal_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("widths", ["equal", "mixed"])
+def test_two_rounds_on_flowers_grid_equal_in_process(
+    monkeypatch: pytest.MonkeyPatch, widths: str
+) -> None:
     """Each node keeps its networks between rounds on Flower's grid too: the same evaluate
-    replies as in-process after two rounds."""
+    replies as in-process after two rounds, also when the clients' node features differ in
+    width (each node builds its networks for its own width; only the head is shared)."""
     pytest.importorskip("flwr")
     from fedad.config import parse_config
     from fedad.fl import flower_app
@@ -162,7 +166,9 @@ def test_two_rounds_on_flowers_grid_equal_in_process(monkeypatch: pytest.MonkeyP
     from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
 
     as_server_app(monkeypatch)
-    fed = make_federation("graph", clients=3)
+    fed = (
+        make_federation("graph", clients=3) if widths == "equal" else mixed_width_graph_federation()
+    )
     algo, ref = _run(fed, rounds=2)
     cfg = parse_config({"seed": 3, "rounds": 2, "partition": {"clients": 3},
                         "data": {"name": "digits", "normal": [0], "anomaly": [1]},
