@@ -1,15 +1,17 @@
 """FADngs's Table I analog on one federation, and its ablations (Tables III and IV).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/fadngs.py --suite table1|digits|ablation
-        [--seeds 5] [--jobs 2] [--rounds 10] [--per-client 200] [--work DIR]
-        [--summarise-only] [--only LABEL ...]
+        [--seeds 5] [--first-seed 0] [--jobs 2] [--rounds 10] [--per-client 200]
+        [--work DIR] [--summarise-only] [--only LABEL ...]
 
-Every suite is one fedad run with ``seeds = [0, ..., seeds - 1]`` (:func:`fedad.seeds.run_seeds`,
-``--jobs`` worker processes, one torch thread each), every method on the same federation per
-seed: Fashion-MNIST, 10 clients, ``scheme = "dominant"`` (client k holds mostly class
-``normal[k mod 5]``: 90% of its training images), normal classes 0-4 (T-shirt, trouser,
-pullover, dress, coat), 1% contamination spread over the clients, ``--per-client`` training
-images per client, 2,000 test images pooled. ``--local-test shared`` (default, the paper's
+Every suite is one fedad run with ``seeds = [first, ..., first + seeds - 1]``
+(:func:`fedad.seeds.run_seeds`, ``--jobs`` worker processes, one torch thread each;
+``first`` is ``--first-seed``, 0 by default, so that a later run can add seeds to an earlier
+one's), every method on the same federation per seed: Fashion-MNIST, 10 clients,
+``scheme = "dominant"`` (client k holds mostly class ``normal[k mod 5]``: 90% of its
+training images), normal classes 0-4 (T-shirt, trouser, pullover, dress, coat), 1%
+contamination spread over the clients, ``--per-client`` training images per client, 2,000
+test images pooled. ``--local-test shared`` (default, the paper's
 setting): every client scores the whole pooled test set, so its detector meets the other
 clients' normal classes (false detection), and metrics are the mean over clients; ``own``:
 each client scores its share, which mirrors its own classes.
@@ -77,10 +79,12 @@ def config_text(
     per_client: int,
     local_test: str = "shared",
     only: list[str] | None = None,
+    first_seed: int = 0,
 ) -> str:
-    """The suite's experiment as TOML (``only``: just the rows with these labels)."""
+    """The suite's experiment as TOML (``only``: just the rows with these labels; seeds
+    ``first_seed`` to ``first_seed + seeds - 1``)."""
     lines = [
-        f"seeds = {list(range(seeds))}",
+        f"seeds = {list(range(first_seed, first_seed + seeds))}",
         f"rounds = {rounds}",
         "[data]",
         'name = "fashion_mnist"',
@@ -152,6 +156,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", choices=["table1", "digits", "ablation"], required=True)
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=0, help="the first of the seeds")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--per-client", type=int, default=200)
@@ -165,7 +170,13 @@ def main() -> None:
     args = ap.parse_args()
 
     text = config_text(
-        args.suite, args.seeds, args.rounds, args.per_client, args.local_test, args.only
+        args.suite,
+        args.seeds,
+        args.rounds,
+        args.per_client,
+        args.local_test,
+        args.only,
+        args.first_seed,
     )
     suffix = "_only" if args.only else ""
     rows = run_suite(
