@@ -223,6 +223,11 @@ def test_a_failed_method_keeps_the_finished_ones(
         run_experiment(parse_config(SMALL_RUN), out, resume=True)
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default disposition."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_real_signal_exits_128_plus_signum(tmp_path: Path, sig: signal.Signals) -> None:
     raw = {
@@ -240,6 +245,10 @@ def test_real_signal_exits_128_plus_signum(tmp_path: Path, sig: signal.Signals) 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A shell that starts pytest in the background (`... &`) hands SIGINT down ignored,
+        # and an ignored SIGINT stays ignored in fedad (as it should): give the child the
+        # default, as an interactive shell would.
+        preexec_fn=_default_sigint,
     )
     done = out / ".fedad" / "done" / "onlad.json"
     deadline = time.monotonic() + 120
