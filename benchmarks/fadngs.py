@@ -11,10 +11,10 @@ one's), every method on the same federation per seed: Fashion-MNIST, 10 clients,
 ``scheme = "dominant"`` (client k holds mostly class ``normal[k mod 5]``: 90% of its
 training images), normal classes 0-4 (T-shirt, trouser, pullover, dress, coat), 1%
 contamination spread over the clients, ``--per-client`` training images per client, 2,000
-test images pooled. ``--local-test shared`` (default, the paper's
-setting): every client scores the whole pooled test set, so its detector meets the other
-clients' normal classes (false detection), and metrics are the mean over clients; ``own``:
-each client scores its share, which mirrors its own classes.
+test images pooled. ``--local-test shared`` (default, the paper's setting): every client
+scores the whole pooled test set, so its detector meets the other clients' normal classes
+(false detection), and metrics are the mean over clients; ``own``: each client scores its
+share, which mirrors its own classes.
 
 * ``table1``: test anomalies from the held-out classes 5-9. Methods: ``local`` and
   ``fedavg`` with ``autoencoder``, ``deepsvdd``, ``contrastive``; ``local`` + ``ocsvm``;
