@@ -237,6 +237,21 @@ def test_a_symlink_out_of_the_folder_is_refused(tmp_path: Path) -> None:
         list_images(root)
 
 
+def test_an_image_linked_to_itself_is_a_bad_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_classes(tmp_path, {"good": 2})
+    (tmp_path / "good" / "loop.png").symlink_to("loop.png")
+    with pytest.raises(DataError, match=r"loop\.png is a symbolic link loop.*skip_bad_files"):
+        load_image_folder(str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="fedad"):
+        assert load_image_folder(str(tmp_path), skip_bad_files=True).x.shape[0] == 2
+    assert "skipped 1 bad file(s)" in caplog.text
+    with pytest.raises(DataError, match=r"loop\.png is a symbolic link loop"):
+        list_images(tmp_path)
+    assert len(list_images(tmp_path, skip_bad_files=True)) == 2
+
+
 def test_missing_path_or_empty_class_folder(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"needs data\.path"):
         load_image_folder(None)

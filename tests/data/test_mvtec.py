@@ -118,6 +118,14 @@ def test_a_symlink_out_of_the_folder_is_refused(folder: Path, tmp_path: Path) ->
         load_mvtec(str(folder), size=SIDE)
 
 
+def test_a_ring_of_two_symlinks_is_named(folder: Path) -> None:
+    good = folder / "carpet" / "train" / "good"
+    (good / "a.png").symlink_to("b.png")
+    (good / "b.png").symlink_to("a.png")
+    with pytest.raises(DataError, match=r"a\.png is a symbolic link loop"):
+        load_mvtec(str(folder), size=SIDE)
+
+
 def test_huge_images_are_refused_before_decoding(
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -33,7 +33,8 @@ read, decoded as PNG, JPEG or BMP whatever their name says, each at most
 :data:`~fedad.data.imagefiles.MAX_PIXELS` pixels (from the header, before decoding);
 ``clients.csv`` at most :data:`MAX_CSV_BYTES`, UTF-8. Hidden files and folders are skipped.
 A path (symlink) leading outside ``data.path`` is a one-line error. A *bad file* (another
-file in a class or client folder, an undecodable, truncated or too large image) is a
+file in a class or client folder, an undecodable, truncated or too large image, a symlink
+loop) is a
 one-line :class:`~fedad.errors.DataError` naming it, or, with ``skip_bad_files``, skipped and
 counted in one warning. Decoded sets are cached in-process, keyed on the folder, ``size``,
 ``channels``, ``skip_bad_files`` and every file's path, size and modification time.
@@ -133,7 +134,11 @@ def _entries(folder: Path, root: Path) -> tuple[list[Path], list[Path]]:
     for p in sorted(folder.iterdir(), key=lambda q: q.name):
         if is_hidden(p):
             continue
-        real = inside(p, root, _WHAT)
+        try:
+            real = inside(p, root, _WHAT)
+        except BadImage:  # a symlink loop: a bad file, met when it is read
+            files.append(p)
+            continue
         (dirs if real.is_dir() else files).append(p)
     return dirs, files
 
@@ -484,7 +489,11 @@ def _walk(folder: Path, root: Path, bad: _Bad, out: list[Path], above: frozenset
     for p in sorted(folder.iterdir(), key=lambda q: q.name):
         if is_hidden(p):
             continue
-        real = inside(p, root, _WHAT, "the folder")
+        try:
+            real = inside(p, root, _WHAT, "the folder")
+        except BadImage as e:  # a symlink loop
+            bad.meet(e.what, e.path)
+            continue
         if real.is_dir():
             if real in above:
                 raise DataError(f"{_WHAT}: {p} leads back to a folder above it (symlink loop)")

@@ -11,7 +11,8 @@ The rules:
 - a file is at most :data:`MAX_FILE_BYTES` (checked from ``stat`` and again while read) and
   at most :data:`MAX_PIXELS` pixels (checked from the header, before decoding); Pillow's
   decompression-bomb warning is an error;
-- a path that leads (through a symlink) outside the folder given is refused;
+- a path that leads (through a symlink) outside the folder given is refused; a symlink loop
+  (a link to itself, a ring of links) is a bad file;
 - hidden names (``.DS_Store``, ``.git``) are not images and are skipped by the callers.
 
 A problem with one file (too large, not a file, undecodable) raises :class:`BadImage`, a
@@ -85,8 +86,16 @@ def is_image_name(p: Path) -> bool:
 
 def inside(p: Path, root: Path, what: str, where: str = "data.path") -> Path:
     """``p`` resolved; a one-line error when it (through a symlink) leaves ``root`` (a
-    resolved folder; ``where`` says what it is in the message)."""
-    real = p.resolve()
+    resolved folder; ``where`` says what it is in the message), and :class:`BadImage` when
+    it is a symlink loop (a link to itself, or a ring of links)."""
+    try:
+        real = p.resolve()
+    except (RuntimeError, OSError):  # Python < 3.13: RuntimeError("Symlink loop ...")
+        raise BadImage(
+            f"{what}: {p} is a symbolic link loop (it leads back to itself)",
+            p,
+            "remove the link or point it at a file",
+        ) from None
     if not real.is_relative_to(root):
         raise DataError(f"{what}: {p} leads outside {where} ({root}); symlinks out are refused")
     return real
