@@ -228,6 +228,21 @@ def test_unreadable_files_are_one_line_errors(tmp_path: Path) -> None:
         load_dataset("table", str(path), options={"label_column": "flag"})
 
 
+@pytest.mark.parametrize(("suffix", "sep"), [(".csv", ","), (".tsv", "\t")])
+def test_a_repeated_column_name_is_named(tmp_path: Path, suffix: str, sep: str) -> None:
+    path = tmp_path / f"t{suffix}"
+    path.write_text(sep.join(["f0", "f0", "f0.1", "label"]) + "\n" + sep.join("1230") + "\n")
+    with pytest.raises(DataError, match=r"has the column 'f0' twice.*rename one") as err:
+        load_dataset("table", str(path), options={"label_column": "label"})
+    assert "f0.1" not in str(err.value)
+    path.write_text(sep.join(["f0", "f0.1", "label"]) + "\n" + sep.join("120") + "\n"
+                    + sep.join("341") + "\n")  # fmt: skip
+    assert load_dataset("table", str(path), options={"label_column": "label"}).columns == (
+        "f0",
+        "f0.1",
+    )
+
+
 def test_fedad_run_on_a_bad_table_exits_2_with_one_line(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

@@ -31,13 +31,15 @@ impute the training mean; for a categorical column the mean of its one-hot colum
 **Untrusted input.** Files are read with pandas (pyarrow for Parquet, at least 14.0.1,
 which fixed CVE-2023-47248: code execution from a crafted file), which run no code from the
 file; at most :data:`MAX_TABLE_BYTES` bytes; any read error is a one-line
-:class:`~fedad.errors.DataError` naming the file. Loaded tables are cached in-process,
+:class:`~fedad.errors.DataError` naming the file, and so is a column name written twice in
+the header (pandas would rename the second ``f0.1``). Loaded tables are cached in-process,
 keyed on the path, its size and modification time, and the options.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -102,18 +104,36 @@ def read_table(path: str | Path, what: str = "table") -> pd.DataFrame:
     try:
         if suffix == ".parquet":
             frame = pd.read_parquet(p, engine="pyarrow")
+            header = [str(c) for c in frame.columns]
         else:
-            frame = pd.read_csv(p, sep="\t" if suffix == ".tsv" else ",", low_memory=False)
+            sep = "\t" if suffix == ".tsv" else ","
+            frame = pd.read_csv(p, sep=sep, low_memory=False)
+            header = _csv_header(p, sep)
     except Exception as err:  # pandas and pyarrow raise many kinds on a malformed file
         reason = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
         raise DataError(f"{what}: cannot read '{p}': {reason}") from None
     frame.columns = [str(c).strip() for c in frame.columns]
-    dup = sorted({c for c in frame.columns if list(frame.columns).count(c) > 1})
+    dup = _repeated([h.strip() for h in header if h.strip()]) or _repeated(frame.columns)
     if dup:
         raise DataError(f"{what}: '{p}' has the column '{dup[0]}' twice", "rename one of them")
     if len(frame) == 0:
         raise DataError(f"{what}: '{p}' has no rows")
     return frame
+
+
+def _csv_header(p: Path, sep: str) -> list[str]:
+    """The header row of a CSV/TSV file as written: ``read_csv`` renames a repeated name
+    (``f0``, ``f0.1``), which would hide it."""
+    import pandas as pd
+
+    row = pd.read_csv(p, sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False)
+    return [str(c) for c in row.iloc[0].tolist()] if len(row) else []
+
+
+def _repeated(names: Sequence[str]) -> list[str]:
+    """The names that occur more than once in ``names``, sorted."""
+    counts = Counter(names)
+    return sorted(c for c, n in counts.items() if n > 1)
 
 
 def _need(frame: pd.DataFrame, column: str, key: str, file: Path) -> None:
