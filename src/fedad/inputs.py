@@ -5,8 +5,10 @@ a table's feature columns and the categories kept for each categorical column, t
 that ``data.missing = "impute-mean"`` filled in, and the standardization mean and deviation
 (all computed from the clients' training data). :meth:`Inputs.table` applies exactly those
 steps to a DataFrame, :meth:`Inputs.images` to image files. The file is untrusted when read
-back (:func:`read_inputs`): every field is checked, and a problem is a one-line
-:class:`~fedad.errors.FedadError` naming the file.
+back (:func:`read_inputs`): every field is checked (statistics within float32's range, a
+deviation at least :data:`MIN_STD`), and a problem is a one-line
+:class:`~fedad.errors.FedadError` naming the file. In new data a value beyond float32's range is
+infinite (missing), and a row that standardizes beyond that range is an error.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ INPUTS_FILE = "inputs.json"
 MAX_INPUTS_BYTES = 64 * 2**20
 _DAMAGED = "the run directory is damaged: run the experiment again"
 _WIDTH_CAP = 10_000_000
+_F32_MAX = float(np.finfo(np.float32).max)
+MIN_STD = 1e-12
+"""Smallest standardization deviation read back: the federation replaces a deviation at or
+below ``1e-12 * max(1, |mean|)`` by 1, so a saved one is larger."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +127,7 @@ class Inputs:
         import pandas as pd
 
         from fedad.data.encoding import Encoding
-        from fedad.data.table import encode_categories
+        from fedad.data.table import encode_categories, numeric_float32
 
         if self.kind != "vector":
             raise FedadError(
@@ -156,9 +162,10 @@ class Inputs:
                     "number",
                     "fix the cell (the run read this column as numbers)",
                 )
-            cols.append(numbers.to_numpy(dtype=np.float64, na_value=np.nan).astype(np.float32))
+            cols.append(numeric_float32(numbers))  # beyond float32: infinite, as in training
         raw = np.stack(cols, axis=1) if cols else np.zeros((len(frame), 0), np.float32)
-        x = Encoding(self.columns, cat_idx).apply(raw, cat_idx) if cat_idx else raw
+        encoding = Encoding(self.columns, cat_idx)
+        x = encoding.apply(raw, cat_idx) if cat_idx else raw
         if x.shape[1] != self.width:
             raise FedadError(
                 f"{where} encodes to {x.shape[1]} features but the run's models take {self.width}",
@@ -175,8 +182,24 @@ class Inputs:
                 )
             x = np.where(missing, self.impute_means[None, :].astype(np.float32), x)
         if self.mean is not None and self.std is not None:
-            x = (x - self.mean.astype(np.float32)) / self.std.astype(np.float32)
+            x = self._standardized(x, where, encoding.encoded_columns)
         return np.ascontiguousarray(x, dtype=np.float32)
+
+    def _standardized(self, x: np.ndarray, where: str, names: Sequence[str]) -> np.ndarray:
+        """``(x - mean) / std`` in float32, exactly as the federation standardized the
+        training data; a result beyond float32's range is a one-line error naming the row."""
+        assert self.mean is not None and self.std is not None
+        with np.errstate(over="ignore"):  # an overflow is expected here, and checked below
+            z = (x - self.mean.astype(np.float32)) / self.std.astype(np.float32)
+        beyond = ~np.isfinite(z)
+        if beyond.any():
+            i, j = (int(v) for v in np.argwhere(beyond)[0])
+            raise FedadError(
+                f"{where}: data row {i + 1}'s '{names[j]}' standardizes beyond the float32 "
+                "range the run's models take",
+                "check that value: it lies far outside the training data",
+            )
+        return np.asarray(z, dtype=np.float32)
 
     def images(
         self, files: Sequence[Path], root: Path, skip_bad_files: bool = False
@@ -209,15 +232,17 @@ def _fail(path: Path, what: str) -> FedadError:
 
 
 def _floats(raw: Any, path: Path, key: str, n: int) -> np.ndarray | None:
+    """``n`` numbers within float32's range (statistics of float32 training data are), as
+    float64; ``None`` stays ``None``."""
     if raw is None:
         return None
     if (
         not isinstance(raw, list)
         or len(raw) != n
         or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in raw)
-        or not all(math.isfinite(v) for v in raw)
+        or not all(math.isfinite(v) and abs(v) <= _F32_MAX for v in raw)
     ):
-        raise _fail(path, f"'{key}' is not {n} finite numbers")
+        raise _fail(path, f"'{key}' is not {n} finite numbers within float32's range")
     return np.asarray(raw, dtype=np.float64)
 
 
@@ -266,6 +291,8 @@ def read_inputs(run_dir: str | Path) -> Inputs:
     std = _floats(raw.get("std"), path, "std", width)
     if std is not None and np.any(std <= 0):
         raise _fail(path, "'std' has a value that is not positive")
+    if std is not None and np.any(std < MIN_STD):
+        raise _fail(path, f"'std' has a value below {MIN_STD:g}, which fedad never saves")
     return Inputs(
         kind=kind,
         feature_shape=tuple(shape),

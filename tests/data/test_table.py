@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,24 @@ def test_missing_values_follow_data_missing(tmp_path: Path) -> None:
     rows = np.concatenate([np.r_[c.x_train[:, 0], c.x_test[:, 0]] for c in dropped.clients])
     assert not {3, 5} & set(rows.astype(int).tolist())
     assert all(np.isfinite(c.x_train).all() for c in dropped.clients)
+
+
+def test_a_number_beyond_float32_is_infinite_without_a_warning(tmp_path: Path) -> None:
+    df = frame()
+    df["age"] = df["age"].astype(float)
+    df.loc[4, "age"] = 1e300
+    path = write(df, tmp_path / "t.csv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the overflow of the cast reaches no one
+        with pytest.raises(DataError, match=r"1 missing or infinite values in 1 rows .*age"):
+            build_federation(cfg(path, label_column="flag", features=["age", "bp"]))
+        fed = build_federation(
+            cfg(path, label_column="flag", features=["row", "age"], missing="drop",
+                standardize=False)
+        )  # fmt: skip
+    rows = np.concatenate([np.r_[c.x_train[:, 0], c.x_test[:, 0]] for c in fed.clients])
+    assert 4 not in rows.astype(int).tolist()
+    assert all(np.isfinite(c.x_train).all() and np.isfinite(c.x_test).all() for c in fed.clients)
 
 
 @pytest.mark.parametrize(

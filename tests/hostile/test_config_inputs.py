@@ -6,14 +6,19 @@ checkpoints outside it, no traceback.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from fedad.cli import app
+from fedad.errors import FedadError
+from fedad.inputs import read_inputs
 from tests.hostile.conftest import one_line_error, runner
 
 GOOD = """
@@ -140,12 +145,12 @@ def test_set_through_a_value(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("sets", "needle"),
     [
-        (["partition.scheme=\"dirichlet\"", "partition.alpha=inf"], "partition.alpha"),
+        (['partition.scheme="dirichlet"', "partition.alpha=inf"], "partition.alpha"),
         (["partition.alpha=nan"], "partition.alpha"),
-        (["privacy.mechanism=\"gaussian\"", "privacy.noise_multiplier=inf"], "noise_multiplier"),
+        (['privacy.mechanism="gaussian"', "privacy.noise_multiplier=inf"], "noise_multiplier"),
         (["privacy.noise_multiplier=nan"], "privacy.noise_multiplier"),
         (["privacy.clip=inf"], "privacy.clip"),
-        (["attack.kind=\"scaled-update\"", "attack.scale=inf"], "attack.scale"),
+        (['attack.kind="scaled-update"', "attack.scale=inf"], "attack.scale"),
         (["engine.timeout=inf"], "engine.timeout"),
         (["privacy.secagg_shares=nan"], "privacy.secagg_shares"),
     ],
@@ -176,7 +181,7 @@ def test_absurd_rounds_in_the_file(tmp_path: Path) -> None:
 
 
 def test_inf_literal_in_the_file(tmp_path: Path) -> None:
-    toml = GOOD.replace("clients = 2", "clients = 2\nscheme = \"dirichlet\"\nalpha = inf")
+    toml = GOOD.replace("clients = 2", 'clients = 2\nscheme = "dirichlet"\nalpha = inf')
     assert "partition.alpha" in _run(tmp_path, _config(tmp_path, toml))
 
 
@@ -195,3 +200,46 @@ def test_a_real_process_prints_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and "not UTF-8" in lines[0]
+
+
+# ------------------------------------------------- inputs.json statistics (issue 26, medium)
+
+INPUTS = {"kind": "vector", "feature_shape": [2], "dataset": "table", "columns": ["a", "b"],
+          "mean": [0.5, -1.0], "std": [2.0, 1.0]}  # fmt: skip
+
+
+def _inputs(tmp_path: Path, **edit: object) -> Path:
+    (tmp_path / "inputs.json").write_text(json.dumps({**INPUTS, **edit}))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        ({"mean": [1e300, 0.0]}, "'mean' is not 2 finite numbers within float32's range"),
+        ({"impute_means": [0.0, -1e39]}, "'impute_means' is not 2 finite numbers"),
+        ({"std": [1e300, 1.0]}, "'std' is not 2 finite numbers within float32's range"),
+        ({"std": [1e-300, 1.0]}, "'std' has a value below 1e-12"),
+    ],
+)
+def test_extreme_statistics_are_refused(
+    tmp_path: Path, edit: dict[str, object], needle: str
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning beside the error
+        with pytest.raises(FedadError, match=needle) as err:
+            read_inputs(_inputs(tmp_path, **edit))
+    assert "\n" not in str(err.value)
+
+
+def test_new_rows_that_overflow_float32_are_one_line_errors(tmp_path: Path) -> None:
+    inputs = read_inputs(_inputs(tmp_path, mean=[-3e38, 0.0], std=[1e-12, 1.0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(FedadError, match=r"data row 2's 'a' standardizes beyond the float32"):
+            inputs.table(pd.DataFrame({"a": [-3e38, 1.0], "b": [0.0, 0.0]}), "new.csv")
+        with pytest.raises(FedadError, match=r"missing or infinite values in 1 rows .*row 1\)"):
+            inputs.table(pd.DataFrame({"a": [1e300], "b": [0.0]}), "new.csv")
+    plain = read_inputs(_inputs(tmp_path))
+    got = plain.table(pd.DataFrame({"a": [2.5], "b": [3.0]}))
+    assert got.dtype.name == "float32" and got.tolist() == [[1.0, 4.0]]

@@ -26,7 +26,8 @@ clients' training rows**; a category seen only in test or new data encodes as al
 One-hot columns are not standardised. Date/time columns, and text columns with more than
 :data:`MAX_CATEGORIES` distinct values (an identifier, most likely), are errors that say to
 drop them. Empty numeric cells are NaN: ``data.missing`` decides (error, drop the row, or
-impute the training mean; for a categorical column the mean of its one-hot columns).
+impute the training mean; for a categorical column the mean of its one-hot columns); so are
+numbers beyond float32's range (``1e300``), which become infinite.
 
 **Untrusted input.** Files are read with pandas (pyarrow for Parquet, at least 14.0.1,
 which fixed CVE-2023-47248: code execution from a crafted file), which run no code from the
@@ -63,6 +64,7 @@ __all__ = [
     "encode_categories",
     "label_values",
     "load_table",
+    "numeric_float32",
     "read_table",
 ]
 
@@ -189,6 +191,15 @@ def encode_categories(series: pd.Series, categories: Sequence[str]) -> np.ndarra
     return out
 
 
+def numeric_float32(s: pd.Series) -> np.ndarray:
+    """A numeric column as float32, empty cells NaN: a value beyond float32's range
+    (``1e300``) becomes +-inf, for the caller's check of missing and infinite values."""
+    wide = s.to_numpy(dtype=np.float64, na_value=np.nan)
+    with np.errstate(over="ignore"):  # the overflow is expected; the missing check follows
+        out: np.ndarray = wide.astype(np.float32)
+    return out
+
+
 def _features(
     frame: pd.DataFrame, spec: TableSpec, file: Path
 ) -> tuple[np.ndarray, tuple[str, ...], tuple[tuple[int, tuple[str, ...]], ...]]:
@@ -215,7 +226,7 @@ def _features(
     for j, name in enumerate(names):
         s = frame[name]
         if pd.api.types.is_bool_dtype(s) or pd.api.types.is_numeric_dtype(s):
-            cols.append(s.to_numpy(dtype=np.float64, na_value=np.nan).astype(np.float32))
+            cols.append(numeric_float32(s))
             continue
         if pd.api.types.is_datetime64_any_dtype(s) or pd.api.types.is_timedelta64_dtype(s):
             raise DataError(
