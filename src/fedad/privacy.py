@@ -71,8 +71,11 @@ def privatize_reply(
     update = {k: reply.arrays[k].astype(np.float64) - sent[k].astype(np.float64) for k in names}
     noisy = gaussian_mechanism(update, cfg.clip, cfg.noise_multiplier, rng)
     arrays = dict(reply.arrays)
-    for k in names:
-        arrays[k] = (sent[k].astype(np.float64) + noisy[k]).astype(reply.arrays[k].dtype)
+    # noise beyond the dtype's range (noise_multiplier = 1e300) becomes inf here, without a
+    # warning: the server rejects the reply as non-finite, and says so
+    with np.errstate(over="ignore"):
+        for k in names:
+            arrays[k] = (sent[k].astype(np.float64) + noisy[k]).astype(reply.arrays[k].dtype)
     return Message(reply.kind, arrays, reply.scalars)
 
 

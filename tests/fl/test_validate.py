@@ -10,7 +10,14 @@ import pytest
 from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message
 from fedad.fl.secagg import WEIGHT, check_secure_reply
-from fedad.fl.validate import NON_NEGATIVE, ArraySpec, check_reply, spec_of
+from fedad.fl.validate import (
+    NON_NEGATIVE,
+    ArraySpec,
+    check_reply,
+    outlying_updates,
+    spec_of,
+    update_norms,
+)
 
 GOOD = {"w": np.zeros((2, 2), np.float32)}
 
@@ -177,3 +184,58 @@ def test_a_phase_declares_free_dimensions_and_negative_losses_pass() -> None:
     assert ctx.events == [
         "round 1: rejected reply of node 2: array 'x' has shape (5, 4), expected (any, 3)"
     ]
+
+
+# ------------------------------------------------------------------- update norm bounds
+
+
+def _update(w: np.ndarray, u: float, dtype: str = "float32") -> Message:
+    return Message("train", {"w": (w + u).astype(dtype), "n": np.arange(3)}, {})
+
+
+def test_update_norms_are_exact_and_do_not_overflow() -> None:
+    sent = {"w": np.full(4, 2.0, np.float32), "other": np.zeros(1, np.float32)}
+    norm, base = update_norms(sent, {"w": np.full(4, 5.0, np.float32), "new": np.ones(9)})
+    assert norm == pytest.approx(np.hypot(3.0 * 2, 3.0)) and base == pytest.approx(4.0)
+    huge = {"w": np.full(4, 1e300)}  # squares overflow float64; the scaled norm does not
+    assert update_norms({}, huge)[0] == pytest.approx(2e300)
+    assert update_norms({"w": np.full(4, -1.7e308)}, {"w": np.full(4, 1.7e308)})[0] == np.inf
+
+
+def test_outlying_updates_bound_each_reply_by_its_model_and_by_the_others() -> None:
+    w = np.ones(100, np.float32)  # norm 10
+    sent = {i: Message("train", {"w": w}) for i in range(4)}
+    honest = {i: _update(w, 0.01 * (i + 1)) for i in range(3)}  # norms 0.1 .. 0.3
+    assert outlying_updates(sent, honest) == {}
+    boosted = {**honest, 3: _update(w, 10.0)}  # 1000x a scaled-update of scale ~300: kept
+    assert outlying_updates(sent, boosted) == {}
+    absurd = {**honest, 3: _update(w, 1e30)}
+    why = outlying_updates(sent, absurd)
+    assert list(why) == [3] and "exceeds 1e+06 x max(1, 10)" in why[3]
+    outlier = {**honest, 3: _update(w, 1e4)}  # norm 1e5: 5e5 x the others' median 0.2
+    why = outlying_updates(sent, outlier)
+    assert list(why) == [3] and "the median of the other replies'" in why[3]
+    everyone = {i: _update(w, 1e30) for i in range(4)}  # all attacked: the model bound holds
+    assert sorted(outlying_updates(sent, everyone)) == [0, 1, 2, 3]
+    wide = {i: _update(w.astype(np.float64), 1e300, "float64") for i in range(2)}
+    assert sorted(outlying_updates(sent, wide)) == [0, 1]
+
+
+def test_small_updates_beside_zero_ones_are_not_outliers() -> None:
+    """A client that did not move (update 0) must not make an ordinary update an outlier."""
+    w = np.ones(100, np.float32)
+    sent = {i: Message("train", {"w": w}) for i in range(3)}
+    replies = {0: _update(w, 0.0), 1: _update(w, 0.0), 2: _update(w, 0.05)}
+    assert outlying_updates(sent, replies) == {}
+
+
+def test_the_server_rejects_an_absurd_update_of_an_update_phase_only() -> None:
+    w = np.ones(16, np.float32)
+    grid = _Grid({0: _update(w, 0.1), 1: _update(w, 0.2), 2: _update(w, 1e30)})
+    ctx = ServerContext(grid, rounds=1, seed=0)
+    msgs = {i: Message("train", {"w": w}) for i in grid.get_node_ids()}
+    assert sorted(ctx.send(msgs)) == [0, 1, 2]  # not an update phase: no norm check
+    ctx.update_phases = ("train",)
+    assert sorted(ctx.send(msgs)) == [0, 1]
+    assert ctx.events[-1].startswith("round 1: rejected reply of node 2: its update's norm 4e+30")
+    assert ctx.end_round(1)["clients_rejected"] == 1

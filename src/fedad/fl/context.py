@@ -15,12 +15,13 @@ from typing import Any, cast
 
 import numpy as np
 
+from fedad.collapse import add_loss_ratio, collapse_message
 from fedad.data.types import Features
 from fedad.fl.aggregate import weighted_mean_dicts
 from fedad.fl.grid import Grid, SecureGrid
 from fedad.fl.messages import Message
 from fedad.fl.secagg import WEIGHT, SecAggSettings, unflatten
-from fedad.fl.validate import ArraySpec, check_reply
+from fedad.fl.validate import ArraySpec, check_reply, outlying_updates
 from fedad.seeding import rng as seeded_rng
 
 log = logging.getLogger("fedad")
@@ -73,6 +74,9 @@ class ServerContext:
         self._t0 = time.perf_counter()
         self._b0 = (grid.bytes_up, grid.bytes_down)
         self._missing: set[int] = set()
+        self.update_phases: tuple[str, ...] = ()
+        """The method's model-update phases: their replies' update norms are checked too
+        (:func:`~fedad.fl.validate.outlying_updates`; set by the engine)."""
 
     # -- sampling ---------------------------------------------------------------------
     def sample(self, node_ids: Sequence[int] | None = None) -> list[int]:
@@ -102,6 +106,10 @@ class ServerContext:
                 good[nid] = replies[nid]
             else:
                 rejected[nid] = why
+        if kind in self.update_phases:
+            for nid, why in outlying_updates(messages, good).items():
+                rejected[nid] = why
+                del good[nid]
         self._tally(messages, good, rejected)
         return good
 
@@ -206,6 +214,9 @@ class ServerContext:
         }
         row.update(self._row)
         row["round"] = round_no
+        add_loss_ratio(row)
+        if round_no == self.rounds and (collapsed := collapse_message(row)) is not None:
+            self.event(collapsed)
         row["bytes_up"] = up - self._b0[0]
         row["bytes_down"] = down - self._b0[1]
         row["seconds"] = now - self._t0

@@ -329,6 +329,7 @@ def drive(
         secagg=secagg,
     )
     ctx.public = public_set(algorithm)  # by name, where the server program runs
+    ctx.update_phases = update_phases(algorithm)  # their replies' norms are checked too
     note = unapplied_note(algorithm, attack, privacy)
     if note is not None:
         ctx.events.append(note)
@@ -348,10 +349,7 @@ def drive(
         log.warning(ctx.events[-1])
     sampled = sum(int(r.get("clients_sampled", 0)) for r in ctx.history)
     if sampled and not any(int(r.get("clients_replied", 0)) for r in ctx.history):
-        raise RunError(
-            f"{algorithm.name}: no client answered in any round, the model was never trained",
-            "see the events logged above (engine.dropout, engine.timeout, failing clients)",
-        )
+        raise _never_trained(algorithm.name, ctx.history, ctx.events, privacy)
     up, down, client_s = grid.bytes_up, grid.bytes_down, grid.client_seconds
     evaluations = evaluate_all(grid, result)
     if not evaluations:
@@ -371,6 +369,36 @@ def drive(
         missing_nodes=ctx.missing_nodes,
         releases=log_grid.releases,
         array_replies=log_grid.array_replies,
+    )
+
+
+def _never_trained(
+    name: str,
+    history: Sequence[Mapping[str, Any]],
+    events: Sequence[str],
+    privacy: PrivacyConfig | None,
+) -> RunError:
+    """The error of a run in which no reply was ever usable: no client answered, or (when
+    every reply that came was rejected) why the first was rejected, and what to lower."""
+    rejected = sum(int(r.get("clients_rejected", 0)) for r in history)
+    if not rejected:
+        return RunError(
+            f"{name}: no client answered in any round, the model was never trained",
+            "see the events logged above (engine.dropout, engine.timeout, failing clients)",
+        )
+    marker = "rejected reply of "
+    first = next((e.split(marker, 1)[1] for e in events if marker in e), "")
+    if privacy is not None and privacy.mechanism != "none":
+        fix = (
+            f"lower privacy.noise_multiplier, now {privacy.noise_multiplier:g}: the noise "
+            "made the updates non-finite or absurdly large"
+        )
+    else:
+        fix = "lower the method's learning rate or [attack] scale; see the events logged above"
+    return RunError(
+        f"{name}: the server rejected every reply that arrived, in every round ({rejected} "
+        f"replies; the first: {first}), so the model was never trained",
+        fix,
     )
 
 

@@ -8,6 +8,19 @@ be negative (a flow's negative log-likelihood is a legitimate loss), except the 
 weighs a client's update in every weighted mean, plain or secure. The round goes on with the
 replies that pass.
 
+Replies to a model-update phase are also checked together (:func:`outlying_updates`).
+Node k's update ``u_k`` is the difference between each floating array it returned and the
+array of the same name and shape it was sent (the returned array itself when none was
+sent); ``|.|`` is the L2 norm over all of them, computed without overflow; ``w_k`` are the
+arrays it was sent. The reply is rejected when ``|u_k|`` is not finite, exceeds
+:data:`MAX_UPDATE_GROWTH` ``* max(1, |w_k|)``, or exceeds both ``max(1, |w_k|)`` and
+:data:`OUTLIER_RATIO` times the median of the other replies' update norms. Finite but
+absurd updates (a ``scaled-update`` attack with ``scale = 1e30``) would otherwise pass and
+break every mean; the bounds are far above the spread of honest updates (within a few
+times of each other), so boosted updates of ordinary size still get through, as the attack
+simulations need. Under SecAgg+ (``privacy.secagg``) the server sees only the sum, and
+this check does not apply.
+
 Array shapes are declared per phase by the server program (the ``arrays`` a phase's
 ``ServerContext.send`` or ``mean`` passes here), one :class:`ArraySpec` per array. A spec's
 dimension is either a size or ``None``, a *free* dimension: any size, and it may differ from
@@ -27,6 +40,13 @@ from typing import Any
 import numpy as np
 
 from fedad.fl.messages import Message
+
+MAX_UPDATE_GROWTH = 1e6
+"""An update reply is rejected when the L2 norm of its update exceeds this many times
+``max(1, norm of the arrays it was sent)`` (:func:`outlying_updates`)."""
+OUTLIER_RATIO = 1e4
+"""... or when it exceeds this many times the median update norm of the other replies of
+the phase, and the norm of the arrays it was sent (or 1)."""
 
 NON_NEGATIVE: frozenset[str] = frozenset({"num_examples"})
 """Scalars that must be finite and non-negative in every reply that declares them:
@@ -162,3 +182,64 @@ def check_reply(
         if v < 0 and name in non_negative:
             return f"scalar '{name}' = {v} is negative"
     return None
+
+
+def _norm(a: np.ndarray) -> float:
+    """The L2 norm of ``a`` in float64, scaled by its largest magnitude so that no square
+    overflows; ``inf`` when ``a`` holds a non-finite value."""
+    m = float(np.max(np.abs(a))) if a.size else 0.0
+    if not math.isfinite(m):
+        return math.inf
+    if m == 0.0:
+        return 0.0
+    return m * math.sqrt(float(np.sum(np.square(a / m))))
+
+
+def update_norms(
+    sent: Mapping[str, np.ndarray], returned: Mapping[str, np.ndarray]
+) -> tuple[float, float]:
+    """``(norm of the update, norm of the arrays sent)`` over the floating arrays of
+    ``returned``: each minus the array of ``sent`` of the same name and shape, or as it is
+    when ``sent`` has none (see the module docstring)."""
+    parts: list[float] = []
+    base: list[float] = []
+    for name, a in returned.items():
+        if not np.issubdtype(a.dtype, np.floating):
+            continue
+        w = sent.get(name)
+        wide = a.astype(np.float64)
+        if w is not None and w.shape == a.shape:
+            with np.errstate(over="ignore", invalid="ignore"):  # inf is checked by the caller
+                wide = wide - w.astype(np.float64)
+            base.append(_norm(w.astype(np.float64)))
+        parts.append(_norm(wide))
+    norm = float(np.hypot.reduce(parts)) if parts else 0.0
+    return norm, float(np.hypot.reduce(base)) if base else 0.0
+
+
+def outlying_updates(sent: Mapping[int, Message], replies: Mapping[int, Message]) -> dict[int, str]:
+    """Why each reply of ``replies`` (to the messages ``sent``, by node) with a non-finite or
+    absurdly large update is rejected (the rules of the module docstring); the others are
+    not in the result."""
+    norms = {
+        nid: update_norms(sent[nid].arrays if nid in sent else {}, r.arrays)
+        for nid, r in replies.items()
+    }
+    out: dict[int, str] = {}
+    for nid, (n, w) in norms.items():
+        scale = max(1.0, w)
+        others = [m for j, (m, _) in norms.items() if j != nid and math.isfinite(m)]
+        median = float(np.median(others)) if others else math.inf
+        if not math.isfinite(n):
+            out[nid] = "its update's norm is not finite"
+        elif n > MAX_UPDATE_GROWTH * scale:
+            out[nid] = (
+                f"its update's norm {n:.3g} exceeds {MAX_UPDATE_GROWTH:g} x max(1, {w:.3g}), "
+                "the norm of the arrays it was sent"
+            )
+        elif n > scale and n > OUTLIER_RATIO * median:
+            out[nid] = (
+                f"its update's norm {n:.3g} exceeds {OUTLIER_RATIO:g} x {median:.3g}, the "
+                "median of the other replies'"
+            )
+    return out

@@ -18,7 +18,7 @@ from fedad.attacks import attacked_clients, poison_update
 from fedad.config import AttackConfig, parse_config
 from fedad.data.types import ClientData, Federation
 from fedad.detector import detector_from_config
-from fedad.errors import FedadError
+from fedad.errors import FedadError, RunError
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import Message
@@ -77,8 +77,14 @@ def test_every_onlad_aggregation_survives_any_finite_update(
     name: str, exponent: int, sign: float, bad: set[int], mode: str
 ) -> None:
     """Updates of magnitude 1e-300 to 1e300: the run finishes with a finite global model and
-    finite scores; a credit-based method that cannot rank a client says so, naming it."""
-    out = _run_hostile(name, bad, sign * 10.0**exponent, mode)
+    finite scores; a credit-based method that cannot rank a client says so, naming it. When
+    every client is hostile the engine's norm bound may reject every update: a one-line
+    RunError then says so."""
+    try:
+        out = _run_hostile(name, bad, sign * 10.0**exponent, mode)
+    except RunError as err:
+        assert bad == {0, 1, 2, 3} and "rejected every reply" in str(err), str(err)
+        return
     assert all(np.all(np.isfinite(a)) for a in out.result.arrays.values())
     assert math.isfinite(out.result.scalars["threshold"])
     assert out.result.arrays["threshold_"] == out.result.scalars["threshold"]
@@ -98,15 +104,14 @@ def test_scaled_update_of_1e200_is_excluded_not_fatal() -> None:
     """The reproduction of item 2: scale 1e200 used to raise in credit_scores."""
     attack = {"kind": "scaled-update", "clients": 1, "scale": 1e200}
     (bad,) = attacked_clients(AttackConfig(**attack), 5, 0)  # type: ignore[arg-type]
-    for name in CREDIT:
+    for name in CREDIT:  # the engine's norm bound rejects it before credit scoring sees it
         out = _run(name, attack, detect=False)
         rows = _rows(out)
-        assert all(_weights(r)[bad] == 0.0 for r in rows)
-        assert any(f"node {bad}:" in e and "excluded" in e for e in out.events), name
+        assert all(_weights(r).get(bad, 0.0) == 0.0 for r in rows)
+        assert any(f"node {bad}: its update's norm" in e for e in out.events), name
         assert all(sum(_weights(r).values()) == pytest.approx(1.0, abs=1e-3) for r in rows)
-    # FedAvg has no per-client check: its overflowing aggregate is refused, the model kept
-    out = _run("onlad", attack, detect=False)
-    assert any("global model kept" in e for e in out.events)
+    out = _run("onlad", attack, detect=False)  # FedAvg too: the model stays finite
+    assert any(f"node {bad}: its update's norm" in e for e in out.events)
     assert all(np.all(np.isfinite(a)) for a in out.result.arrays.values())
 
 
