@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import warnings
+from types import SimpleNamespace
+from typing import Any, cast
+
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
+from fedad.errors import FedadError
 from fedad.fl.algorithm import Setup, build_algorithm
+from fedad.fl.context import ServerContext
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.methods.baselines.detectors import TorchDetector
 from fedad.methods.baselines.federated import client_rng
@@ -174,3 +181,45 @@ def test_reply_carries_y_as_a_model_update() -> None:
     cfg = PrivacyConfig(mechanism="gaussian", clip=0.1, noise_multiplier=1.0)
     noisy = privatize_reply(msg.arrays, reply, cfg, np.random.default_rng(0))
     assert all(not np.array_equal(noisy.arrays[k], reply.arrays[k]) for k in x)
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        ({"lr": 1e300}, "less than or equal to 10"),
+        ({"server_lr": 1e300}, "less than or equal to 100"),
+        ({"lr": 0.0}, "greater than 0"),
+    ],
+)
+def test_step_sizes_are_bounded(params: dict[str, float], needle: str) -> None:
+    setup = _setup("vector", (6,), 2)
+    with pytest.raises(FedadError, match=needle):
+        build_algorithm("scaffold", params, setup, "autoencoder")
+    assert "server_lr" in Scaffold.ParamsModel.model_fields
+    assert Scaffold.ParamsModel.model_fields["lr"].description.startswith(  # type: ignore[union-attr]
+        "local SGD step size eta_l in (0, 10]"
+    )
+
+
+def test_a_server_step_that_overflows_keeps_the_model_with_an_event() -> None:
+    alg = build_algorithm(
+        "scaffold", {"server_lr": 100.0}, _setup("vector", (6,), 2), "autoencoder"
+    )
+    assert isinstance(alg, Scaffold)
+    ctx = ServerContext(cast(Any, SimpleNamespace(bytes_up=0, bytes_down=0)), rounds=1, seed=0)
+    x = {"w": np.ones(3, np.float32)}
+    c = {"w": np.zeros(3, np.float32)}
+    huge = {"w": np.full(3, 3e37, np.float32), "dc/w": np.ones(3, np.float32)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        x2, c2 = alg._step(ctx, x, c, huge, replied=2, total=2)
+    assert x2 is x and c2 is c
+    assert ctx.events == [
+        "round 1: the server step (server_lr = 100) makes w non-finite; the global model and c "
+        "are unchanged (lower server_lr or lr)"
+    ]
+    fine = {"w": np.full(3, 1.5, np.float32), "dc/w": np.ones(3, np.float32)}
+    x3, c3 = alg._step(ctx, x, c, fine, replied=2, total=2)
+    np.testing.assert_allclose(x3["w"], 51.0)
+    np.testing.assert_allclose(c3["w"], 1.0)
+    assert len(ctx.events) == 1

@@ -22,6 +22,8 @@ Each round (:mod:`.control` for the equations):
 4. the server sets :math:`x \\leftarrow x + \\eta_g \\overline{\\Delta y}` (``server_lr``
    :math:`\\eta_g = 1` by default) and :math:`c \\leftarrow c + \\frac{|S|}{N}
    \\overline{\\Delta c}`, :math:`N` the number of clients.
+   A step that would make :math:`x` or :math:`c` non-finite is skipped with an event
+   (``lr`` is at most :data:`MAX_LR`, ``server_lr`` at most :data:`MAX_SERVER_LR`).
 
 The means are taken through :meth:`ServerContext.mean
 <fedad.fl.context.ServerContext.mean>` (so SecAgg+ applies), which weights replies by their
@@ -69,15 +71,30 @@ GRAPH_LR = 1e-3
 at 0.01 diverges there."""
 
 
+MAX_LR = 10.0
+"""Largest ``lr``: plain SGD on these detectors diverges well below it."""
+MAX_SERVER_LR = 100.0
+"""Largest ``server_lr``: the paper's global step size is 1, or sqrt(|S|) (10 for 100
+sampled clients)."""
+
+
 class ScaffoldParams(TrainParams):
     """The baselines' training parameters, with SGD's step size and the global one."""
 
     lr: float = Field(
         default=0.01,
         gt=0.0,
-        description=f"local SGD step size eta_l; default 0.01, {GRAPH_LR} on graphs",
+        le=MAX_LR,
+        description=f"local SGD step size eta_l in (0, {MAX_LR:g}]; default 0.01, {GRAPH_LR} "
+        "on graphs",
     )
-    server_lr: float = Field(default=1.0, gt=0.0, description="global step size eta_g")
+    server_lr: float = Field(
+        default=1.0,
+        gt=0.0,
+        le=MAX_SERVER_LR,
+        description=f"global step size eta_g in (0, {MAX_SERVER_LR:g}]; the paper uses 1 "
+        "(or sqrt(|S|))",
+    )
 
 
 def control_keys(det: TorchDetector) -> list[str]:
@@ -159,19 +176,42 @@ class Scaffold(_GlobalModel):
             msgs = {i: Message(TRAIN, down, {"round": r}) for i in ctx.sample()}
             avg = ctx.mean(msgs, arrays=spec, scalars=["loss"])
             if avg.arrays is not None:
-                mean_y = {k: v for k, v in avg.arrays.items() if not k.startswith(DC + "/")}
-                x, c = server_update(
-                    x,
-                    c,
-                    {k: mean_y[k] - x[k] for k in x},  # mean of Delta y_i = mean(y_i) - x
-                    unprefixed(avg.arrays, DC),
-                    sampled=len(avg.replies),
-                    total=max(total, len(avg.replies)),
-                    server_lr=self.params.server_lr,
-                )
+                x, c = self._step(ctx, x, c, avg.arrays, len(avg.replies), total)
                 log_weighted_scalars(ctx, avg.replies, ["loss"])
             else:
                 ctx.event("no valid replies; the global model and c are unchanged")
             ctx.checkpoint(r, ServerResult(arrays=x, scalars={}))
             ctx.end_round(r)
         return ServerResult(arrays=x, scalars={})
+
+    def _step(
+        self,
+        ctx: ServerContext,
+        x: dict[str, np.ndarray],
+        c: dict[str, np.ndarray],
+        mean: dict[str, np.ndarray],
+        replied: int,
+        total: int,
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """The server's step from the replies' ``mean``; the old ``(x, c)`` with an event
+        when the step would make either non-finite (a large ``server_lr`` on a large mean)."""
+        mean_y = {k: v for k, v in mean.items() if not k.startswith(DC + "/")}
+        with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+            x_new, c_new = server_update(
+                x,
+                c,
+                {k: mean_y[k] - x[k] for k in x},  # mean of Delta y_i = mean(y_i) - x
+                unprefixed(mean, DC),
+                sampled=replied,
+                total=max(total, replied),
+                server_lr=self.params.server_lr,
+            )
+        stepped = {**x_new, **prefixed(c_new, C)}
+        bad = sorted(k for k, v in stepped.items() if not np.all(np.isfinite(v)))
+        if not bad:
+            return x_new, c_new
+        ctx.event(
+            f"the server step (server_lr = {self.params.server_lr:g}) makes {bad[0]} "
+            "non-finite; the global model and c are unchanged (lower server_lr or lr)"
+        )
+        return x, c
