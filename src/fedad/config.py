@@ -354,6 +354,25 @@ class ExperimentConfig(_Strict):
 
 
 _UNION_ARMS = {"int", "float", "str", "bool"}
+_ARM_PREFIXES = ("literal[", "constrained-")
+
+
+def _is_arm(part: str) -> bool:
+    """Whether a location part names the arm of a union (``int``, ``constrained-int`` for
+    an ``Annotated[int, Field(ge=1)]``, ``literal['auto']``): pydantic's, not a key."""
+    return part in _UNION_ARMS or part.startswith(_ARM_PREFIXES)
+
+
+def _other_arms(err: ValidationError, parts: list[str]) -> str:
+    """`` (or 'auto')`` when a literal arm of the same union also refused the value."""
+    wanted = [
+        e["msg"].removeprefix("Input should be ")
+        for e in err.errors()[1:]
+        if e["type"] == "literal_error"
+        and len(e["loc"]) == len(parts) + 1
+        and [str(p) for p in e["loc"][:-1]] == parts
+    ]
+    return f" (or {' or '.join(wanted)})" if wanted else ""
 
 
 def _format_error(err: ValidationError) -> str:
@@ -361,11 +380,11 @@ def _format_error(err: ValidationError) -> str:
     kind = first["type"]
     parts = [str(p) for p in first["loc"]]
     # the arm of a union (``privacy.secagg_shares.int``) is pydantic's, not a key
-    arm = bool(parts) and (parts[-1] in _UNION_ARMS or parts[-1].startswith("literal["))
+    arm = bool(parts) and _is_arm(parts[-1])
     if kind != "extra_forbidden" and len(parts) > 1 and arm:
         parts.pop()
     loc = ".".join(parts)
-    msg = first["msg"]
+    msg = first["msg"] + (_other_arms(err, parts) if arm else "")
     if kind == "extra_forbidden":
         return f"unknown key '{loc}' in the config (remove it or check its spelling; see DESIGN.md)"
     if kind == "missing":

@@ -174,6 +174,18 @@ def test_absurd_values(tmp_path: Path, sets: list[str], needle: str) -> None:
     assert needle in _run(tmp_path, _config(tmp_path), *sets)
 
 
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [("0", "greater than or equal to 1 (or 'auto')"), ('"many"', "valid integer"),
+     ("5000", "less than or equal to 1024 (or 'auto')")],
+)  # fmt: skip
+def test_workers_is_named_as_the_key(tmp_path: Path, value: str, needle: str) -> None:
+    """Not ``engine.workers.constrained-int``: the union's arm is pydantic's, not a key."""
+    line = _run(tmp_path, _config(tmp_path), f"engine.workers={value}")
+    assert "'engine.workers' (got " in line and needle in line
+    assert "constrained" not in line
+
+
 def test_absurd_rounds_in_the_file(tmp_path: Path) -> None:
     toml = GOOD.replace("rounds = 1", "rounds = 100000000000000000000")
     line = _run(tmp_path, _config(tmp_path, toml))
