@@ -14,6 +14,12 @@ Rules (docs/runs.md):
   ``.fedad/done/LABEL.{json,npz}`` and the standard files rewritten, so results survive
   Ctrl-C, SIGTERM or a later error, and ``--resume`` continues from them.
 
+* ``DIR`` is resolved once when claimed (it may be a link the user made); below it no
+  symbolic link is ever followed: a link among fedad's entries is a one-line error before
+  anything is written or deleted (:func:`refuse_links`), and every write, lock and deletion
+  opens each component relative to its parent's descriptor with ``O_NOFOLLOW``; temporary
+  files get fresh random names and are created with ``O_EXCL``.
+
 Any OSError on the output is a one-line :class:`~fedad.errors.FedadError`.
 """
 
@@ -26,7 +32,10 @@ import io
 import json
 import os
 import re
+import secrets
 import shutil
+import stat
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,8 +68,10 @@ SEED_DIRS = re.compile(r"seed--?[0-9]{1,20}")
 _LABEL = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 _TMP = re.compile(
     r"\.(?:config\.toml|metrics\.json|history\.csv|scores\.npz|maps\.npz|embeddings\.npz|report\.html|inputs\.json)"
-    r"\.tmp-[0-9]+"
+    r"\.tmp-[0-9]+(?:-[0-9a-f]{16})?"
 )
+"""Temporary files of interrupted writes at the top of a run (``.NAME.tmp-PID-RANDOM``;
+``.NAME.tmp-PID`` from fedad before the random part)."""
 
 State = Literal["running", "interrupted", "failed", "finished"]
 
@@ -79,20 +90,184 @@ def output_error(path: Path, err: OSError) -> FedadError:
     return FedadError(f"cannot write '{path}': {_why(err)}", fix)
 
 
+# -- the mechanism: paths below a run's root, opened without following links ---------------
+#
+# A run directory is untrusted: it may be a copy someone shared, crafted so that a name fedad
+# writes (``.fedad``, ``.fedad/lock``, ``checkpoints``, a temporary file) is a symbolic link
+# out of it. The root itself is the user's choice (``--out`` may be a link they made, or lie
+# below one): it is resolved once, when it is claimed, and every component *below* it is
+# opened relative to its parent's descriptor with ``O_NOFOLLOW`` (openat-style), so no write,
+# lock or deletion ever goes through a link. A link found there is a one-line error naming it.
+
+
+@dataclass(frozen=True)
+class _Anchor:
+    """A claimed root: ``alias`` (an absolute path as the user named it) lies at ``rel``
+    below ``base``, a resolved directory that is opened following links."""
+
+    alias: str
+    shown: str
+    base: str
+    rel: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Where:
+    """A path located below an anchor: open ``base``, then each of ``parts`` in turn."""
+
+    base: str
+    parts: tuple[str, ...]
+    shown: tuple[str, ...]
+    """How each component of ``parts`` is named in messages."""
+    anchored: bool
+
+
+_ANCHORS: list[_Anchor] = []
+_ANCHORS_LOCK = threading.Lock()
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def link_error(path: str | Path) -> FedadError:
+    """The one-line error for a symbolic link found below a run's root."""
+    return FedadError(
+        f"'{path}' is a symbolic link; fedad does not follow links inside a run directory",
+        "remove it or choose another --out",
+    )
+
+
+def _enclosing(path: str | Path, strict: bool = False) -> tuple[_Anchor, tuple[str, ...]] | None:
+    """The innermost claimed root holding ``path`` (``strict``: strictly above it), and the
+    components from that root down to ``path``."""
+    p = os.path.abspath(path)
+    best: tuple[_Anchor, tuple[str, ...]] | None = None
+    for a in tuple(_ANCHORS):  # later anchors win ties: the innermost, most recent claim
+        rest = os.path.relpath(p, a.alias)
+        if rest == os.pardir or rest.startswith(os.pardir + os.sep):
+            continue
+        tail = () if rest == os.curdir else tuple(rest.split(os.sep))
+        if strict and not tail:
+            continue
+        if best is None or len(a.alias) >= len(best[0].alias):
+            best = (a, tail)
+    return best
+
+
+def _where(path: str | Path) -> _Where:
+    """Where ``path`` lies: below a claimed root (anchored), else in its parent as given."""
+    found = _enclosing(path)
+    if found is None:
+        p = os.path.abspath(path)
+        return _Where(os.path.dirname(p), (os.path.basename(p),), (str(path),), False)
+    a, tail = found
+    shown = [os.path.join(a.base, *a.rel[: i + 1]) for i in range(len(a.rel))]
+    shown += [os.path.join(a.shown, *tail[: i + 1]) for i in range(len(tail))]
+    return _Where(a.base, a.rel + tail, tuple(shown), True)
+
+
+def _push(root: Path) -> tuple[_Anchor, ...]:
+    """Claim ``root``: paths below it are opened without following links until popped."""
+    found = _enclosing(root)
+    rel: tuple[str, ...] = ()
+    if found is None:
+        base = os.path.realpath(root)
+    else:
+        base, rel = found[0].base, found[0].rel + found[1]
+    alias, real = os.path.abspath(root), os.path.join(base, *rel)
+    # also the resolved name, e.g. what workdir.resolve() gives
+    pushed = tuple(_Anchor(a, str(root), base, rel) for a in dict.fromkeys((alias, real)))
+    with _ANCHORS_LOCK:
+        _ANCHORS.extend(pushed)
+    return pushed
+
+
+def _pop(pushed: tuple[_Anchor, ...]) -> None:
+    """Undo one :func:`_push` (not another claim of the same folder)."""
+    with _ANCHORS_LOCK:
+        _ANCHORS[:] = [a for a in _ANCHORS if not any(a is b for b in pushed)]
+
+
+@contextlib.contextmanager
+def anchored(root: Path) -> Iterator[Path]:
+    """Within the block, writes below ``root`` never follow a link (``root`` itself may be
+    one): for a folder fedad writes into without claiming it (``fedad report``'s run, a
+    SuperNode's ``--models-dir``)."""
+    pushed = _push(root)
+    try:
+        yield root
+    finally:
+        _pop(pushed)
+
+
+def _is_link(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _open_at(dir_fd: int, name: str, flags: int, shown: str, mode: int = 0o777) -> int:
+    """``openat(dir_fd, name, flags | O_NOFOLLOW)``; a link there is :func:`link_error`."""
+    try:
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK) and _is_link(dir_fd, name):
+            raise link_error(shown) from None
+        raise
+
+
+@contextlib.contextmanager
+def _parent_fd(w: _Where, create: bool = False) -> Iterator[int]:
+    """A descriptor of the folder holding ``w``'s last part, reached without following a
+    link below the root (``create``: missing folders are made on the way)."""
+    fd = os.open(w.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name, shown in zip(w.parts[:-1], w.shown[:-1], strict=True):
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, dir_fd=fd)
+            nxt = _open_at(fd, name, _DIR_FLAGS, shown)
+            os.close(fd)
+            fd = nxt
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _refuse_link(dir_fd: int, name: str, w: _Where) -> None:
+    """Below a claimed root, an existing link at ``name`` is an error (never replaced)."""
+    if w.anchored and _is_link(dir_fd, name):
+        raise link_error(w.shown[-1])
+
+
+def _tmp_name(name: str) -> str:
+    """A fresh temporary name beside ``name``: unpredictable, so nothing can be planted."""
+    return f".{name}.tmp-{os.getpid()}-{secrets.token_hex(8)}"
+
+
 # -- atomic writes --------------------------------------------------------------------------
 
 
 def _atomic(path: Path, write: Callable[[IO[bytes]], object]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    """Write a new file beside ``path`` (``O_EXCL``, never through a link) and rename it."""
+    w = _where(path)
+    name = w.parts[-1]
     try:
-        with open(tmp, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        with _parent_fd(w) as dfd:
+            _refuse_link(dfd, name, w)
+            tmp = _tmp_name(name)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+            fd = _open_at(dfd, tmp, flags, str(path.with_name(tmp)), 0o666)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    write(fh)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dfd)
+                raise
     except OSError as err:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise output_error(path, err) from None
 
 
@@ -114,12 +289,38 @@ def write_npz(path: Path, arrays: dict[str, np.ndarray], compressed: bool = Fals
 
 
 def mkdir(path: Path) -> Path:
-    """``mkdir -p`` with a one-line error."""
+    """``mkdir -p`` with a one-line error; below a claimed root, never through a link."""
+    w = _where(path)
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        if not w.anchored:
+            path.mkdir(parents=True, exist_ok=True)
+        elif w.parts:
+            with _parent_fd(w, create=True) as dfd:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(w.parts[-1], dir_fd=dfd)
+                os.close(_open_at(dfd, w.parts[-1], _DIR_FLAGS, w.shown[-1]))
     except OSError as err:
         raise output_error(path, err) from None
     return path
+
+
+MAX_READ = 64 * 2**20
+"""The most :func:`read_text` reads of one bookkeeping file (resolved configs, done files)."""
+
+
+def read_text(path: Path, limit: int = MAX_READ) -> str:
+    """A small text file below a claimed root, read without following a link (a one-line
+    error) or waiting on a pipe; OSError / UnicodeDecodeError for the caller to word."""
+    w = _where(path)
+    with _parent_fd(w) as dfd:
+        fd = _open_at(dfd, w.parts[-1], os.O_RDONLY | os.O_NONBLOCK, w.shown[-1])
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+    return data.decode("utf-8")
 
 
 # -- the run directory ------------------------------------------------------------------------
@@ -158,13 +359,78 @@ def _has_results(root: Path) -> bool:
     )
 
 
+def _ours(name: str, seeds: bool) -> bool:
+    """Whether a run writes, reads or deletes the entry ``name`` at the top of its folder."""
+    return (
+        name in OUTPUTS
+        or name in OUTPUT_DIRS
+        or bool(_TMP.fullmatch(name))
+        or (seeds and bool(SEED_DIRS.fullmatch(name)))
+    )
+
+
+def refuse_links(root: Path, seeds: bool = True) -> None:
+    """Raise :func:`link_error` for the first symbolic link in the run structure below
+    ``root`` (``root`` itself may be one): fedad's entries at the top, everything below
+    ``.fedad/`` and ``checkpoints/``, ``.flower`` and its ``node-models/`` (the rest of
+    ``.flower`` is Flower's own, never written again, only deleted without following
+    links), and ``seed-N/`` folders as runs of their own. Files of the user's are not
+    looked at. Checked when a run directory is claimed, before anything is written."""
+    try:
+        names = sorted(os.listdir(root))
+    except OSError as err:
+        raise FedadError(f"cannot read '{root}': {_why(err)}", "choose another --out") from None
+    for name in names:
+        p = root / name
+        if not _ours(name, seeds):
+            continue
+        if p.is_symlink():
+            raise link_error(p)
+        if not p.is_dir():
+            continue
+        if SEED_DIRS.fullmatch(name):
+            refuse_links(p, seeds=False)
+        elif name == ".flower":
+            models = p / "node-models"
+            if models.is_symlink():
+                raise link_error(models)
+            if models.is_dir():
+                _refuse_links_below(models)
+        else:
+            _refuse_links_below(p)
+
+
+def _refuse_links_below(top: Path) -> None:
+    """:func:`link_error` for the first link anywhere below the folder ``top`` (iterative,
+    so that no nesting depth can exhaust the stack)."""
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = sorted(it, key=lambda e: e.name)
+            for e in entries:
+                if e.is_symlink():
+                    raise link_error(d / e.name)
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(d / e.name)
+        except OSError as err:
+            raise FedadError(f"cannot read '{d}': {_why(err)}", "choose another --out") from None
+
+
 class RunDir:
-    """A claimed output directory: use as a context manager around the whole run."""
+    """A claimed output directory: use as a context manager around the whole run.
+
+    Claiming resolves ``root`` once; below it no link is followed (:func:`refuse_links`
+    before anything is written, then every write, lock and deletion relative to its
+    folder's descriptor), until the context ends.
+    """
 
     def __init__(self, root: Path, created: bool) -> None:
         self.root = root
         self.created = created
         self._lock: IO[str] | None = None
+        self._anchors: tuple[_Anchor, ...] = ()
 
     # -- claiming ---------------------------------------------------------------------
     @classmethod
@@ -176,8 +442,28 @@ class RunDir:
             raise FedadError(
                 f"--out '{root}' exists and is not a directory", "give a new or empty directory"
             )
-        created = not root.exists()
-        mkdir(root)
+        created = not (root.exists() or root.is_symlink())
+        if _enclosing(root, strict=True) is None:
+            try:  # the root as the user named it: links above it are theirs
+                root.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise output_error(root, err) from None
+        else:  # a seed's run inside a claimed run: not through a link either
+            mkdir(root)
+        run = cls(root, created)
+        run._anchors = _push(root)
+        try:
+            run._check(force, resume)
+        except BaseException:
+            run.close()
+            raise
+        return run
+
+    def _check(self, force: bool, resume: bool) -> None:
+        """:meth:`claim`'s rules, in order: no links, not another's folder, the lock, then
+        (``force``) clearing."""
+        root = self.root
+        refuse_links(root)
         is_run = (root / STATE_DIR / RUN_FILE).is_file() or (
             (root / "metrics.json").is_file() and (root / "config.toml").is_file()
         )  # the second: runs written before .fedad/ existed
@@ -190,43 +476,50 @@ class RunDir:
                 f"--out '{root}' is not empty and holds no fedad run ({shown})",
                 "choose a new or empty directory; fedad does not write among other files",
             )
-        run = cls(root, created)
-        run._acquire()
-        try:
-            if resume:
-                if not is_run:
-                    raise FedadError(
-                        f"--resume: '{root}' holds no fedad run to resume",
-                        "drop --resume to start a new run",
-                    )
-            elif _has_results(root):
-                if not force:
-                    raise FedadError(
-                        f"--out '{root}' holds a fedad run already",
-                        "add --force to replace it, --resume to complete it, or choose "
-                        "another --out",
-                    )
-                run.clear()
-            elif is_run:
-                run.clear()  # a run that ended before any result: nothing to keep
-        except BaseException:
-            run.release()
-            raise
-        return run
+        self._acquire()
+        if resume:
+            if not is_run:
+                raise FedadError(
+                    f"--resume: '{root}' holds no fedad run to resume",
+                    "drop --resume to start a new run",
+                )
+        elif _has_results(root):
+            if not force:
+                raise FedadError(
+                    f"--out '{root}' holds a fedad run already",
+                    "add --force to replace it, --resume to complete it, or choose another --out",
+                )
+            self.clear()
+        elif is_run:
+            self.clear()  # a run that ended before any result: nothing to keep
 
     def _acquire(self) -> None:
-        """Take the lock; creating it is also the check that the directory is writable."""
-        state = mkdir(self.root / STATE_DIR)
-        path = state / LOCK_FILE
+        """Take the lock; creating it is also the check that the directory is writable.
+
+        The lock file is opened without following a link, and must be a plain file with no
+        other name (a hard link would let its truncation reach another file)."""
+        path = mkdir(self.root / STATE_DIR) / LOCK_FILE
+        w = _where(path)
         try:
-            fh = open(path, "a+")  # noqa: SIM115 - held open for the run's lifetime
+            with _parent_fd(w) as dfd:
+                fd = _open_at(
+                    dfd, LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, str(path), 0o644
+                )
         except OSError as err:
             raise output_error(path, err) from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            os.close(fd)
+            raise FedadError(
+                f"'{path}' is not a plain file of its own (a hard link or a special file)",
+                "remove it or choose another --out",
+            )
+        fh = os.fdopen(fd, "r+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             fh.seek(0)
-            holder = fh.read().strip()[:20]
+            holder = fh.read(20).strip()
             fh.close()
             raise FedadError(
                 f"another fedad run{f' (pid {holder})' if holder else ''} is writing to "
@@ -247,20 +540,27 @@ class RunDir:
                 self._lock.close()
             self._lock = None
 
+    def close(self) -> None:
+        """Drop the lock and the claim (paths below the root are no longer guarded)."""
+        self.release()
+        _pop(self._anchors)
+        self._anchors = ()
+
     def clear(self) -> None:
-        """Remove what a fedad run wrote here (never other files), keeping the lock."""
-        for name in OUTPUTS:
-            with contextlib.suppress(FileNotFoundError):
-                _remove(self.root / name)
-        for name in ("checkpoints", ".flower"):
-            _remove(self.root / name)
-        for p in list(self.root.iterdir()):
-            if _TMP.fullmatch(p.name) or _seed_run(p):
+        """Remove what a fedad run wrote here (never other files), keeping the lock.
+
+        Nothing is followed: a link among fedad's entries is an error, and folders are
+        removed relative to their parent's descriptor (:func:`shutil.rmtree` with ``dir_fd``,
+        which never descends into a link)."""
+        for name in sorted(os.listdir(self.root)):
+            p = self.root / name
+            seed = bool(SEED_DIRS.fullmatch(name))
+            if name != STATE_DIR and _ours(name, seeds=True) and (_seed_run(p) or not seed):
                 _remove(p)
         state = self.root / STATE_DIR
-        for p in state.iterdir() if state.is_dir() else []:
-            if p.name != LOCK_FILE:
-                _remove(p)
+        for name in sorted(os.listdir(state)) if state.is_dir() and not state.is_symlink() else []:
+            if name != LOCK_FILE:
+                _remove(state / name)
 
     def discard_if_empty(self) -> None:
         """After a run that wrote no result: leave no trace (the folder too, if ours).
@@ -278,8 +578,9 @@ class RunDir:
         with contextlib.suppress(FedadError):
             self.clear()
         self.release()
+        with contextlib.suppress(FedadError):
+            _remove(self.root / STATE_DIR)
         with contextlib.suppress(OSError):
-            shutil.rmtree(self.root / STATE_DIR)
             if self.created and not any(self.root.iterdir()):
                 self.root.rmdir()
 
@@ -294,18 +595,22 @@ class RunDir:
     def check_config(self, config_text: str) -> None:
         """``--resume``: refuse when the run here started from another config (one line).
 
-        A run without a ``config.toml`` yet (stopped before it wrote one) passes.
+        A run without a ``config.toml`` yet (stopped before it wrote one) passes. The file
+        is untrusted: damaged, too large or too deeply nested is a one-line error.
         """
         import tomllib
 
         path = self.root / "config.toml"
         try:
-            old = tomllib.loads(path.read_text(encoding="utf-8"))
+            old = tomllib.loads(read_text(path))
+            diff = config_difference(old, tomllib.loads(config_text))
         except FileNotFoundError:
             return
-        except (OSError, ValueError) as err:
-            raise FedadError(f"--resume: '{path}' is damaged ({str(err)[:120]})") from None
-        diff = config_difference(old, tomllib.loads(config_text))
+        except (OSError, ValueError, RecursionError) as err:
+            why = "nested too deeply" if isinstance(err, RecursionError) else str(err)[:120]
+            raise FedadError(
+                f"--resume: '{path}' is damaged ({why})", "run again with --force"
+            ) from None
         if diff is not None:
             raise FedadError(
                 f"--resume: the config differs from the run in '{self.root}': {diff}",
@@ -331,7 +636,7 @@ class RunDir:
             if not (_LABEL.fullmatch(label) and meta.is_file() and arrays.is_file()):
                 continue
             try:
-                data = json.loads(meta.read_text(encoding="utf-8"))
+                data = json.loads(read_text(meta))
             except (OSError, ValueError, RecursionError) as err:
                 raise FedadError(
                     f"--resume: '{meta}' is damaged ({str(err)[:120]})",
@@ -353,36 +658,65 @@ class RunDir:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.release()
+        self.close()
+
+
+def _remove_at(dir_fd: int, name: str, shown: str, anchored: bool) -> None:
+    """Remove the entry ``name`` of the folder ``dir_fd`` without following a link: a
+    folder with :func:`shutil.rmtree` relative to ``dir_fd`` (which never descends into a
+    link), anything else unlinked; below a claimed root a link is an error instead."""
+    try:
+        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode) and anchored:
+        raise link_error(shown)
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(name, dir_fd=dir_fd)
+    else:
+        os.unlink(name, dir_fd=dir_fd)
 
 
 def _remove(path: Path) -> None:
+    """Remove ``path`` (a file or a whole folder; nothing when it is not there)."""
+    w = _where(path)
     try:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif path.exists() or path.is_symlink():
-            path.unlink()
-    except OSError as err:
+        with _parent_fd(w) as dfd:
+            _remove_at(dfd, w.parts[-1], w.shown[-1], w.anchored)
+    except FileNotFoundError:
+        return
+    except (OSError, RecursionError) as err:
+        why = _why(err) if isinstance(err, OSError) else "nested too deeply"
         raise FedadError(
-            f"cannot clear '{path}': {_why(err)}", "remove it yourself or choose another --out"
+            f"cannot clear '{path}': {why}", "remove it yourself or choose another --out"
         ) from None
 
 
 @contextlib.contextmanager
 def staged_dir(final: Path) -> Iterator[Path]:
-    """A temporary folder beside ``final`` that replaces it when the block succeeds."""
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    _remove(tmp)
-    mkdir(tmp)
+    """A temporary folder beside ``final`` that replaces it when the block succeeds.
+
+    The folder's name is fresh and unpredictable and it is created exclusively; the
+    replacement renames it relative to the parent's descriptor."""
+    w = _where(final)
+    name, tmp_name = w.parts[-1], _tmp_name(w.parts[-1])
+    tmp = final.with_name(tmp_name)
+    mkdir(final.parent)
+    placed = False
     try:
+        with _parent_fd(w) as dfd:
+            os.mkdir(tmp_name, 0o777, dir_fd=dfd)
         yield tmp
-        _remove(final)
-        os.replace(tmp, final)
+        with _parent_fd(w) as dfd:
+            _remove_at(dfd, name, w.shown[-1], w.anchored)
+            os.replace(tmp_name, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            placed = True
     except OSError as err:
         raise output_error(final, err) from None
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        if not placed:
+            with contextlib.suppress(FedadError):
+                _remove(tmp)
 
 
 def config_difference(old: Any, new: Any, where: str = "") -> str | None:

@@ -45,7 +45,7 @@ import numpy as np
 
 from fedad.config import ExperimentConfig, dump_toml
 from fedad.errors import FedadError, Interrupted
-from fedad.outdir import RUN_FILE, STATE_DIR, RunDir, write_text
+from fedad.outdir import RUN_FILE, STATE_DIR, RunDir, anchored, write_text
 
 log = logging.getLogger("fedad")
 
@@ -384,12 +384,14 @@ def _worker(raw: dict[str, Any], seed: int, d: str, resume: bool) -> tuple[str, 
     path = Path(d)
     cfg = parse_config(raw).for_seed(seed)
     try:
-        data = run_experiment(
-            cfg,
-            path,
-            force=path.exists() and not _one_seed_dir_resumable(path, resume),
-            resume=_one_seed_dir_resumable(path, resume),
-        )
+        # the parent claimed OUT; here too nothing below it is followed if it is a link
+        with anchored(path.parent):
+            data = run_experiment(
+                cfg,
+                path,
+                force=path.exists() and not _one_seed_dir_resumable(path, resume),
+                resume=_one_seed_dir_resumable(path, resume),
+            )
     except FedadError as err:
         return "failed", str(err)
     except Interrupted as stop:

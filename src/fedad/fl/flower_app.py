@@ -287,7 +287,7 @@ def keep_detector_home(
     from fedad.errors import FedadError
     from fedad.fl.algorithm import ServerResult
     from fedad.fl.engine import RunOutcome
-    from fedad.outdir import mkdir, staged_dir, write_text
+    from fedad.outdir import anchored, mkdir, staged_dir, write_text
     from fedad.runner import save_checkpoint
 
     root = Path(models_dir).resolve()
@@ -305,15 +305,17 @@ def keep_detector_home(
     }
     only = RunOutcome(ServerResult({}, {}), {int(partition_id): reply}, [], [], 0, 0, 0.0)
     try:
-        mkdir(folder.parent)
-        if not folder.parent.resolve().is_relative_to(root):
-            raise FedadError(f"'{folder.parent}' is a link that leads out of '{root}'")
-        config_text = dump_toml(config.model_dump(mode="json", exclude_none=True))
-        with staged_dir(folder) as d:
-            save_checkpoint(d, label, algorithm, only)
-            write_text(d / "config.toml", config_text)
-            doc = {"experiment": facts, "methods": {}}
-            write_text(d / "metrics.json", json.dumps(doc, indent=2))
+        mkdir(root)
+        with anchored(root):  # below the models folder, nothing is written through a link
+            mkdir(folder.parent)
+            if not folder.parent.resolve().is_relative_to(root):
+                raise FedadError(f"'{folder.parent}' is a link that leads out of '{root}'")
+            config_text = dump_toml(config.model_dump(mode="json", exclude_none=True))
+            with staged_dir(folder) as d:
+                save_checkpoint(d, label, algorithm, only)
+                write_text(d / "config.toml", config_text)
+                doc = {"experiment": facts, "methods": {}}
+                write_text(d / "metrics.json", json.dumps(doc, indent=2))
     except (FedadError, OSError) as err:
         reason = re.sub(r" \([^()]*--out\)$", "", str(err))  # the hint is for run directories
         raise FedadError(

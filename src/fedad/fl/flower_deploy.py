@@ -81,6 +81,7 @@ from fedad.fl.engine import RunOutcome
 from fedad.fl.flower import INSTALL_HINT, FlowerRunError, ResultsDir, RunSpec
 from fedad.fl.flower_sim import QUIET_ENV
 from fedad.fl.timeline import timeline_event
+from fedad.outdir import mkdir
 
 APP_NAME = "fedad-run"
 CONNECTION = "fedad"
@@ -1179,8 +1180,7 @@ def _workdir(base: Path | None, name: str) -> tuple[Path, bool]:
     """A fresh work directory under ``base/.flower`` (or a temp dir); whether it is temporary."""
     if base is None:
         return Path(tempfile.mkdtemp(prefix=f"fedad-flower-{name}-")), True
-    root = base / ".flower"
-    root.mkdir(parents=True, exist_ok=True)
+    root = mkdir(base / ".flower")  # in a claimed run: not through a link
     return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root)), False
 
 

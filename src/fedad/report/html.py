@@ -760,10 +760,11 @@ def write_report(run_dir: str | Path) -> Path:
     :func:`fedad.metrics.evaluate_clients` when a method has none. Raises
     :class:`~fedad.errors.FedadError` when ``metrics.json`` is missing or malformed.
     """
-    from fedad.outdir import write_text
+    from fedad.outdir import anchored, write_text
 
     run = Path(run_dir)
     text = render_report(run)
     out = run / "report.html"
-    write_text(out, text)
+    with anchored(run):  # the run is untrusted: never written through a link below it
+        write_text(out, text)
     return out
