@@ -68,6 +68,18 @@ def test_normal_selects_types_and_anomaly_must_be_omitted() -> None:
         build(scheme="one-vs-rest", data={"normal": [0, 1]})
 
 
+def test_normal_selects_types_by_name_too() -> None:
+    """``normal = ["leather"]`` for textures: a named class is found by its name."""
+    by_name = build(data={"normal": ["t1", 3]}, clients=2)
+    by_index = build(data={"normal": [1, 3]}, clients=2)
+    assert by_name.normal_classes == by_index.normal_classes
+    assert sorted(set(by_name.normal_classes)) == [1, 3] and by_name.anomaly_classes == [6, 8]
+    for a, b in zip(by_name.clients, by_index.clients, strict=True):
+        np.testing.assert_array_equal(a.x_train, b.x_train)
+    with pytest.raises(DataError, match=r"has class 't9', but .*0=t0.*give class indices or names"):
+        build(data={"normal": ["t9"]}, clients=2)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_every_client_gets_a_defect_of_its_own_types(seed: int) -> None:
     fed = build(seed, clients=5)

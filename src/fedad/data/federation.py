@@ -215,9 +215,9 @@ def _class_list(ds: Dataset, name: str) -> str:
 
 
 def _class_ids(ids: list[int | str] | None, key: str, ds: Dataset, name: str) -> tuple[int, ...]:
-    """Class indices of ``ids``: indices into ``ds.classes``, or, for a data set whose
-    classes are values found in a file (``ds.by_value``: tables, image folders), the
-    classes whose value (name) is each id."""
+    """Class indices of ``ids``: indices into ``ds.classes`` or class names (``"leather"``
+    for ``textures``), or, for a data set whose classes are values found in a file
+    (``ds.by_value``: tables, image folders), the classes whose value (name) is each id."""
     out: list[int] = []
     for c in dict.fromkeys(ids or []):
         if ds.by_value:
@@ -231,8 +231,14 @@ def _class_ids(ids: list[int | str] | None, key: str, ds: Dataset, name: str) ->
                 )
             out.append(ds.classes.index(str(c)))
             continue
+        if isinstance(c, str) and c in ds.classes:
+            out.append(ds.classes.index(c))
+            continue
         if isinstance(c, str) or not 0 <= c < len(ds.classes):
-            raise DataError(f"{key} has class {c!r}, but {_class_list(ds, name)}", f"fix {key}")
+            raise DataError(
+                f"{key} has class {c!r}, but {_class_list(ds, name)}",
+                f"fix {key}: give class indices or names",
+            )
         out.append(c)
     return tuple(dict.fromkeys(out))
 
