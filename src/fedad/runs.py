@@ -9,10 +9,12 @@ import a module or run code.
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import re
 import tomllib
-import zipfile
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,23 +24,25 @@ import numpy as np
 from fedad.detector import BaseDetector, detector_from_config
 from fedad.errors import FedadError
 from fedad.inputs import INPUTS_FILE, Inputs, read_inputs
-from fedad.report.rundir import read_metrics
+from fedad.report.rundir import NPZ_MAX_BYTES, npz_shapes, read_metrics
+from fedad.report.rundir import read_npz as _read_npz
 
-MAX_NPZ_BYTES = 8 << 30
-"""Largest uncompressed checkpoint file accepted (guards against zip bombs)."""
-MAX_CLIENT_ID = 10_000_000
-_CLIENT_ID = re.compile(r"[0-9]{1,8}")
+MAX_NPZ_BYTES = NPZ_MAX_BYTES
+"""Largest uncompressed checkpoint or kept-results file accepted (why this size:
+:data:`fedad.report.rundir.NPZ_MAX_BYTES`)."""
+_CLIENT_ID = re.compile(r"0|[1-9][0-9]{0,7}")
 _DAMAGED = "the run directory is damaged: run the experiment again"
 
 
 @dataclass
 class Run:
-    """A finished run: ``detectors[label][client_id]`` scores new data like the original."""
+    """A finished run: ``detectors[label][client_id]`` scores new data like the original
+    (each client's detector is built when first used, :class:`ClientDetectors`)."""
 
     path: Path
     config: dict[str, Any]
     metrics: dict[str, Any]
-    detectors: dict[str, dict[int, BaseDetector]]
+    detectors: dict[str, Mapping[int, BaseDetector]]
     node_models: dict[str, dict[int, str]] = field(default_factory=dict)
     """Per method, clients whose personalised detector stayed on their Flower node: the
     node's folder (a run directory of its own; load it there with ``fedad.load``)."""
@@ -76,21 +80,10 @@ def _inside(root: Path, path: Path) -> Path:
 
 
 def read_npz(path: Path) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` file, without pickles, with one-line errors."""
-    try:
-        with zipfile.ZipFile(path) as zf:
-            size = sum(info.file_size for info in zf.infolist())
-        if size > MAX_NPZ_BYTES:
-            raise FedadError(f"'{path}' would unpack to {size} bytes, more than allowed", _DAMAGED)
-        with np.load(path, allow_pickle=False) as z:
-            return {str(k): np.asarray(z[k]) for k in z.files}
-    except FedadError:
-        raise
-    except FileNotFoundError:
-        raise FedadError(f"'{path}' is missing", _DAMAGED) from None
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as err:
-        reason = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
-        raise FedadError(f"'{path}' is not a readable .npz file: {reason}", _DAMAGED) from None
+    """The arrays of a checkpoint or kept-results ``.npz`` through the one reader of run
+    directories (:func:`fedad.report.rundir.read_npz`: no pickles, every declared shape
+    checked before anything is allocated), at most :data:`MAX_NPZ_BYTES` unpacked."""
+    return _read_npz(path, MAX_NPZ_BYTES, _DAMAGED)
 
 
 def _read_json(path: Path) -> Any:
@@ -114,19 +107,107 @@ def read_config(path: Path) -> dict[str, Any]:
         raise FedadError(f"'{path}' is not readable TOML: {reason}", _DAMAGED) from None
 
 
-def _node_models(meta: dict[str, Any], meta_path: Path) -> dict[int, str]:
+def client_count(config: dict[str, Any], metrics: dict[str, Any]) -> int:
+    """How many clients the run had: ``metrics.json``'s ``experiment.clients``, else the
+    resolved ``config.toml``'s ``partition.clients``, else the most a config may ask for
+    (:data:`fedad.config.MAX_CLIENTS`); never more than that. Client ids are ``0..n-1``."""
+    from fedad.config import MAX_CLIENTS
+
+    part = config.get("partition")
+    for n in (
+        metrics.get("experiment", {}).get("clients"),
+        part.get("clients") if isinstance(part, dict) else None,
+    ):
+        if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_CLIENTS:
+            return n
+    return MAX_CLIENTS
+
+
+def _client_id(cid: object, n_clients: int, where: Path, what: str) -> int:
+    """A client id of ``where`` (a JSON key): decimal digits naming one of the run's
+    ``n_clients`` clients."""
+    if not (isinstance(cid, str) and _CLIENT_ID.fullmatch(cid)):
+        shown = str(cid)[:40]
+        raise FedadError(f"'{where}' names client {shown!r} in {what}, not a client id", _DAMAGED)
+    if int(cid) >= n_clients:
+        raise FedadError(
+            f"'{where}' names client {cid} in {what}, but the run had {n_clients} clients "
+            f"(client ids 0 to {n_clients - 1})",
+            _DAMAGED,
+        )
+    return int(cid)
+
+
+def _node_models(meta: dict[str, Any], meta_path: Path, n_clients: int) -> dict[int, str]:
     homes = meta.get("node_models", {})
     if not isinstance(homes, dict) or not all(
-        isinstance(k, str) and _CLIENT_ID.fullmatch(k) and isinstance(v, str) and len(v) < 4096
-        for k, v in homes.items()
+        isinstance(v, str) and len(v) < 4096 for v in homes.values()
     ):
         raise FedadError(f"'{meta_path}': 'node_models' is not client ids to folders", _DAMAGED)
-    return {int(k): v for k, v in homes.items()}
+    return {_client_id(k, n_clients, meta_path, "node_models"): v for k, v in homes.items()}
 
 
-def _checkpoint(root: Path, d: Path) -> tuple[dict[int, BaseDetector], dict[int, str]]:
-    """Every client's detector of one method's ``checkpoints/LABEL`` folder, and the
-    clients whose detector stayed on their node (their folders there)."""
+def _thresholds(meta: dict[str, Any], meta_path: Path, n_clients: int) -> dict[int, float]:
+    """Each client's threshold: a finite number (a NaN threshold would flag every row)."""
+    out: dict[int, float] = {}
+    for cid, thr in meta["thresholds"].items():
+        k = _client_id(cid, n_clients, meta_path, "thresholds")
+        if not isinstance(thr, int | float) or isinstance(thr, bool) or not math.isfinite(thr):
+            raise FedadError(
+                f"'{meta_path}': threshold of client {cid} is not a finite number", _DAMAGED
+            )
+        out[k] = float(thr)
+    return out
+
+
+class ClientDetectors(Mapping[int, BaseDetector]):
+    """One method's detectors by client id, each built when first asked for, then kept.
+
+    A run of many clients costs only what is used: ``fedad score --client 3`` builds one
+    detector. The clients of a global method (one ``global.npz``) share one detector, built
+    once: each client's is a shallow copy of it with the client's own ``threshold_``, so
+    they share the model too (training one trains all; ``copy.deepcopy`` one to change it
+    alone). Iterating (``items()``, ``values()``) builds every client's detector.
+    """
+
+    def __init__(self, ids: list[int], build: Callable[[int], BaseDetector]) -> None:
+        self._ids = sorted(ids)
+        self._known = set(ids)
+        self._build = build
+        self._built: dict[int, BaseDetector] = {}
+
+    def __getitem__(self, client: int) -> BaseDetector:
+        if client not in self._known:
+            raise KeyError(client)
+        det = self._built.get(client)
+        if det is None:
+            det = self._built[client] = self._build(client)
+        return det
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, client: object) -> bool:
+        return client in self._known
+
+    def __repr__(self) -> str:
+        return f"ClientDetectors({len(self._ids)} clients, {len(self._built)} built)"
+
+
+def _checkpoint(
+    root: Path, d: Path, n_clients: int, inputs: Inputs | None
+) -> tuple[ClientDetectors, dict[int, str]]:
+    """Every client's detector of one method's ``checkpoints/LABEL`` folder (built on
+    first use, :class:`ClientDetectors`), and the clients whose detector stayed on their
+    node (their folders there).
+
+    What can be checked without building is checked now: ``detector.json`` (client ids
+    bounded by the run's ``n_clients``, finite thresholds) and every client file's headers
+    (:func:`~fedad.report.rundir.npz_shapes`); a global method's one detector is built now.
+    """
     meta_path = _inside(root, d / "detector.json")
     meta = _read_json(meta_path)
     if (
@@ -138,35 +219,42 @@ def _checkpoint(root: Path, d: Path) -> tuple[dict[int, BaseDetector], dict[int,
         raise FedadError(
             f"'{meta_path}' lacks 'personalized', 'detector' or 'thresholds'", _DAMAGED
         )
-    thresholds: dict[int, float] = {}
-    for cid, thr in meta["thresholds"].items():
-        if not (isinstance(cid, str) and _CLIENT_ID.fullmatch(cid)) or int(cid) > MAX_CLIENT_ID:
-            raise FedadError(f"'{meta_path}' names client {cid[:40]!r}, not a client id", _DAMAGED)
-        if not isinstance(thr, int | float) or isinstance(thr, bool):
-            raise FedadError(f"'{meta_path}': threshold of client {cid} is not a number", _DAMAGED)
-        thresholds[int(cid)] = float(thr)
-    homes = _node_models(meta, meta_path)
-    shared = None
-    if not meta["personalized"]:
-        shared = read_npz(_inside(root, d / "global.npz"))
-    out: dict[int, BaseDetector] = {}
-    for cid, thr in sorted(thresholds.items()):
-        if cid in homes:
-            continue
-        if shared is None:
-            arrays = read_npz(_inside(root, d / f"client_{cid}.npz"))
-        else:
-            arrays = dict(shared)
-        arrays["threshold_"] = np.asarray(thr, dtype=np.float64)
+    thresholds = _thresholds(meta, meta_path, n_clients)
+    homes = _node_models(meta, meta_path, n_clients)
+    ids = [cid for cid in thresholds if cid not in homes]
+
+    def rebuild(arrays: dict[str, np.ndarray]) -> BaseDetector:
         try:
-            out[cid] = detector_from_config(meta["detector"], arrays)
+            det = detector_from_config(meta["detector"], arrays)
         except FedadError as err:
             raise FedadError(f"'{meta_path}': {err}") from None
-    return out, homes
+        det.inputs_ = inputs
+        return det
+
+    if meta["personalized"]:
+        files = {cid: _inside(root, d / f"client_{cid}.npz") for cid in ids}
+        for path in files.values():
+            npz_shapes(path, MAX_NPZ_BYTES, _DAMAGED)
+
+        def personal(cid: int) -> BaseDetector:
+            arrays = read_npz(files[cid])
+            arrays["threshold_"] = np.asarray(thresholds[cid], dtype=np.float64)
+            return rebuild(arrays)
+
+        return ClientDetectors(ids, personal), homes
+    shared = rebuild(read_npz(_inside(root, d / "global.npz")))
+
+    def of_client(cid: int) -> BaseDetector:
+        det = copy.copy(shared)
+        det.threshold_ = thresholds[cid]
+        return det
+
+    return ClientDetectors(ids, of_client), homes
 
 
 def load_run(run_dir: str | Path) -> Run:
-    """Read ``metrics.json``, ``config.toml`` and ``checkpoints/`` of a run directory."""
+    """Read ``metrics.json``, ``config.toml``, ``inputs.json`` and ``checkpoints/`` of a
+    run directory (each client's detector is built when first used, :class:`ClientDetectors`)."""
     root = Path(run_dir)
     if not (root / "metrics.json").is_file():
         raise FedadError(
@@ -181,7 +269,9 @@ def load_run(run_dir: str | Path) -> Run:
             f"load one seed's run, e.g. fedad.load('{root / f'seed-{first}'}')",
         )
     config = read_config(root / "config.toml")
-    detectors: dict[str, dict[int, BaseDetector]] = {}
+    n_clients = client_count(config, metrics)
+    inputs = read_inputs(root) if (root / INPUTS_FILE).exists() else None
+    detectors: dict[str, Mapping[int, BaseDetector]] = {}
     homes: dict[str, dict[int, str]] = {}
     ckpt = root / "checkpoints"
     if ckpt.exists():
@@ -190,11 +280,7 @@ def load_run(run_dir: str | Path) -> Run:
             if d.name.startswith("."):  # a folder being written (fedad.outdir.staged_dir)
                 continue
             if d.is_dir() or d.is_symlink():
-                detectors[d.name], away = _checkpoint(root, _inside(root, d))
+                detectors[d.name], away = _checkpoint(root, _inside(root, d), n_clients, inputs)
                 if away:
                     homes[d.name] = away
-    inputs = read_inputs(root) if (root / INPUTS_FILE).exists() else None
-    for per_client in detectors.values():
-        for det in per_client.values():
-            det.inputs_ = inputs
     return Run(root, config, metrics, detectors, homes, inputs)

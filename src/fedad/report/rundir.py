@@ -12,11 +12,14 @@ import csv
 import json
 import math
 import zipfile
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
+from numpy.lib import format as npy_format
 from numpy.typing import NDArray
 
 from fedad.errors import FedadError
@@ -26,11 +29,13 @@ __all__ = [
     "MethodEmbedding",
     "MethodMaps",
     "MethodScores",
+    "npz_shapes",
     "read_config_text",
     "read_embeddings",
     "read_history",
     "read_maps",
     "read_metrics",
+    "read_npz",
     "read_scores",
 ]
 
@@ -81,6 +86,140 @@ def _reason(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+# -- the one reader of .npz files from a run directory ------------------------------------------
+
+NPZ_MAX_BYTES = 8 << 30
+"""Default cap on what one ``.npz`` of a run directory may unpack to (8 GiB).
+
+The largest files a run writes are a detector's state (``checkpoints/LABEL/*.npz``) and a
+method's kept results (``.fedad/done/LABEL.npz``, ``scores.npz``). The built-in detectors'
+states are bounded by their schemas well below this (a PatchCore bank is at most 16,384
+patches of a few hundred floats, FADngs's covariances at most 2**26 entries, 512 MiB); a
+method's results hold five numbers per test sample plus capped samples of maps and
+representations, so a 1,000-client run with 10,000 test samples per client and maps keeps
+about 0.5 GB per method. 8 GiB leaves an order of magnitude for larger user models and data
+while a crafted file can no longer make fedad allocate more: the declared shape of every
+array is checked against this cap and against the bytes the file really holds *before*
+anything is allocated (:func:`read_npz`)."""
+NPZ_MAX_MEMBERS = 1 << 16
+"""Most arrays one ``.npz`` may hold (a detector has dozens, ``scores.npz`` 4 per method)."""
+_NPZ_CHUNK = 16 << 20
+_NPZ_KINDS = "biufcSU"
+"""Array kinds accepted: booleans, integers, floats, complex, fixed-size bytes and text
+(no objects, which need pickles; no records, dates or raw void)."""
+
+
+def read_npz(path: str | Path, max_bytes: int = NPZ_MAX_BYTES, fix: str = "") -> dict[str, Any]:
+    """The arrays of an untrusted ``.npz`` file: no pickles, every member's header parsed
+    and checked before its data are read.
+
+    Each member must be a ``.npy`` array of a plain dtype (:data:`_NPZ_KINDS`) whose declared
+    shape accounts for exactly the bytes the member holds, and all members together at most
+    ``max_bytes``; so a tiny file that declares a ``(2**40,)`` array is refused without
+    allocating it, and nothing is ever read beyond what the zip directory declares. Any
+    problem is a one-line :class:`~fedad.errors.FedadError` naming the file, with ``fix``
+    as its remedy.
+    """
+    return _scan_npz(Path(path), max_bytes, fix, read=True)
+
+
+def npz_shapes(
+    path: str | Path, max_bytes: int = NPZ_MAX_BYTES, fix: str = ""
+) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
+    """Every array's shape and dtype as :func:`read_npz` would return them, with the same
+    checks and errors, from the headers only (the data are not read)."""
+    return _scan_npz(Path(path), max_bytes, fix, read=False)
+
+
+def _scan_npz(p: Path, max_bytes: int, fix: str, read: bool) -> dict[str, Any]:
+    def bad(what: str) -> FedadError:
+        return FedadError(f"'{p}' {what}", fix or None)
+
+    try:
+        with zipfile.ZipFile(p) as zf:
+            infos = zf.infolist()
+            if len(infos) > NPZ_MAX_MEMBERS:
+                raise bad(f"holds {len(infos)} arrays, more than the {NPZ_MAX_MEMBERS} allowed")
+            size = sum(info.file_size for info in infos)
+            if size > max_bytes:
+                raise bad(f"would unpack to {size} bytes, more than the {max_bytes} allowed")
+            out: dict[str, Any] = {}
+            for info in infos:
+                name = info.filename
+                key = name.removesuffix(".npy")
+                if key == name or key in out:
+                    raise bad(f"holds '{name[:80]}', not one array of that name")
+                with zf.open(info) as fh:
+                    shape, fortran, dtype = _npy_header(fh, info.file_size, key, bad)
+                    out[key] = (
+                        _npy_data(fh, shape, fortran, dtype, key, bad) if read else (shape, dtype)
+                    )
+            return out
+    except FedadError:
+        raise
+    except FileNotFoundError:
+        raise bad("is missing") from None
+    except (
+        OSError, ValueError, EOFError, KeyError, RuntimeError, NotImplementedError,
+        zipfile.BadZipFile, zlib.error, MemoryError,
+    ) as exc:  # fmt: skip
+        raise bad(f"is not a readable .npz file: {_reason(exc)}") from None
+
+
+def _npy_header(
+    fh: IO[bytes], stored: int, key: str, bad: Callable[[str], FedadError]
+) -> tuple[tuple[int, ...], bool, np.dtype[Any]]:
+    """The checked header of one ``.npy`` member of ``stored`` bytes (``fh`` left at the
+    data): its shape must account for exactly the bytes that follow."""
+    version = npy_format.read_magic(fh)
+    if version == (1, 0):
+        shape, fortran, dtype = npy_format.read_array_header_1_0(fh)
+    elif version == (2, 0):
+        shape, fortran, dtype = npy_format.read_array_header_2_0(fh)
+    else:
+        raise bad(f"holds array '{key}' in .npy format {version}, which fedad does not read")
+    if dtype.kind not in _NPZ_KINDS or dtype.hasobject or dtype.fields or dtype.subdtype:
+        raise bad(f"holds array '{key}' of type {str(dtype)[:40]}, not plain numbers or text")
+    if any(not isinstance(n, int) or n < 0 for n in shape):
+        raise bad(f"holds array '{key}' of shape {str(shape)[:80]}")
+    count = math.prod(shape)
+    if dtype.itemsize == 0 and count:
+        raise bad(f"holds array '{key}' of empty items")
+    nbytes, header = count * dtype.itemsize, fh.tell()
+    if header + nbytes != stored:
+        raise bad(
+            f"declares array '{key}' of shape {str(shape)[:80]} ({nbytes} bytes) but holds "
+            f"{stored - header}"
+        )
+    return tuple(shape), bool(fortran), dtype
+
+
+def _npy_data(
+    fh: IO[bytes],
+    shape: tuple[int, ...],
+    fortran: bool,
+    dtype: np.dtype[Any],
+    key: str,
+    bad: Callable[[str], FedadError],
+) -> NDArray[Any]:
+    """The data of a member whose header :func:`_npy_header` checked, read in chunks into
+    one array of the declared (and so bounded) size."""
+    count = math.prod(shape)
+    nbytes = count * dtype.itemsize
+    arr = np.empty(count, dtype=dtype)
+    raw = arr.view(np.uint8) if nbytes else arr
+    done = 0
+    while done < nbytes:
+        chunk = fh.read(min(_NPZ_CHUNK, nbytes - done))
+        if not chunk:
+            raise bad(f"ends inside array '{key}'")
+        raw[done : done + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
+        done += len(chunk)
+    if fortran:
+        return arr.reshape(shape[::-1]).transpose()
+    return arr.reshape(shape)
+
+
 def _to_float(cell: str | None) -> float:
     if cell is None:
         return math.nan
@@ -121,6 +260,11 @@ def read_history(path: str | Path) -> History:
     return history
 
 
+SCORES_MAX_BYTES = NPZ_MAX_BYTES
+"""``scores.npz`` is refused above this: about 32 bytes per test sample and method (score,
+label, client, decision), so 8 GiB is 250 million of them."""
+
+
 def read_scores(
     path: str | Path, labels: list[str] | None = None
 ) -> tuple[dict[str, MethodScores], list[str]]:
@@ -137,10 +281,9 @@ def read_scores(
     if not p.is_file():
         return {}, []
     try:
-        with np.load(p, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
-        return {}, [f"scores.npz could not be read: {_reason(exc)}"]
+        arrays = read_npz(p, SCORES_MAX_BYTES)
+    except FedadError as exc:
+        return {}, [f"scores.npz could not be read: {exc}"]
     in_file = sorted({k.rsplit("/", 1)[0] for k in arrays if "/" in k})
     wanted = list(labels) if labels is not None else []
     wanted += [lab for lab in in_file if lab not in wanted]
@@ -270,26 +413,12 @@ def _method_maps(path: Path, label: str, arrays: dict[str, NDArray[Any]]) -> Met
 
 
 def _read_capped_npz(p: Path, max_bytes: int) -> tuple[dict[str, NDArray[Any]], list[str]]:
-    """The arrays of an untrusted ``.npz`` (no pickles, at most ``max_bytes`` unpacked) and
-    the method labels its ``LABEL/key`` names hold, in file order; one-line
+    """The arrays of an untrusted ``.npz`` (:func:`read_npz`, at most ``max_bytes``
+    unpacked) and the method labels its ``LABEL/key`` names hold, in file order; one-line
     :class:`~fedad.errors.FedadError` otherwise."""
-    try:
-        with zipfile.ZipFile(p) as zf:
-            size = sum(info.file_size for info in zf.infolist())
-        if size > max_bytes:
-            raise FedadError(
-                f"'{p}' would unpack to {size} bytes, more than the {max_bytes} allowed",
-                "rebuild it by running the experiment again (the report is fine without it)",
-            )
-        with np.load(p, allow_pickle=False) as npz:
-            arrays = {str(k): np.asarray(npz[k]) for k in npz.files}
-    except FedadError:
-        raise
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
-        raise FedadError(
-            f"'{p}' is not a readable .npz file: {_reason(exc)}",
-            "rebuild it by running the experiment again (the report is fine without it)",
-        ) from None
+    arrays = read_npz(
+        p, max_bytes, "rebuild it by running the experiment again (the report is fine without it)"
+    )
     return arrays, list(dict.fromkeys(k.rsplit("/", 1)[0] for k in arrays if "/" in k))
 
 
