@@ -16,8 +16,9 @@ A checkpoint is untrusted input; it can pick one of the registered classes and n
 from __future__ import annotations
 
 import functools
+import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, TypeVar, runtime_checkable
 
 import numpy as np
@@ -82,6 +83,44 @@ class BaseDetector(ABC):
     def score(self, x: np.ndarray) -> np.ndarray:
         """One anomaly score per sample, higher = more anomalous."""
 
+    def expected_input(self) -> tuple[str, tuple[int, ...]] | None:
+        """What :meth:`score` takes, where the detector declares it: ``("image", (C, H,
+        W))``, images of exactly that shape, or ``("vector", (D,))``, samples of ``D``
+        values each (in any per-sample shape: they are flattened). ``None``: not declared
+        (graphs, or a detector that takes any size); the base class declares nothing."""
+        return None
+
+    def check_input(self, x: Any) -> None:
+        """Raise :class:`InputMismatch` (one line) when the array ``x`` does not have the
+        per-sample shape :meth:`expected_input` declares; anything else passes. Every
+        detector's ``score`` runs it first."""
+        spec = self.expected_input()
+        if spec is None or not isinstance(x, np.ndarray):
+            return
+        kind, shape = spec
+        per_sample = tuple(int(n) for n in x.shape[1:])
+        if kind == "image":
+            if per_sample == shape:
+                return
+            takes = f"images of shape {shape}"
+        else:
+            if math.prod(per_sample) == math.prod(shape):
+                return
+            takes = f"samples of {math.prod(shape)} values"
+        got = f"an array of shape {tuple(x.shape)}"
+        raise InputMismatch(
+            f"the {self.registry_name or type(self).__name__} detector takes {takes}, got {got}",
+            "give data shaped as the run's training data (one sample per row)",
+        )
+
+    def check_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Raise ``ValueError`` when ``arrays`` (from an untrusted checkpoint) cannot be
+        this detector's state, before :meth:`set_arrays` builds anything: a detector whose
+        parameters size a network checks the arrays against that network's shapes
+        (:func:`check_network_arrays`), so that parameters declaring a huge network are
+        refused without allocating it. The base class checks nothing."""
+        return None
+
     def set_threshold(self, x_train: np.ndarray) -> Self:
         """Set ``threshold_`` from the scores of training data (never test data)."""
         self.threshold_ = quantile_threshold(self.score(x_train), self.contamination)
@@ -124,16 +163,50 @@ class Localizer(Protocol):
 
 def _accepting_raw(score: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     """``score`` that first preprocesses a pandas DataFrame with the detector's ``inputs_``
-    (arrays and graph sets pass through untouched)."""
+    (arrays and graph sets pass through untouched), then checks the array against the
+    detector's declared input (:meth:`BaseDetector.check_input`)."""
 
     @functools.wraps(score)
     def wrapper(self: BaseDetector, x: Any, *args: Any, **kwargs: Any) -> np.ndarray:
         if self.inputs_ is not None and type(x).__module__.startswith("pandas"):
             x = self.inputs_.table(x)
+        self.check_input(x)
         return score(self, x, *args, **kwargs)
 
     wrapper._fedad_raw = True  # type: ignore[attr-defined]
     return wrapper
+
+
+class InputMismatch(FedadError, ValueError):
+    """Data that do not fit a detector's declared input (:meth:`BaseDetector.check_input`):
+    a one-line user error, and a ``ValueError`` for code that catches those."""
+
+
+def check_network_arrays(
+    make: Callable[[], Any], arrays: Mapping[str, Any], prefix: str = ""
+) -> None:
+    """Raise ``ValueError`` unless ``arrays`` hold every tensor of the torch module that
+    ``make()`` builds, named ``prefix + name``, with its shape.
+
+    ``make`` runs on torch's meta device, which allocates nothing, so the network that a
+    checkpoint's parameters declare is measured before it exists: parameters declaring a
+    network far larger than the checkpoint's arrays (which the run-directory reader already
+    bounds) are refused at no cost, and a network that is built holds no more than its
+    arrays.
+    """
+    import torch
+
+    with torch.device("meta"):
+        module = make()
+    for name, tensor in module.state_dict().items():
+        got = arrays.get(prefix + name)
+        if got is None:
+            raise ValueError(f"the arrays lack '{prefix}{name}'")
+        if tuple(np.shape(got)) != tuple(tensor.shape):
+            raise ValueError(
+                f"'{prefix}{name}' has shape {tuple(np.shape(got))}, the network's is "
+                f"{tuple(tensor.shape)}"
+            )
 
 
 def localizes(det: object) -> bool:
@@ -205,8 +278,10 @@ def detector_from_config(config: dict[str, Any], arrays: dict[str, np.ndarray]) 
     """Rebuild a detector from :meth:`BaseDetector.to_config` and its arrays.
 
     ``config`` and ``arrays`` are untrusted (they come from disk): the class is looked up in
-    the registry, its parameters validated by its ``ParamsModel``, and any mismatch between
-    the arrays and the detector raises a one-line :class:`~fedad.errors.FedadError`.
+    the registry, its parameters validated by its ``ParamsModel``, the arrays checked
+    against what the parameters declare before anything is built
+    (:meth:`BaseDetector.check_arrays`), and any mismatch between the arrays and the
+    detector raises a one-line :class:`~fedad.errors.FedadError`.
     """
     if not isinstance(config, dict) or not isinstance(config.get("params"), dict):
         raise FedadError("checkpoint detector config is not {'class': ..., 'params': {...}}")
@@ -221,6 +296,7 @@ def detector_from_config(config: dict[str, Any], arrays: dict[str, np.ndarray]) 
         ) from None
     det = cls(**params.model_dump())
     try:
+        det.check_arrays(arrays)
         return det.set_arrays(arrays)
     except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as err:
         reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__

@@ -15,6 +15,7 @@ layer, so one saved configuration loads the detectors of clients whose widths di
 
 from __future__ import annotations
 
+import copy
 import math
 from abc import abstractmethod
 from typing import Annotated, Any, ClassVar, Literal, Self
@@ -25,7 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from torch import nn
 
 from fedad.data.types import Features, GraphSet, dense
-from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
+from fedad.detector import (
+    DEFAULT_CONTAMINATION,
+    BaseDetector,
+    check_network_arrays,
+    register_detector,
+)
 from fedad.methods.baselines.model import (
     GRAPH_INPUT_LAYER,
     AutoEncoder,
@@ -191,7 +197,30 @@ class TorchDetector(BaseDetector):
         self.train_epochs(x, self.epochs, np.random.default_rng(self.seed))
         return self.set_threshold(x)  # type: ignore[arg-type]
 
+    def expected_input(self) -> tuple[str, tuple[int, ...]] | None:
+        """Images of exactly ``input_shape``, or vectors of its size; graphs: not declared
+        (their width is checked by :meth:`_inputs`)."""
+        if self.kind == "graph":
+            return None
+        shape = tuple(int(s) for s in self.input_shape)
+        return ("image", shape) if self.kind == "image" else ("vector", (math.prod(shape),))
+
     # -- persistence ------------------------------------------------------------------------
+    def check_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """The network's tensors, measured on torch's meta device, must all be in
+        ``arrays`` with their shapes (on graphs for the width of the arrays' input layer,
+        as :meth:`set_arrays` builds)."""
+        shape = tuple(int(s) for s in self.input_shape)
+        first = arrays.get(GRAPH_INPUT_LAYER) if self.kind == "graph" else None
+        if first is not None and np.ndim(first) == 2:
+            shape = (int(np.shape(first)[1]),)
+        if self.kind == "graph" and not 1 <= shape[0] <= MAX_FEATURES:
+            raise ValueError(f"node-feature width {shape[0]} is not in [1, {MAX_FEATURES}]")
+        probe = copy.copy(self)
+        probe.input_shape = list(shape)
+        latent = latent_size(self.kind, shape, self.latent_dim)
+        check_network_arrays(lambda: probe._make_model(latent), arrays)
+
     def get_arrays(self) -> dict[str, np.ndarray]:
         self._ensure_built()
         out = {k: v.detach().cpu().numpy().copy() for k, v in self.model_.state_dict().items()}

@@ -19,6 +19,7 @@ shape depends on the node-feature width.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -50,7 +51,7 @@ def latent_size(kind: str, shape: tuple[int, ...], latent: int | None) -> int:
         return IMAGE_LATENT
     if kind == "graph":
         return GRAPH_LAYERS * GRAPH_HIDDEN
-    return default_latent(int(torch.tensor(shape).prod()))
+    return default_latent(math.prod(shape))
 
 
 class GraphEncoder(nn.Module):
@@ -81,7 +82,7 @@ class AutoEncoder(nn.Module):
             self.encoder: nn.Module = ConvEncoder((c, h, w), latent)
             self.decoder: nn.Module = ConvDecoder(latent, (c, h, w))
         else:
-            d = int(torch.tensor(self.shape).prod())
+            d = math.prod(self.shape)
             hidden = max(2 * latent, min(128, 2 * d))
             self.encoder = MLP([d, hidden, latent])
             self.decoder = MLP([latent, hidden, d])
@@ -113,7 +114,7 @@ class DeepSVDDNet(nn.Module):
             (width,) = shape
             self.phi = GraphEncoder(int(width), latent)
         else:
-            d = int(torch.tensor(tuple(shape)).prod())
+            d = math.prod(tuple(shape))
             hidden = max(2 * latent, min(128, 2 * d))
             self.phi = MLP([d, hidden, latent], bias=False, act=nn.LeakyReLU)
         self.register_buffer("center", torch.zeros(latent))

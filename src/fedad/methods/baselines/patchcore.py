@@ -306,6 +306,10 @@ class PatchCoreDetector(TorchDetector):
         self._changed()
         return self
 
+    def expected_input(self) -> tuple[str, tuple[int, ...]] | None:
+        """Not declared: images of any size are resized for the backbone."""
+        return None
+
     def _make_model(self, latent: int) -> nn.Module:
         c = self.extractor().channels
         conv = nn.Conv2d(c, c, 1)

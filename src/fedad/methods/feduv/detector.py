@@ -8,13 +8,19 @@ its own code.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal, Self
 
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
+from fedad.detector import (
+    DEFAULT_CONTAMINATION,
+    BaseDetector,
+    check_network_arrays,
+    register_detector,
+)
 from fedad.methods.baselines.train import batched, train_epochs
 from fedad.methods.feduv.model import FedUVNet, feduv_loss, feduv_score, secret_code
 from fedad.seeding import rng as seeded_rng
@@ -115,6 +121,19 @@ class FedUVDetector(BaseDetector):
     def _ensure_built(self) -> None:
         if not hasattr(self, "model_"):
             self.build()
+
+    def expected_input(self) -> tuple[str, tuple[int, ...]] | None:
+        """Images of exactly ``input_shape``, or vectors of its size."""
+        shape = tuple(int(s) for s in self.input_shape)
+        return ("image", shape) if self.kind == "image" else ("vector", (math.prod(shape),))
+
+    def check_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """The network the parameters declare, measured on torch's meta device, must be
+        in ``arrays`` (before :meth:`set_arrays` builds it)."""
+        shape = tuple(int(s) for s in self.input_shape)
+        check_network_arrays(
+            lambda: FedUVNet(self.kind, shape, self.hidden, self.code_length), arrays
+        )
 
     def set_code(self, code: np.ndarray) -> Self:
         """Set the secret code: ``code_length`` values, each -1 or +1."""

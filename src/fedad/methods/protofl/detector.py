@@ -24,7 +24,12 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
+from fedad.detector import (
+    DEFAULT_CONTAMINATION,
+    BaseDetector,
+    check_network_arrays,
+    register_detector,
+)
 from fedad.methods.baselines.ocsvm import fit_rbf_ocsvm, rbf_ocsvm_score
 from fedad.methods.protofl.features import embed, view_features
 from fedad.methods.protofl.model import Encoder, Trunk, flow_nll, make_flow
@@ -236,6 +241,20 @@ class ProtoFLDetector(BaseDetector):
         if self.head == "flow":
             self.flow_ = self.make_flow()
         return self
+
+    def expected_input(self) -> tuple[str, tuple[int, ...]] | None:
+        """Images of exactly ``input_shape``, or vectors of its size; with a pretrained
+        trunk input, not declared (the backbone resizes)."""
+        if self.trunk_input == "pretrained":
+            return None
+        shape = tuple(self.input_shape)
+        return ("image", shape) if self.kind == "image" else ("vector", (math.prod(shape),))
+
+    def check_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """The trunk the parameters declare (its size follows ``input_shape``), measured on
+        torch's meta device, must be in ``arrays`` (before :meth:`set_arrays` builds it)."""
+        shape = self.trunk_shape
+        check_network_arrays(lambda: Trunk(shape, self.rep_dim, self.width), arrays, "trunk.")
 
     def set_trunk(self, arrays: dict[str, np.ndarray]) -> Self:
         """Load the trunk's state dict (the global model's ``trunk.*`` arrays, unprefixed)."""
