@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from fedad.data.table import TABLE_SUFFIXES, label_values, read_table
-from fedad.detector import flag
+from fedad.detector import BaseDetector, flag
 from fedad.errors import FedadError
-from fedad.inputs import read_inputs
-from fedad.runs import Run, load_run
+from fedad.inputs import INPUTS_FILE, Inputs, read_inputs
+from fedad.runs import Run, client_count, load_run
 
 __all__ = ["Scored", "score_data", "scores_csv"]
 
@@ -42,16 +43,56 @@ class Scored:
 
 
 def _client(run: Run, value: str) -> int:
+    """The client number ``--client value`` names: a natural client's id value, or a
+    number below the run's client count."""
     inputs = run.inputs
     if inputs is not None and (k := inputs.client_of(value)) is not None:
         return k
-    if value.isdigit():
+    n = client_count(run.config, run.metrics)
+    if value.isascii() and value.isdigit() and (len(value) <= 9 and int(value) < n):
         return int(value)
     names = ", ".join(inputs.client_names[:8]) if inputs and inputs.client_names else ""
+    shown = value if len(value) <= 40 else value[:40] + "..."
     raise FedadError(
-        f"--client '{value}' is not a client of the run",
-        f"give a client number{' or one of ' + names if names else ''}",
+        f"--client '{shown}' is not a client of the run, which had {n} clients",
+        f"give a client number from 0 to {n - 1}{' or one of ' + names if names else ''}",
     )
+
+
+def _check_fit(inputs: Inputs, det: BaseDetector, run_dir: str | Path, label: str) -> None:
+    """The run's ``inputs.json`` must describe what the detector takes (both come from the
+    run directory, untrusted): else one line naming both, before any scoring."""
+    spec = det.expected_input()
+    if spec is None:
+        return
+    kind, shape = spec
+    fits = (
+        (inputs.kind == "image" and tuple(inputs.feature_shape) == shape)
+        if kind == "image"
+        else (inputs.kind != "graph" and inputs.width == math.prod(shape))
+    )
+    if not fits:
+        takes = f"images of shape {shape}" if kind == "image" else f"{shape[0]} features"
+        raise FedadError(
+            f"'{Path(run_dir) / INPUTS_FILE}' describes {inputs.kind} data of shape "
+            f"{tuple(inputs.feature_shape)}, but method '{label}''s detector takes {takes}",
+            "the run directory is damaged: run the experiment again",
+        )
+
+
+def _score(det: BaseDetector, x: np.ndarray, label: str, client: int) -> np.ndarray:
+    """``det.score(x)`` as float64; a detector that cannot score the inputs (a checkpoint
+    at odds with its own run) is a one-line error, not a traceback."""
+    try:
+        return np.asarray(det.score(x), dtype=np.float64)
+    except FedadError:
+        raise
+    except (ValueError, RuntimeError, TypeError, IndexError) as err:
+        reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        raise FedadError(
+            f"method '{label}''s detector of client {client} cannot score these inputs: {reason}",
+            "check that the data are of the kind the run was trained on",
+        ) from None
 
 
 def score_data(
@@ -102,8 +143,9 @@ def score_data(
     flags = np.empty(len(ids), dtype=np.int64)
     for k in np.unique(per_row):
         det = run.detector(label, int(k))
+        _check_fit(inputs, det, run_dir, label)
         rows = np.flatnonzero(per_row == k)
-        s = np.asarray(det.score(x[rows]), dtype=np.float64)
+        s = _score(det, x[rows], label, int(k))
         scores[rows] = s
         flags[rows] = flag(s, det.threshold_)
     return Scored(ids, [int(k) for k in per_row], scores, flags, inputs.client_names)
