@@ -27,11 +27,12 @@ resource or a user's weights file and is never stored.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any, Literal, Self
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
 from fedad.devices import resolve_device
@@ -39,6 +40,7 @@ from fedad.methods.feddymem.memory import memory_reduce
 from fedad.methods.feddymem.model import FedDyMemNet
 from fedad.methods.feddymem.train import memory_features, train_epoch
 from fedad.nn.patchscore import anomaly_maps, image_scores
+from fedad.resources.base import check_stages
 from fedad.resources.multilevel import MultiLevelFeatures, stage_channels
 from fedad.seeding import rng as seeded_rng
 from fedad.seeding import torch_seeded
@@ -86,6 +88,19 @@ class FedDyMemDetectorParams(BaseModel):
         if v is not None and (list(v) != sorted(set(v)) or v[0] < 1):
             raise ValueError("stages must be increasing stage numbers from 1")
         return v
+
+    @model_validator(mode="after")
+    def _stages_of_backbone(self) -> FedDyMemDetectorParams:
+        check_backbone_stages(self.backbone, self.stages)
+        return self
+
+
+def check_backbone_stages(backbone: str, stages: Sequence[int] | None) -> None:
+    """``ValueError`` unless ``stages`` (``None``: the default) are stages the backbone has:
+    increasing numbers from 1 to its stage count (4 for wide_resnet50_2, 7 for
+    efficientnet-lite0). Both schemas, a config's and a checkpoint's, check it."""
+    if stages is not None:
+        check_stages(tuple(stages), len(stage_channels(backbone)))
 
 
 @register_detector("feddymem")

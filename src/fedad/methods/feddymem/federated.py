@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fedad.data.types import ClientData
 from fedad.evaluation import MetricFamily
@@ -49,7 +49,12 @@ from fedad.fl.context import ServerContext
 from fedad.fl.fedavg import log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.validate import ArraySpec
-from fedad.methods.feddymem.detector import BANK, FedDyMemDetector, ScoreNorm
+from fedad.methods.feddymem.detector import (
+    BANK,
+    FedDyMemDetector,
+    ScoreNorm,
+    check_backbone_stages,
+)
 from fedad.methods.feddymem.memory import aggregate_banks, memory_reduce
 from fedad.resources.multilevel import check_backbone
 from fedad.seeding import rng as seeded_rng
@@ -99,6 +104,11 @@ class FedDyMemParams(Params):
     bank_order: Literal["matched", "kmeans"] = Field(
         default="matched", description="how k-means centres are placed on the H x W map"
     )
+
+    @model_validator(mode="after")
+    def _stages_of_backbone(self) -> FedDyMemParams:
+        check_backbone_stages(self.backbone, self.stages)
+        return self
 
 
 @register
