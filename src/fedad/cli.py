@@ -1,28 +1,42 @@
 """The ``fedad`` command line: ``run``, ``list``, ``report``, ``score``.
 
 User mistakes (bad config, missing data, impossible partitions) print one line on stderr and
-exit with status 2; no traceback.
+exit with status 2; no traceback. So does output that cannot be written (standard output
+closed or full). Ctrl-C prints one line too, whenever it comes, and exits with 130
+(:class:`_CtrlC`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Annotated, Any
 
-import typer
-from rich.console import Console
-from rich.logging import RichHandler
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+try:  # a Ctrl-C while the command line starts: one line, not a traceback (see _CtrlC)
+    import typer
+    from rich.console import Console
+    from rich.logging import RichHandler
+    from rich.markup import escape
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+    from rich.table import Table
 
-from fedad.errors import FedadError, Interrupted
-from fedad.fl.flower_cli import app as flower_app
+    from fedad.errors import FedadError, Interrupted
+    from fedad.fl.flower_cli import app as flower_app
+except KeyboardInterrupt:
+    if sys.stderr is not None:
+        sys.stderr.write("interrupted by SIGINT while starting: nothing was done\n")
+    raise SystemExit(128 + signal.SIGINT) from None
 
 app = typer.Typer(
     add_completion=False,
@@ -30,13 +44,54 @@ app = typer.Typer(
     help="fedad: federated anomaly detection experiments from one TOML file.",
     pretty_exceptions_enable=False,
 )
-console = Console(stderr=False, width=None if sys.stdout.isatty() else 120)
+console = Console(
+    stderr=False, width=None if sys.stdout is not None and sys.stdout.isatty() else 120
+)
 errors = Console(stderr=True)
 
 
 def _fail(err: Exception) -> None:
     errors.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
+
+
+def _stdout_error(err: OSError | None) -> FedadError:
+    """The one-line error for output that cannot go to standard output (``None``: it is
+    closed). The unwritten rest is sent to /dev/null, so that Python does not fail again
+    flushing it at exit."""
+    out = sys.stdout
+    try:
+        if out is not None and out.fileno() == 1:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.close(null)
+    except (OSError, ValueError):
+        pass
+    why = "it is closed" if err is None else (err.strerror or str(err))
+    return FedadError(f"cannot write to standard output: {why}")
+
+
+def _write_stdout(text: str) -> None:
+    """``text`` on standard output, flushed; a :class:`FedadError` when that fails."""
+    if sys.stdout is None:
+        raise _stdout_error(None)
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as err:
+        raise _stdout_error(err) from None
+
+
+def _show(*objects: Any) -> None:
+    """``console.print(*objects)`` on standard output, flushed; a :class:`FedadError` when
+    that fails (closed or full)."""
+    if sys.stdout is None:
+        raise _stdout_error(None)
+    try:
+        console.print(*objects)
+        sys.stdout.flush()
+    except OSError as err:
+        raise _stdout_error(err) from None
 
 
 def _fmt(v: Any, digits: int = 3) -> str:
@@ -124,9 +179,10 @@ def run(
     stderr), 130 / 143 after Ctrl-C / SIGTERM (the finished methods' results are kept;
     --resume completes the run).
     """
-    from fedad.config import load_config
-
+    finished: list[Path] = []
     try:
+        from fedad.config import load_config
+
         cfg = load_config(config, set_ or [])
         out_dir = Path("runs") / config.stem if out is None else out
         if jobs > 1 and cfg.seeds is None:
@@ -135,11 +191,13 @@ def run(
                 "give seeds = [0, 1, 2] in the config or --set 'seeds=[0,1,2]'",
             )
         with _terminate_as_interrupt():
-            _run(cfg, out_dir, cfg.engine.progress and not quiet, force, resume, jobs)
+            _run(cfg, out_dir, cfg.engine.progress and not quiet, force, resume, jobs, finished)
     except FedadError as err:
         _fail(err)
     except Interrupted as stop:
         _interrupted(stop, config)
+    except KeyboardInterrupt:  # before the run began, or after it ended
+        _interrupted(Interrupted(signal.SIGINT, out=str(finished[0]) if finished else ""), config)
 
 
 @contextmanager
@@ -161,11 +219,20 @@ def _terminate_as_interrupt() -> Iterator[None]:
 
 
 def _interrupted(stop: Interrupted, config: Path) -> None:
+    """Say what an interrupted run kept, in one line, and exit with ``128 + signum``."""
+    _CTRL_C.reported = True
     try:
         name = signal.Signals(stop.signum).name
     except ValueError:
         name = f"signal {stop.signum}"
-    if stop.kept:
+    if stop.out and not stop.kept:
+        errors.print(
+            f"interrupted by {name} after the run had finished: its results are in "
+            f"{escape(stop.out)}/",
+            highlight=False,
+            soft_wrap=True,
+        )
+    elif stop.kept:
         errors.print(
             f"interrupted by {name}: kept {', '.join(stop.kept)} in {escape(stop.out)}/; "
             f"complete the run with `fedad run {escape(str(config))} --resume --out "
@@ -185,7 +252,10 @@ def _run(
     force: bool = False,
     resume: bool = False,
     jobs: int = 1,
+    finished: list[Path] | None = None,
 ) -> None:
+    """Run ``cfg`` into ``out_dir`` with a progress bar, then show the results table;
+    ``out_dir`` is appended to ``finished`` once every output is written."""
     from fedad.runner import run_experiment
     from fedad.seeds import run_seeds
 
@@ -233,9 +303,11 @@ def _run(
                 force=force,
                 resume=resume,
             )
-    console.print(results_table(metrics))
+    if finished is not None:
+        finished.append(out_dir)
     secs = metrics["experiment"]["total_seconds"]
-    console.print(f"wrote {out_dir}/ (report.html, metrics.json, history.csv) in {secs:.1f} s")
+    _show(results_table(metrics))
+    _show(f"wrote {out_dir}/ (report.html, metrics.json, history.csv) in {secs:.1f} s")
 
 
 @app.command("list")
@@ -260,7 +332,10 @@ def list_(
             t.add_row(name, desc)
     else:
         _fail(FedadError(f"cannot list '{what}'", "choose methods, datasets or partitions"))
-    console.print(t)
+    try:
+        _show(t)
+    except FedadError as err:
+        _fail(err)
 
 
 PARTITIONS = {
@@ -287,9 +362,9 @@ def report(
                 f"'{run_dir}' has no metrics.json", "give a directory written by fedad run"
             )
         path = write_report(run_dir)
+        _show(f"wrote {path}")
     except FedadError as err:
         _fail(err)
-    console.print(f"wrote {path}")
 
 
 @app.command()
@@ -321,11 +396,9 @@ def score(
         scored = score_data(run_dir, data, method, client, id_column, skip_bad_files)
         text = scores_csv(scored)
         if out is not None:
-            from fedad.outdir import write_text
-
-            write_text(out, text)
+            _write_file(out, text)
         else:
-            sys.stdout.write(text)
+            _write_stdout(text)
     except (FedadError, OSError) as err:
         _fail(err)
     n, k = len(scored.ids), int(scored.flags.sum())
@@ -333,21 +406,78 @@ def score(
     errors.print(f"scored {n} inputs with '{method}'{where}: {k} flagged as anomalies")
 
 
+def _write_file(out: Path, text: str) -> None:
+    """``text`` into the file ``out`` (atomically); a one-line error naming it otherwise."""
+    from fedad.outdir import write_text
+
+    try:
+        write_text(out, text)
+    except OSError as err:
+        raise FedadError(f"cannot write '{out}': {err.strerror or err}") from None
+
+
 app.add_typer(flower_app, name="flower")
+
+
+class _CtrlC:
+    """The command line's SIGINT handler: the first Ctrl-C raises ``KeyboardInterrupt``
+    (a run then keeps its finished methods and stops, :func:`run`); the ones that follow
+    while that happens only say it is under way, so that three quick Ctrl-C neither cut the
+    keeping short nor end in the default handler's silent death by signal. Ctrl-\\
+    (SIGQUIT) still stops at once. ``reported``: a command already said it was interrupted.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.reported = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.count += 1
+        if self.count == 1:
+            raise KeyboardInterrupt
+        if self.count == 2:
+            note = b"stopping after Ctrl-C: keeping what finished (Ctrl-\\ quits at once)\n"
+            with suppress(OSError):
+                os.write(2, note)
+
+    def install(self) -> bool:
+        """Take SIGINT if it has Python's default handler (an ignored SIGINT, as a shell's
+        background job has, stays ignored); whether it did."""
+        try:
+            if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+                return False
+            signal.signal(signal.SIGINT, self)
+        except ValueError:  # not the main thread
+            return False
+        return True
+
+
+_CTRL_C = _CtrlC()
 
 
 def main() -> None:
     """Console-script entry point."""
-    logging.basicConfig(
-        level=logging.WARNING,
-        format="%(message)s",
-        handlers=[RichHandler(console=errors, show_path=False, show_time=False)],
-    )
+    installed = _CTRL_C.install()
     try:
+        logging.basicConfig(
+            level=logging.WARNING,
+            format="%(message)s",
+            handlers=[RichHandler(console=errors, show_path=False, show_time=False)],
+        )
         app()
     except FedadError as err:  # pragma: no cover - commands handle their own
         errors.print(f"error: {err}")
         sys.exit(2)
+    except SystemExit as done:
+        if done.code == 128 + signal.SIGINT and _CTRL_C.count and not _CTRL_C.reported:
+            errors.print("interrupted by SIGINT")  # a command that did not say it
+        raise
+    except KeyboardInterrupt:  # outside any command (typer's own work)
+        errors.print("interrupted by SIGINT")
+        raise SystemExit(128 + signal.SIGINT) from None
+    finally:
+        if installed:  # a Ctrl-C while Python exits must not kill it by signal
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 if __name__ == "__main__":
