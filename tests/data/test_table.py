@@ -146,6 +146,27 @@ def test_a_client_without_normal_rows_is_an_error(tmp_path: Path) -> None:
                              partition={"scheme": "natural"}))  # fmt: skip
 
 
+def test_many_tiny_natural_clients_are_named_not_partition_clients(tmp_path: Path) -> None:
+    """Natural works the client count out itself: 'lower partition.clients' cannot help."""
+    df = frame(60)
+    df["site"] = np.where(np.arange(60) < 40, "big", [f"t{i:02d}" for i in range(60)])
+    df["flag"] = np.where(np.arange(60) < 40, np.arange(60) % 4 == 0, False).astype(int)
+    path = write(df, tmp_path / "t.csv")
+    natural = {"scheme": "natural"}
+    with pytest.raises(DataError, match=r"client 't40' has 1 normal .*\(and 19 more of the 21 "
+                                        r"clients\).*one client per id") as err:  # fmt: skip
+        build_federation(cfg(path, label_column="flag", client_column="site", partition=natural))
+    assert "partition.clients" not in str(err.value)
+    one = {"scheme": "natural", "min_per_client": 1}
+    with pytest.raises(DataError, match=r"leaves .* \(lower data\.server_normal\)$"):
+        build_federation(cfg(path, label_column="flag", client_column="site", partition=one,
+                             server_normal=25))  # fmt: skip
+    df["flag"] = (np.arange(60) < 40).astype(int)  # big: anomalies only; tiny: one normal
+    path = write(df, tmp_path / "t.csv")
+    with pytest.raises(DataError, match=r"no normal samples .*class by class.*split_column"):
+        build_federation(cfg(path, label_column="flag", client_column="site", partition=one))
+
+
 def test_categories_seen_only_in_test_encode_as_zeros(tmp_path: Path) -> None:
     df = frame(200)
     # 'lab' only on anomalous rows, which never train (no contamination)

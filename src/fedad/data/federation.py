@@ -66,6 +66,7 @@ Impossible requests raise a one-line :class:`~fedad.errors.FedadError` that name
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -784,16 +785,25 @@ def _group_codes(group: np.ndarray | None, n: int, names: list[str]) -> np.ndarr
 
 
 def _check_natural_sizes(
-    cfg: ExperimentConfig, names: list[str], train_normals: list[np.ndarray]
+    cfg: ExperimentConfig, names: list[str], counts: Sequence[int], server: bool = False
 ) -> None:
-    for name, t in zip(names, train_normals, strict=True):
-        if len(t) < cfg.partition.min_per_client:
-            raise DataError(
-                f"client '{name}' has {len(t)} normal training samples, fewer than "
-                f"partition.min_per_client = {cfg.partition.min_per_client}",
-                "give that client more normal rows, lower partition.min_per_client or "
-                "data.server_normal, or remove its rows",
-            )
+    """Every natural client holds at least ``partition.min_per_client`` normal training
+    samples (``counts``, one per client of ``names``; ``server``: after the server's share
+    was taken); else a one-line error naming the first small client and how many there are
+    (the client count is the data's, so the fix is never ``partition.clients``)."""
+    least = cfg.partition.min_per_client
+    small = [(name, int(n)) for name, n in zip(names, counts, strict=True) if n < least]
+    if not small:
+        return
+    name, n = small[0]
+    more = f" (and {len(small) - 1} more of the {len(names)} clients)" if len(small) > 1 else ""
+    raise DataError(
+        f"client '{name}' has {n} normal training samples, fewer than "
+        f"partition.min_per_client = {least}{more}",
+        "natural makes one client per id: give those clients more normal rows or remove "
+        "their rows, or lower partition.min_per_client"
+        + (" or data.server_normal" if server else ""),
+    )
 
 
 def _natural_tests(
@@ -896,9 +906,14 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
         )
     if not ovr and (len(test_normals) == 0 or len(test_anomalies) == 0):
         which = "normal" if len(test_normals) == 0 else "anomalous"
+        per_client = natural and split_notes[main.name].startswith("stratified")
         raise DataError(
             f"the held-out test set has no {which} samples",
-            "raise data.test_fraction or check data.normal / data.anomaly",
+            "natural splits each client's rows class by class, and a client's only row of a "
+            "class stays in training: give the clients more rows, or choose the test rows "
+            "with data.split_column or train/ and test/ folders"
+            if per_client
+            else "raise data.test_fraction or check data.normal / data.anomaly",
         )
     n_test_before = len(test_normals) + len(test_anomalies)
     if d.test_anomaly_fraction is not None:
@@ -915,6 +930,9 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
         anomaly_pool = np.sort(normal_pool)
 
     # 4. server data
+    if natural:  # before the server's share: the clients' own sizes, each named
+        sizes = np.bincount(group_of[normal_pool], minlength=k_clients)[:k_clients]
+        _check_natural_sizes(cfg, client_names, sizes.tolist())
     server_ids = np.empty(0, dtype=np.int64)
     if d.server_normal > 0:
         left = len(normal_pool) - d.server_normal
@@ -923,7 +941,7 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
                 f"data.server_normal={d.server_normal} leaves {max(left, 0)} of "
                 f"{len(normal_pool)} normal training samples for {k_clients} clients "
                 f"(partition.min_per_client={p.min_per_client} each)",
-                "lower data.server_normal or partition.clients",
+                "lower data.server_normal" + ("" if natural else " or partition.clients"),
             )
         pick = rngs["server"].permutation(len(normal_pool))
         server_ids = np.sort(normal_pool[pick[: d.server_normal]])
@@ -961,7 +979,7 @@ def plan_federation(cfg: ExperimentConfig) -> FederationPlan:
     )
     train_normals = [normal_pool[part] for part in parts]
     if natural:
-        _check_natural_sizes(cfg, client_names, train_normals)
+        _check_natural_sizes(cfg, client_names, [len(t) for t in train_normals], server=True)
     if d.max_train_per_client is not None:
         cap = d.max_train_per_client
         train_normals = [
