@@ -32,7 +32,7 @@ from typing import Any, Literal, Self
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
 from fedad.devices import resolve_device
@@ -84,15 +84,12 @@ class FedDyMemDetectorParams(BaseModel):
 
     @field_validator("stages")
     @classmethod
-    def _increasing(cls, v: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    def _increasing(cls, v: tuple[int, ...] | None, info: ValidationInfo) -> tuple[int, ...] | None:
         if v is not None and (list(v) != sorted(set(v)) or v[0] < 1):
             raise ValueError("stages must be increasing stage numbers from 1")
+        if "backbone" in info.data:  # else the backbone's own error is reported
+            check_backbone_stages(info.data["backbone"], v)
         return v
-
-    @model_validator(mode="after")
-    def _stages_of_backbone(self) -> FedDyMemDetectorParams:
-        check_backbone_stages(self.backbone, self.stages)
-        return self
 
 
 def check_backbone_stages(backbone: str, stages: Sequence[int] | None) -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from fedad.data.types import ClientData
 from fedad.evaluation import MetricFamily
@@ -105,10 +105,12 @@ class FedDyMemParams(Params):
         default="matched", description="how k-means centres are placed on the H x W map"
     )
 
-    @model_validator(mode="after")
-    def _stages_of_backbone(self) -> FedDyMemParams:
-        check_backbone_stages(self.backbone, self.stages)
-        return self
+    @field_validator("stages")
+    @classmethod
+    def _stages_of_backbone(cls, v: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        if "backbone" in info.data:  # else the backbone's own error is reported
+            check_backbone_stages(info.data["backbone"], v)
+        return v
 
 
 @register
