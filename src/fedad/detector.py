@@ -85,9 +85,12 @@ class BaseDetector(ABC):
 
     def expected_input(self) -> tuple[str, tuple[int, ...]] | None:
         """What :meth:`score` takes, where the detector declares it: ``("image", (C, H,
-        W))``, images of exactly that shape, or ``("vector", (D,))``, samples of ``D``
-        values each (in any per-sample shape: they are flattened). ``None``: not declared
-        (graphs, or a detector that takes any size); the base class declares nothing."""
+        W))``, images of exactly that shape; ``("vector", (D,))``, vectors (table rows) of
+        ``D`` values; ``("flat", (D,))``, samples of any kind with ``D`` values each (they
+        are flattened). An array's per-sample size is all :meth:`check_input` can check
+        for the last two; ``fedad score`` also checks the kind against ``inputs.json``.
+        ``None``: not declared (graphs, or a detector that takes any size); the base class
+        declares nothing."""
         return None
 
     def check_input(self, x: Any) -> None:

@@ -66,13 +66,14 @@ def _check_fit(inputs: Inputs, det: BaseDetector, run_dir: str | Path, label: st
     if spec is None:
         return
     kind, shape = spec
-    fits = (
-        (inputs.kind == "image" and tuple(inputs.feature_shape) == shape)
-        if kind == "image"
-        else (inputs.kind != "graph" and inputs.width == math.prod(shape))
-    )
+    if kind == "image":
+        fits = inputs.kind == "image" and tuple(inputs.feature_shape) == shape
+    else:  # "vector": table rows; "flat": any kind, flattened
+        same_kind = inputs.kind == "vector" if kind == "vector" else inputs.kind != "graph"
+        fits = same_kind and inputs.width == math.prod(shape)
     if not fits:
-        takes = f"images of shape {shape}" if kind == "image" else f"{shape[0]} features"
+        what = "vectors" if kind == "vector" else "samples"
+        takes = f"images of shape {shape}" if kind == "image" else f"{what} of {shape[0]} values"
         raise FedadError(
             f"'{Path(run_dir) / INPUTS_FILE}' describes {inputs.kind} data of shape "
             f"{tuple(inputs.feature_shape)}, but method '{label}''s detector takes {takes}",

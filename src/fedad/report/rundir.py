@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import tokenize
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -160,9 +161,18 @@ def _scan_npz(p: Path, max_bytes: int, fix: str, read: bool) -> dict[str, Any]:
     except FileNotFoundError:
         raise bad("is missing") from None
     except (
-        OSError, ValueError, EOFError, KeyError, RuntimeError, NotImplementedError,
-        zipfile.BadZipFile, zlib.error, MemoryError,
-    ) as exc:  # fmt: skip
+        OSError,
+        ValueError,
+        EOFError,
+        KeyError,
+        RuntimeError,
+        NotImplementedError,
+        zipfile.BadZipFile,
+        zlib.error,
+        MemoryError,
+        SyntaxError,
+        tokenize.TokenError,
+    ) as exc:  # fmt: skip (a garbled header fails numpy's parser with the last two)
         raise bad(f"is not a readable .npz file: {_reason(exc)}") from None
 
 

@@ -104,8 +104,9 @@ class OCSVMDetector(FitOnce, BaseDetector):
 
     # -- scoring ----------------------------------------------------------------------------
     def expected_input(self) -> tuple[str, tuple[int, ...]] | None:
-        """Once fitted: samples of as many values as the support vectors have."""
-        return ("vector", (int(self.sv_.shape[1]),)) if self.fitted else None
+        """Once fitted: samples of any kind with as many values as the support vectors
+        (they are flattened)."""
+        return ("flat", (int(self.sv_.shape[1]),)) if self.fitted else None
 
     def score(self, x: np.ndarray) -> np.ndarray:
         if not self.fitted:
