@@ -6,6 +6,7 @@ import csv
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -127,6 +128,9 @@ def test_an_unseen_category_scores(table_run: tuple[Path, pd.DataFrame]) -> None
     [
         (["--method", "nope"], "has no method 'nope'"),
         (["--method", "fedavg", "--client", "zz"], "--client 'zz' is not a client of the run"),
+        (["-m", "fedavg", "--client", "99999999999999999999999"], "run, which had 3 clients"),
+        (["-m", "fedavg", "--client", "3"], "give a client number from 0 to 2 or one of a, b"),
+        (["-m", "fedavg", "--client", "\u00b2"], "--client '\u00b2' is not a client"),
         (["--method", "fedavg", "--id-column", "zz"], "has no column 'zz'"),
     ],
 )
@@ -251,3 +255,60 @@ def test_image_folder_scores_equal_the_runs_own(tmp_path: Path) -> None:
     (root / "test" / "good" / "notes.txt").write_text("not an image")
     res = runner.invoke(app, ["score", str(tmp_path / "run"), str(root / "test"), "-m", "fedavg"])
     assert res.exit_code == 2 and "notes.txt" in res.output and "Traceback" not in res.output
+
+
+def _at_odds(root: Path, tmp_path: Path, edit: object) -> Path:
+    """A copy of the run whose inputs.json, consistent in itself, was edited."""
+    import shutil
+
+    copy = tmp_path / "odd"
+    shutil.copytree(root / "run", copy)
+    raw = json.loads((copy / "inputs.json").read_text())
+    edit(raw)  # type: ignore[operator]
+    (copy / "inputs.json").write_text(json.dumps(raw))
+    return copy
+
+
+def _one_more_feature(raw: dict[str, Any]) -> None:
+    raw["columns"].append("row")  # a numeric column of the data, not a feature of the run
+    raw["feature_shape"] = [raw["feature_shape"][0] + 1]
+    for key in ("mean", "std", "impute_means"):
+        if raw.get(key) is not None:
+            raw[key].append(1.0)
+
+
+def test_inputs_json_at_odds_with_the_detector_is_one_line(
+    table_run: tuple[Path, pd.DataFrame], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26 #6: 6 features for a 5-feature model, or images for a table model."""
+    root, df = table_run
+    df.head(4).to_csv(tmp_path / "few.csv", index=False)
+    wide = _at_odds(root, tmp_path / "wide", _one_more_feature)
+    for label, takes in (("fedavg", "vectors of 5 values"), ("local", "samples of 5 values")):
+        res = runner.invoke(app, ["score", str(wide), str(tmp_path / "few.csv"), "-m", label])
+        assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+        assert f"inputs.json' describes vector data of shape (6,), but method '{label}''s " \
+            f"detector takes {takes}" in res.output  # fmt: skip
+    with pytest.raises(
+        FedadError, match=r"takes samples of 5 values, got an array of shape \(2, 6\)"
+    ):
+        fedad.load(str(root / "run")).detector("fedavg", 0).score(np.zeros((2, 6)))
+    # a detector that declares nothing and still cannot score: one line, naming it
+    from fedad.methods.baselines.ocsvm import OCSVMDetector
+
+    monkeypatch.setattr(OCSVMDetector, "expected_input", lambda self: None)
+    res = runner.invoke(app, ["score", str(wide), str(tmp_path / "few.csv"), "-m", "local"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "method 'local''s detector of client 0 cannot score these inputs" in res.output
+
+    from PIL import Image
+
+    (tmp_path / "pics").mkdir()
+    Image.fromarray(np.zeros((4, 4), np.uint8)).save(tmp_path / "pics" / "a.png")
+    images = _at_odds(
+        root, tmp_path / "img", lambda d: d.update(kind="image", feature_shape=[1, 1, 5])
+    )
+    res = runner.invoke(app, ["score", str(images), str(tmp_path / "pics"), "-m", "fedavg"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "describes image data of shape (1, 1, 5), but method 'fedavg''s detector takes " \
+        "vectors of 5 values" in res.output  # fmt: skip
