@@ -171,8 +171,8 @@ def _scan_npz(p: Path, max_bytes: int, fix: str, read: bool) -> dict[str, Any]:
         zlib.error,
         MemoryError,
         SyntaxError,
-        tokenize.TokenError,
-    ) as exc:  # fmt: skip (a garbled header fails numpy's parser with the last two)
+        tokenize.TokenError,  # these two: a garbled header, from numpy's parser
+    ) as exc:
         raise bad(f"is not a readable .npz file: {_reason(exc)}") from None
 
 
