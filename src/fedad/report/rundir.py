@@ -149,7 +149,7 @@ def _scan_npz(p: Path, max_bytes: int, fix: str, read: bool) -> dict[str, Any]:
                 name = info.filename
                 key = name.removesuffix(".npy")
                 if key == name or key in out:
-                    raise bad(f"holds '{name[:80]}', not one array of that name")
+                    raise bad(f"is not a readable .npz file: '{name[:80]}' is not one array's name")
                 with zf.open(info) as fh:
                     shape, fortran, dtype = _npy_header(fh, info.file_size, key, bad)
                     out[key] = (
@@ -187,14 +187,17 @@ def _npy_header(
     elif version == (2, 0):
         shape, fortran, dtype = npy_format.read_array_header_2_0(fh)
     else:
-        raise bad(f"holds array '{key}' in .npy format {version}, which fedad does not read")
+        raise bad(f"is not a readable .npz file: array '{key}' is in .npy format {version}")
     if dtype.kind not in _NPZ_KINDS or dtype.hasobject or dtype.fields or dtype.subdtype:
-        raise bad(f"holds array '{key}' of type {str(dtype)[:40]}, not plain numbers or text")
+        raise bad(
+            f"is not a readable .npz file: array '{key}' is of type {str(dtype)[:40]}, not "
+            "plain numbers or text"
+        )
     if any(not isinstance(n, int) or n < 0 for n in shape):
-        raise bad(f"holds array '{key}' of shape {str(shape)[:80]}")
+        raise bad(f"is not a readable .npz file: array '{key}' has shape {str(shape)[:80]}")
     count = math.prod(shape)
     if dtype.itemsize == 0 and count:
-        raise bad(f"holds array '{key}' of empty items")
+        raise bad(f"is not a readable .npz file: array '{key}' has items of no size")
     nbytes, header = count * dtype.itemsize, fh.tell()
     if header + nbytes != stored:
         raise bad(
@@ -222,7 +225,7 @@ def _npy_data(
     while done < nbytes:
         chunk = fh.read(min(_NPZ_CHUNK, nbytes - done))
         if not chunk:
-            raise bad(f"ends inside array '{key}'")
+            raise bad(f"is not a readable .npz file: it ends inside array '{key}'")
         raw[done : done + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
         done += len(chunk)
     if fortran:
