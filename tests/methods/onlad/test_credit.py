@@ -10,6 +10,9 @@ from fedad.methods.onlad.credit import (
     adaptive_lambda,
     credit_scores,
     effect_gate,
+    exceedance_gate,
+    exceedance_mass,
+    exceedance_ratios,
     fedavg_weights,
     median_lambda,
     robust_credit_scores,
@@ -164,3 +167,52 @@ def test_adaptive_lambda_is_linear() -> None:
     lams = [adaptive_lambda(2.0, r, 5, 0.5) for r in range(1, 6)]
     np.testing.assert_allclose(lams, [2.0, 1.75, 1.5, 1.25, 1.0])
     assert adaptive_lambda(2.0, 1, 1, 0.5) == 2.0
+
+
+# -- onlad-robust's exceedance check ----------------------------------------------------------
+
+
+def test_exceedance_mass_sums_the_scores_above_tau() -> None:
+    assert exceedance_mass([0.1, 0.5, 1.0, 2.0, 3.0], 1.0) == 5.0  # 1.0 is not above
+    assert exceedance_mass([], 1.0) == 0.0
+    assert exceedance_mass([0.2, 0.3], 1.0) == 0.0
+    top = np.finfo(np.float64).max
+    assert exceedance_mass([np.nan, 0.5], 1.0) == top  # unscorable: flagged, never NaN
+    assert exceedance_mass([np.inf, 1e308, 1e308], 1.0) == top  # no overflow to inf
+
+
+def test_exceedance_ratios_compare_with_normal_data() -> None:
+    r = exceedance_ratios([10.0, 20.0, 0.0, 5.0, -1.0, np.nan], [10.0, 5.0, 4.0, 0.0, 3.0, 3.0])
+    np.testing.assert_allclose(r[:3], [1.0, 4.0, 0.0])
+    assert np.isnan(r[3])  # nothing to compare with (no observed score above tau)
+    assert np.isinf(r[4]) and np.isinf(r[5])  # an unusable report
+    with pytest.raises(ValueError):
+        exceedance_ratios([1.0], [1.0, 2.0])
+
+
+def test_exceedance_gate_refuses_the_clients_far_above_the_median() -> None:
+    """Two contaminated clients of six (as measured on Fashion-MNIST: 3.2-4.8 against at
+    most 2.1 for honest clients) are refused; the honest ones pass."""
+    ratios = [1.26, 1.59, 1.21, 4.78, 1.59, 4.67]
+    np.testing.assert_array_equal(exceedance_gate(ratios, ratios), [1, 1, 1, 0, 1, 0])
+    # the floor: with very clean peers (median 0.5) a client at 1.9x normal data still passes
+    clean = [0.3, 0.5, 0.5, 0.6, 1.9]
+    assert np.all(exceedance_gate(clean, clean))
+    assert not exceedance_gate([2.1], clean)[0]
+    # NaN (no comparison) passes, inf (unusable report) never; the median ignores inf
+    np.testing.assert_array_equal(
+        exceedance_gate([np.nan, np.inf, 3.0], [1.0, 1.0, np.inf, np.nan]), [1, 0, 0]
+    )
+    assert exceedance_gate([3.0], [np.inf], factor=4.0)[0]  # no finite reference: floor 1
+    assert np.all(exceedance_gate([1e6], [1.0], factor=np.inf))  # inf turns it off
+
+
+def test_robust_credit_scores_honour_the_keep_mask() -> None:
+    losses, n = [0.8, 0.9, 0.95], [100, 200, 300]
+    steps = [0.97, 0.98, 0.99]
+    c = robust_credit_scores(losses, steps, n, 1.0, keep=[True, False, True])
+    assert c[1] == 0.0
+    np.testing.assert_allclose(c[[0, 2]], credit_scores([0.8, 0.95], [100, 300]))
+    assert np.all(robust_credit_scores(losses, steps, n, 1.0, keep=[False] * 3) == 0)
+    with pytest.raises(ValueError):
+        robust_credit_scores(losses, steps, n, 1.0, keep=[True])

@@ -98,7 +98,7 @@ def test_local_detection_rejects_gaussian_data_on_its_own() -> None:
     """With detect-then-learn the poisoned client learns (almost) none of its N(0,1) data."""
     out = _run("onlad", {"kind": "gaussian-data", "clients": 1})
     counts = {i: m.arrays["prequential"] for i, m in out.evaluations.items()}
-    tp, _fp, fn, _tn = (int(v) for v in sum(counts.values()))
+    tp, _fp, fn, _tn = (int(v) for v in np.sum(list(counts.values()), axis=0))
     assert tp > 0 and fn <= 0.05 * (tp + fn)
 
 

@@ -104,3 +104,24 @@ def test_detect_and_learn_equals_score_then_partial_fit() -> None:
         np.testing.assert_array_equal(flagged, expect)
         np.testing.assert_allclose(a.beta_, b.beta_, atol=1e-10)
         np.testing.assert_allclose(a.p_, b.p_, atol=1e-10)
+
+
+def test_score_and_learn_returns_the_prequential_scores() -> None:
+    """The scores are the model's before the chunk; what is learned is what
+    :meth:`detect_and_learn` learns (scores above tau are not)."""
+    rng = np.random.default_rng(4)
+    x = rng.random((90, 10))
+    a = OSELMAutoEncoder(n_hidden=8, seed=2).fit(x[:40])
+    b = OSELMAutoEncoder(n_hidden=8, seed=2).fit(x[:40])
+    tau = float(np.quantile(a.score(x[40:]), 0.6))
+    for start in range(40, 90, 25):
+        chunk = x[start : start + 25]
+        before = a.score(chunk)
+        scores = a.score_and_learn(chunk, tau)
+        np.testing.assert_allclose(scores, before)
+        np.testing.assert_array_equal(b.detect_and_learn(chunk, tau), scores > tau)
+        np.testing.assert_allclose(a.beta_, b.beta_, atol=1e-12)
+    everything = OSELMAutoEncoder(n_hidden=8, seed=2).fit(x[:40])
+    learn_all = OSELMAutoEncoder(n_hidden=8, seed=2).fit(x[:40]).partial_fit(x[40:])
+    everything.score_and_learn(x[40:], None)
+    np.testing.assert_allclose(everything.beta_, learn_all.beta_, atol=1e-10)

@@ -12,19 +12,31 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sklearn.metrics import roc_auc_score
 
 import fedad
 from fedad.attacks import attacked_clients, poison_update
 from fedad.config import AttackConfig, parse_config
+from fedad.data.federation import build_federation
+from fedad.data.idx import FASHION_MNIST_DIR
 from fedad.data.types import ClientData, Federation
 from fedad.detector import detector_from_config
 from fedad.errors import FedadError, RunError
+from fedad.evaluation import pooled_arrays
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import Message
+from fedad.methods.onlad.credit import exceedance_mass
 from fedad.methods.onlad.detector import OSELMAutoEncoder
+from fedad.methods.onlad.federated import (
+    _ONLAD,
+    FIXED,
+    TRAIN,
+    ExceedanceTally,
+    stream_chunks,
+)
 from fedad.methods.onlad.model import default_hidden
-from fedad.runner import run_experiment
+from fedad.runner import make_setup, run_experiment, run_method, with_server_data
 from tests.conftest import make_federation
 from tests.methods.onlad.test_federated import _run, _weights
 
@@ -42,7 +54,7 @@ def _poisoned(name: str, bad: set[int], mag: float, mode: str, **params: Any) ->
 
     class Hostile(base):  # type: ignore[valid-type,misc]
         def client_train(self, state: Any, data: ClientData, msg: Message) -> Message:
-            reply = super().client_train(state, data, msg)
+            reply: Message = super().client_train(state, data, msg)
             if data.client_id not in bad:
                 return reply
             with np.errstate(over="ignore", invalid="ignore"):
@@ -186,11 +198,14 @@ def test_saved_global_model_carries_the_threshold_used(tmp_path: Path) -> None:
 def test_default_hidden_width_is_undercomplete(shape: tuple[int, ...], width: int) -> None:
     setup = Setup("vector" if len(shape) == 1 else "image", shape, 3, 0, 0.05, 3)
     algo = build_algorithm("onlad-selective", {}, setup)
-    assert algo.make_detector().n_hidden == width == default_hidden(math.prod(shape))
+    det = algo.make_detector()
+    assert isinstance(det, OSELMAutoEncoder)
+    assert det.n_hidden == width == default_hidden(math.prod(shape))
     assert algo.detector_config()["params"]["n_hidden"] == width
     assert width < math.prod(shape) or width == 1
     explicit = build_algorithm("onlad", {"n_hidden": 64}, setup)
-    assert explicit.make_detector().n_hidden == 64
+    wide = explicit.make_detector()
+    assert isinstance(wide, OSELMAutoEncoder) and wide.n_hidden == 64
 
 
 def test_detector_records_the_resolved_width_and_loads() -> None:
@@ -326,3 +341,153 @@ def test_metrics_json_mentions_no_failure_for_idle_clients(tmp_path: Path) -> No
     missing = [int(line.split(",")[head.index("clients_missing")]) for line in history[1:]]
     assert sum(idle) > 0 and sum(missing) == 0
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["methods"]["onlad"]
+
+
+# -- issue 26: the exceedance check -------------------------------------------------------------
+
+
+def _first_train_reply(name: str, fed: Federation) -> tuple[Message, np.ndarray, float]:
+    """One client's reply to round 1 of 2 (with the server's initial model), its first chunk's
+    prequential scores and the tau it was sent."""
+    setup = Setup("vector", fed.feature_shape, 2, seed=0, contamination=0.05, num_clients=4)
+    algo = build_algorithm(name, {}, setup)
+    assert isinstance(algo, _ONLAD)
+    server = np.asarray(fed.server_normal)
+    det = algo.make_detector().fit(server)
+    tau = float(np.quantile(det.score(server), 0.8))
+    arrays = {k: v for k, v in det.get_arrays().items() if k in (*FIXED, "beta", "p")}
+    msg = Message(TRAIN, arrays, {"round": 1, "rounds": 2, "tau": tau})
+    client = fed.clients[1]
+    (first, _) = stream_chunks(client.n_train, 2, 0, client.client_id)
+    scores = det.score(np.asarray(client.x_train)[first])
+    return algo.client_train({}, client, msg), scores, tau
+
+
+def test_only_onlad_robust_clients_report_their_exceedance() -> None:
+    """The faithful methods' protocol is unchanged; an onlad-robust client reports the score
+    mass above tau of the chunk it scored before learning it, and how many it scored."""
+    fed = _low_rank(bad=(1,))
+    reply, scores, tau = _first_train_reply("onlad-robust", fed)
+    assert float(reply.scalars["scored"]) == len(scores) == 150
+    assert float(reply.scalars["exceedance"]) == pytest.approx(exceedance_mass(scores, tau))
+    assert float(reply.scalars["exceedance"]) > 0
+    for name in ("onlad", "onlad-score", "onlad-selective"):
+        plain, _, _ = _first_train_reply(name, fed)
+        assert set(plain.scalars) == {"num_examples", "learned"}
+
+
+def test_exceedance_tally_accumulates_and_refuses_a_negative_report() -> None:
+    tally = ExceedanceTally()
+
+    def report(mass: float, scored: int) -> Message:
+        return Message(TRAIN, {}, {"exceedance": mass, "scored": scored})
+
+    assert tally.add(0, report(3.0, 100), 0.01)  # expected 1.0
+    assert tally.add(0, report(1.0, 100), 0.02)  # expected 2.0 more
+    assert tally.add(1, report(0.5, 50), 0.01)
+    assert not tally.add(2, report(-1.0, 50), 0.01)
+    assert tally.add(2, report(1.0, 50), 0.01)  # later reports cannot repair it
+    r = tally.ratios()
+    assert r[0] == pytest.approx(4.0 / 3.0) and r[1] == pytest.approx(1.0)
+    assert math.isinf(r[2])
+
+
+def test_a_negative_exceedance_report_excludes_the_client_and_says_so() -> None:
+    fed = _low_rank()
+
+    class Liar(registry()["onlad-robust"]):  # type: ignore[misc]
+        def client_train(self, state: Any, data: ClientData, msg: Message) -> Message:
+            reply: Message = super().client_train(state, data, msg)
+            if data.client_id != 2:
+                return reply
+            lie: Message = Message(reply.kind, reply.arrays, {**reply.scalars, "exceedance": -5.0})
+            return lie
+
+    setup = Setup("vector", fed.feature_shape, 3, seed=0, contamination=0.05, num_clients=4)
+    out = run_inprocess(Liar(Liar.ParamsModel.model_validate({}), setup), fed, rounds=3, seed=0)
+    said = "round 1: node 2: its exceedance report is negative"
+    assert any(e.startswith(said) for e in out.events)
+    assert all(_weights(r)[2] == 0.0 for r in _rows(out))
+    assert all(w > 0 for i, w in _weights(_rows(out)[0]).items() if i != 2)
+
+
+def test_robust_scaling_is_untouched_by_the_federations_pooled_statistics() -> None:
+    """Issue 26: the federation z-scores vector data with statistics pooled over the clients'
+    training data, which a contamination attacker shifts. That is a per-feature affine map
+    of every array (clients, server, tests); onlad-robust standardizes again with the server's
+    own normal data, which undoes any such map: its scores do not change. onlad, which keeps
+    the federation's scaling, does change."""
+    fed = _low_rank(bad=(1,))
+    rng = np.random.default_rng(5)
+    a = rng.uniform(0.2, 5.0, 20).astype(np.float32)
+    b = rng.normal(0.0, 3.0, 20).astype(np.float32)
+    moved = _low_rank(bad=(1,))
+    for c in moved.clients:
+        c.x_train, c.x_test = np.asarray(c.x_train) * a + b, np.asarray(c.x_test) * a + b
+    moved.server_normal = np.asarray(moved.server_normal) * a + b
+    for name, same in (("onlad-robust", True), ("onlad", False)):
+        one, two = _fit(name, fed, rounds=3), _fit(name, moved, rounds=3)
+        s1 = np.concatenate([one.evaluations[i].arrays["score"] for i in range(4)])
+        s2 = np.concatenate([two.evaluations[i].arrays["score"] for i in range(4)])
+        if same:
+            np.testing.assert_allclose(s1, s2, rtol=1e-5)  # float32 data: rounding only
+        else:
+            assert not np.allclose(s1, s2, rtol=1e-3)
+
+
+def _fashion(attack: dict[str, Any] | None) -> tuple[Any, Federation]:
+    raw: dict[str, Any] = {
+        "seed": 0,
+        "rounds": 4,
+        "data": {
+            "name": "fashion_mnist",
+            "normal": [0, 2, 3, 5, 7],
+            "anomaly": [1, 4, 6, 8, 9],
+            "max_train_per_client": 400,
+            "max_test": 800,
+        },
+        "partition": {"scheme": "dirichlet", "clients": 4, "alpha": 0.5},
+        "engine": {"progress": False},
+        "methods": [{"name": "onlad-robust", "params": {"observed": 500, "init_samples": 100}}],
+    }
+    if attack:
+        raw["attack"] = attack
+    cfg = with_server_data(parse_config(raw))
+    return cfg, build_federation(cfg)
+
+
+@pytest.mark.skipif(
+    not Path(FASHION_MNIST_DIR, "train-images-idx3-ubyte.gz").exists(),
+    reason="Debian package dataset-fashion-mnist is not installed",
+)
+def test_default_robust_holds_under_contamination_where_the_effect_gate_alone_does_not() -> None:
+    """Issue 26, small: Fashion-MNIST (normal 0, 2, 3, 5, 7), four clients, half of one
+    client's data replaced by anomalies, default params (detect = true). The contaminated
+    client's update helps the observed loss, so the effect gate alone keeps it, and onlad-robust
+    without the exceedance check falls as far as FedAvg; with it, the client is refused from
+    round 1 and the AUROC stays within 0.02 of the clean run."""
+    attack = {"kind": "contamination", "clients": 1, "fraction": 0.5}
+    (bad,) = attacked_clients(AttackConfig(**attack), 4, 0)  # type: ignore[arg-type]
+    auc: dict[tuple[str, bool], float] = {}
+    outs: dict[tuple[str, bool], RunOutcome] = {}
+    variants: dict[str, tuple[str, dict[str, Any]]] = {
+        "onlad": ("onlad", {}),
+        "gate-only": ("onlad-robust", {"exceedance_factor": math.inf}),
+        "robust": ("onlad-robust", {}),
+    }
+    for attacked in (False, True):
+        cfg, fed = _fashion(attack if attacked else None)
+        for label, (name, params) in variants.items():
+            setup = make_setup(cfg, fed)
+            algo = build_algorithm(name, {"observed": 500, "init_samples": 100, **params}, setup)
+            out = run_method(cfg, algo, fed)
+            scores, labels, _, _ = pooled_arrays(out.evaluations)
+            auc[label, attacked] = float(roc_auc_score(labels, scores))
+            outs[label, attacked] = out
+    drop = {label: auc[label, False] - auc[label, True] for label in variants}
+    assert drop["robust"] < 0.02
+    assert drop["gate-only"] > 0.03 and drop["onlad"] > 0.03
+    assert all(_weights(r)[bad] == 0.0 for r in _rows(outs["robust", True]))
+    assert all(_weights(r)[bad] > 0.2 for r in _rows(outs["gate-only", True]))
+    clean = _rows(outs["robust", False])
+    assert sum(r["excluded"] for r in clean) <= 1  # the check leaves a clean run alone

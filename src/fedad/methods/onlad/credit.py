@@ -13,8 +13,12 @@ Selective aggregation [ONLAD Sec. III-B, Alg. 1]:
   that pass, which is the only reading under which that holds once some are excluded.
 * Adaptive threshold [ONLAD Sec. IV-B(5)]: :math:`\\lambda` decreases linearly over the rounds.
 
-Robust variant (``onlad-robust``, ours): the same credit scores, gated by each update's
-*effect* on the observed loss: the relative change
+Robust variant (``onlad-robust``, ours): the same credit scores over the clients that pass
+two checks. The *exceedance check* (:func:`exceedance_mass`, :func:`exceedance_ratios`,
+:func:`exceedance_gate`) compares how much of a client's stream the global model scored above
+the detection threshold :math:`\tau` with what the server's normal data give at the same
+:math:`\tau`, and refuses a client far above the others; the *effect gate* looks at each
+update's effect on the observed loss: the relative change
 :math:`\\delta_k = (\\ell(\\beta + s_k(\\beta_k - \\beta)) - \\ell(\\beta)) / \\ell(\\beta)`
 when client :math:`k`'s update is applied alone, at its FedAvg share :math:`s_k = n_k/N`, to
 the global model :math:`\\beta` the clients started from. An update with
@@ -160,20 +164,83 @@ def robust_credit_scores(
     n: Floats,
     prev_loss: float,
     tolerance: float = 0.0,
+    keep: Sequence[bool] | np.ndarray | None = None,
 ) -> np.ndarray:
     """``onlad-robust``: credit scores :math:`c_k \\propto n_k / \\ell_k` (``losses``, as in
     :func:`credit_scores`) over the clients whose update at its share passes
-    :func:`effect_gate` (``step_losses``, the observed losses of :func:`share_steps`); zero
-    for the rest; all zeros when nobody passes (the server then keeps its model).
+    :func:`effect_gate` (``step_losses``, the observed losses of :func:`share_steps`) and,
+    when given, ``keep`` (:func:`exceedance_gate`); zero for the rest; all zeros when nobody
+    passes (the server then keeps its model).
 
-    When every update helps it equals :func:`credit_scores`, itself close to FedAvg when the
+    When every client passes it equals :func:`credit_scores`, itself close to FedAvg when the
     clients' observed losses are alike.
     """
     ell = np.asarray(losses, dtype=np.float64)
     gate = effect_gate(update_effects(step_losses, prev_loss), tolerance)
     if gate.shape != ell.shape:
         raise ValueError("need one loss and one step loss per client")
+    if keep is not None:
+        k = np.asarray(keep, dtype=bool)
+        if k.shape != ell.shape:
+            raise ValueError("need one keep flag per client")
+        gate &= k
     return credit_scores(np.where(gate, ell, np.inf), n)
+
+
+def exceedance_mass(scores: Floats, tau: float) -> float:
+    """:math:`\\sum_i s_i [s_i > \\tau]`: the score mass above the detection threshold.
+
+    A client sums it over the samples of its stream it scored this round (before learning
+    them: ONLAD's prequential detection); the server takes its mean over the observed set,
+    under the same model and :math:`\\tau`. Scores that are not finite count as above
+    :math:`\\tau` with the largest finite float (a sample the model cannot score is flagged).
+    """
+    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    s = np.where(np.isnan(s), np.inf, s)
+    with np.errstate(over="ignore"):
+        above = np.minimum(s[s > tau], np.finfo(np.float64).max)
+        return float(np.minimum(np.sum(above), np.finfo(np.float64).max))
+
+
+def exceedance_ratios(mass: Floats, expected: Floats) -> np.ndarray:
+    """:math:`E_k = M_k / \\hat M_k`: a client's score mass above :math:`\\tau` over what the
+    server's normal data give for as many samples.
+
+    ``mass`` is the client's summed :func:`exceedance_mass` over the rounds it took part in;
+    ``expected`` the sum over those rounds of (samples it scored) x (the observed set's mean
+    mass under that round's model and :math:`\\tau`). Data distributed like the observed set
+    give :math:`E \\approx 1`. NaN where ``expected`` is 0 (nothing to compare with: every
+    observed score at or below :math:`\\tau`, as with ``contamination = 0``); :math:`+\\infty`
+    where ``mass`` is not a finite non-negative number (an unusable report).
+    """
+    m = np.asarray(mass, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    if m.shape != e.shape:
+        raise ValueError("need one mass and one expected mass per client")
+    out = np.full(m.shape, np.nan)
+    ok = np.isfinite(e) & (e > 0)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        out[ok] = m[ok] / e[ok]
+    out[~(np.isfinite(m) & (m >= 0))] = np.inf
+    return out
+
+
+def exceedance_gate(ratios: Floats, reference: Floats, factor: float = 2.0) -> np.ndarray:
+    """Accept the clients with :math:`E_k \\le f \\cdot \\max(1, \\mathrm{median}_j E_j)`.
+
+    ``ratios`` are the :func:`exceedance_ratios` of the clients to judge, ``reference`` those
+    of every client with a report so far (the median is taken over its finite values, so it
+    holds while fewer than half of the clients are contaminated). The floor 1 is normal
+    data's own ratio: a client within ``factor`` times the normal score mass above
+    :math:`\\tau` always passes, however clean the others look. NaN (no comparison possible)
+    passes; :math:`+\\infty` (an unusable report) never does.
+    """
+    r = np.asarray(ratios, dtype=np.float64)
+    ref = np.asarray(reference, dtype=np.float64)
+    ref = ref[np.isfinite(ref)]
+    med = float(np.median(ref)) if ref.size else 1.0
+    bound = factor * max(1.0, med)
+    return np.asarray(np.isnan(r) | (r <= bound))
 
 
 def accept_aggregate(loss: float, prev_loss: float, tolerance: float = 0.0) -> bool:

@@ -136,16 +136,26 @@ class OSELMAutoEncoder(BaseDetector):
         residual of the detection step are reused by the update [ONLAD eq. 5]. ``tau = None``
         learns every sample. Returns the 0/1 flags. An empty chunk changes nothing.
         """
+        scores = self.score_and_learn(x, tau)
+        flagged = np.zeros(len(scores), dtype=bool) if tau is None else scores > tau
+        return flagged.astype(np.int64)
+
+    def score_and_learn(self, x: np.ndarray, tau: float | None) -> np.ndarray:
+        """:meth:`detect_and_learn`, returning the chunk's scores instead of the flags.
+
+        The scores are those of the model before the chunk (prequential): the sample is
+        flagged when its score exceeds ``tau``, and learned otherwise (every sample when
+        ``tau`` is ``None``).
+        """
         z = self.transform(x)
         h = self._h(z)
         residual = z - h @ self.beta_
-        scores = np.mean(residual**2, axis=1)
-        flagged = np.zeros(len(z), dtype=bool) if tau is None else scores > tau
-        keep = ~flagged
+        scores = np.asarray(np.mean(residual**2, axis=1))
+        keep = np.ones(len(z), dtype=bool) if tau is None else ~(scores > tau)
         self.beta_, self.p_ = sequential_phase_residual(
             self.beta_, self.p_, h[keep], residual[keep], self.forgetting
         )
-        return flagged.astype(np.int64)
+        return scores
 
     def score(self, x: np.ndarray) -> np.ndarray:
         z = self.transform(x)

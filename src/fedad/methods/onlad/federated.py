@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -87,6 +87,9 @@ from fedad.methods.onlad.credit import (
     accept_aggregate,
     adaptive_lambda,
     credit_scores,
+    exceedance_gate,
+    exceedance_mass,
+    exceedance_ratios,
     fedavg_weights,
     median_lambda,
     robust_credit_scores,
@@ -148,6 +151,14 @@ class RobustParams(ONLADParams):
         allow_inf_nan=False,
         description="accept an update that raises the observed loss by at most this share",
     )
+    exceedance_factor: float = Field(
+        default=2.0,
+        gt=1.0,
+        description=(
+            "refuse a client whose score mass above tau exceeds this many times "
+            "max(1, the clients' median), relative to normal data; inf turns the check off"
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -165,6 +176,44 @@ class RoundInfo:
     """The clients' :math:`\\beta_k`, in the order of the losses."""
     loss_of: Callable[[np.ndarray], float]
     """Observed loss [ONLAD eq. 7] of any :math:`\\beta`."""
+    ids: tuple[int, ...] = ()
+    """The node ids of the clients with an update, in the order of the losses."""
+    exceedance: Mapping[int, float] = field(default_factory=dict)
+    """Each reporting client's exceedance ratio so far (:class:`ExceedanceTally`); empty
+    unless the method asks its clients for reports (:attr:`_ONLAD.reports`)."""
+
+
+EXCEEDANCE = ("exceedance", "scored")
+"""The scalars a reporting client adds to its reply: its score mass above :math:`\\tau`
+(:func:`~fedad.methods.onlad.credit.exceedance_mass`) over the samples it scored this
+round, and how many it scored."""
+
+
+@dataclass
+class ExceedanceTally:
+    """Per client, the score mass above :math:`\\tau` it reported over the rounds, and what
+    the server's observed set gives for as many samples under the same models and
+    :math:`\\tau` (:func:`~fedad.methods.onlad.credit.exceedance_ratios`)."""
+
+    mass: dict[int, float] = field(default_factory=dict)
+    expected: dict[int, float] = field(default_factory=dict)
+
+    def add(self, node: int, reply: Message, observed_mean: float) -> bool:
+        """Add one reply's report (``observed_mean``: the observed set's mean mass this round).
+
+        Returns ``False`` when the report is unusable (a negative mass or count): the client's
+        ratio is then :math:`+\\infty` from here on."""
+        mass, scored = float(reply.scalars["exceedance"]), float(reply.scalars["scored"])
+        ok = mass >= 0 and scored >= 0
+        self.mass[node] = self.mass.get(node, 0.0) + (mass if ok else float("inf"))
+        self.expected[node] = self.expected.get(node, 0.0) + max(scored, 0.0) * observed_mean
+        return ok
+
+    def ratios(self) -> dict[int, float]:
+        """:math:`E_k` of every client that has reported."""
+        ids = sorted(self.mass)
+        values = exceedance_ratios([self.mass[i] for i in ids], [self.expected[i] for i in ids])
+        return {i: float(v) for i, v in zip(ids, values, strict=True)}
 
 
 def stream_chunks(n: int, rounds: int, seed: int, client_id: int) -> list[np.ndarray]:
@@ -195,6 +244,8 @@ class _ONLAD(Algorithm):
     ``eval_normal_f1`` (:data:`fedad.evaluation.NORMAL_POSITIVE`)."""
     nobody_passes: ClassVar[str] = "no client's update can be used"
     """The event's words when every update gets weight 0 (empty: no event, only ``kept``)."""
+    reports: ClassVar[bool] = False
+    """Whether clients report their score mass above :math:`\\tau` (:data:`EXCEEDANCE`)."""
 
     @classmethod
     def requirements(cls, params: dict[str, Any]) -> Requirements:
@@ -236,12 +287,15 @@ class _ONLAD(Algorithm):
         chunks = stream_chunks(data.n_train, rounds, self.setup.seed, data.client_id)
         last = int(state.get("last_round", np.asarray(0)))
         counts = state.get("prequential", np.zeros(4, dtype=np.int64)).copy()
-        learned = 0
+        learned, mass, scored = 0, 0.0, 0
         for idx in chunks[last:round_no]:
             if len(idx) == 0:  # fewer samples than rounds: nothing arrived in this chunk
                 continue
             x = dense(data.x_train, self.name)[idx]
-            flagged = det.detect_and_learn(x, tau if self.params.detect else None) == 1
+            scores = det.score_and_learn(x, tau if self.params.detect else None)
+            flagged = scores > tau if self.params.detect else np.zeros(len(idx), dtype=bool)
+            mass += exceedance_mass(scores, tau)
+            scored += len(idx)
             truth = data.y_train[idx] == 1  # evaluation only: never used to decide
             counts += [
                 np.sum(flagged & truth),
@@ -252,11 +306,10 @@ class _ONLAD(Algorithm):
             learned += int(np.sum(~flagged))
         state["last_round"] = np.asarray(round_no)
         state["prequential"] = counts
-        return Message(
-            TRAIN,
-            {"beta": det.beta_, "p": det.p_},
-            {"num_examples": data.n_train, "learned": learned},
-        )
+        scalars: dict[str, float | int] = {"num_examples": data.n_train, "learned": learned}
+        if self.reports:
+            scalars.update(exceedance=min(mass, np.finfo(np.float64).max), scored=scored)
+        return Message(TRAIN, {"beta": det.beta_, "p": det.p_}, scalars)
 
     def client_detector(
         self, state: ClientState, data: ClientData, msg: Message
@@ -319,17 +372,22 @@ class _ONLAD(Algorithm):
         ctx.log(initial_loss=loss)
         have_weights: set[int] = set()
         spec = spec_of({"beta": beta, "p": p})
+        tally = ExceedanceTally()
         for r in range(1, ctx.rounds + 1):
             det.beta_, det.p_ = beta, p
-            tau = quantile_threshold(det.score(observed), self.contamination)
+            observed_scores = det.score(observed)
+            tau = quantile_threshold(observed_scores, self.contamination)
             msgs = {}
             for i in ctx.sample():
                 arrays = {"beta": beta, "p": p}
                 if i not in have_weights:
                     arrays.update({k: v for k, v in det.get_arrays().items() if k in FIXED})
                 msgs[i] = Message(TRAIN, arrays, {"round": r, "rounds": ctx.rounds, "tau": tau})
-            replies = ctx.send(msgs, arrays=spec, scalars=["num_examples", "learned"])
+            scalars = ["num_examples", "learned", *(EXCEEDANCE if self.reports else ())]
+            replies = ctx.send(msgs, arrays=spec, scalars=scalars)
             have_weights.update(replies)
+            if self.reports:
+                self._tally(ctx, tally, replies, exceedance_mass(observed_scores, tau) / len(z_obs))
             # a reply that learned nothing carries the global model back unchanged: no update,
             # left out of the aggregation (and not a failure)
             ids = [i for i in sorted(replies) if float(replies[i].scalars["learned"]) > 0]
@@ -343,6 +401,8 @@ class _ONLAD(Algorithm):
                 beta,
                 tuple(replies[i].arrays["beta"] for i in ids),
                 lambda b: observed_loss(h_obs, z_obs, b),
+                tuple(ids),
+                tally.ratios(),
             )
             c = self.weights(losses, n, rnd) if ids else np.zeros(0)
             if self.excludes_unusable():
@@ -378,6 +438,18 @@ class _ONLAD(Algorithm):
                 ctx.checkpoint(r, self._result(det, beta, p, observed))
             ctx.end_round(r)
         return self._result(det, beta, p, observed)
+
+    @staticmethod
+    def _tally(
+        ctx: ServerContext, tally: ExceedanceTally, replies: Mapping[int, Message], mean: float
+    ) -> None:
+        """Add the round's exceedance reports (``mean``: the observed set's mean mass)."""
+        for i in sorted(replies):
+            if not tally.add(i, replies[i], mean):
+                ctx.event(
+                    f"node {i}: its exceedance report is negative; its updates are excluded "
+                    "from now on"
+                )
 
     def _result(
         self, det: OSELMAutoEncoder, beta: np.ndarray, p: np.ndarray, observed: np.ndarray
@@ -449,20 +521,34 @@ class ONLADSelective(_ONLAD):
 
 @register
 class ONLADRobust(_ONLAD):
-    """ONLAD clients, credit scores over the updates that do not worsen the global model."""
+    """ONLAD clients, credit scores over the clients whose stream is not far more anomalous
+    than normal data and whose update does not worsen the global model."""
 
     name = "onlad-robust"
-    summary = "ONLAD + credit scores over updates that do not raise the observed loss (ours)"
+    summary = (
+        "ONLAD + credit scores over clients that pass an exceedance check and whose update "
+        "does not raise the observed loss (ours)"
+    )
     ParamsModel = RobustParams
     params: RobustParams
     nobody_passes = ""  # expected once the model has converged: history `kept`, no event
+    reports = True
 
     def weights(self, losses: list[float], n: list[float], rnd: RoundInfo) -> np.ndarray:
         steps = share_steps(rnd.prev_beta, rnd.betas, n)
         step_losses = [rnd.loss_of(b) for b in steps]
         effects = update_effects(step_losses, rnd.prev_loss)
-        rnd.ctx.log(client_effects=" ".join(f"{v:.4g}" for v in effects))
-        return robust_credit_scores(losses, step_losses, n, rnd.prev_loss, self.params.tolerance)
+        ratios = [rnd.exceedance.get(i, float("nan")) for i in rnd.ids]
+        keep = exceedance_gate(ratios, list(rnd.exceedance.values()), self.params.exceedance_factor)
+        rnd.ctx.log(
+            client_effects=" ".join(f"{v:.4g}" for v in effects),
+            client_exceedance=" ".join(
+                f"{i}:{v:.4g}" for i, v in zip(rnd.ids, ratios, strict=True)
+            ),
+        )
+        return robust_credit_scores(
+            losses, step_losses, n, rnd.prev_loss, self.params.tolerance, keep=keep
+        )
 
     def accepts(self, new_loss: float, prev_loss: float) -> bool:
         return accept_aggregate(new_loss, prev_loss, self.params.tolerance)
