@@ -127,12 +127,25 @@ _ANCHORS_LOCK = threading.Lock()
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def link_error(path: str | Path) -> FedadError:
+WRITE_FIX = "remove it or choose another --out"
+READ_FIX = "remove it, or put the file itself in its place"
+"""The remedy a link error names when a run directory is read (:func:`reading`)."""
+
+
+class LinkError(FedadError):
+    """A symbolic link found below a run's root (:func:`link_error`); ``path`` names it."""
+
+    def __init__(self, path: str | Path, fix: str = WRITE_FIX) -> None:
+        self.path = str(path)
+        super().__init__(
+            f"'{path}' is a symbolic link; fedad does not follow links inside a run directory",
+            fix,
+        )
+
+
+def link_error(path: str | Path, fix: str = WRITE_FIX) -> LinkError:
     """The one-line error for a symbolic link found below a run's root."""
-    return FedadError(
-        f"'{path}' is a symbolic link; fedad does not follow links inside a run directory",
-        "remove it or choose another --out",
-    )
+    return LinkError(path, fix)
 
 
 def _enclosing(path: str | Path, strict: bool = False) -> tuple[_Anchor, tuple[str, ...]] | None:
@@ -308,19 +321,53 @@ MAX_READ = 64 * 2**20
 """The most :func:`read_text` reads of one bookkeeping file (resolved configs, done files)."""
 
 
-def read_text(path: Path, limit: int = MAX_READ) -> str:
-    """A small text file below a claimed root, read without following a link (a one-line
-    error) or waiting on a pipe; OSError / UnicodeDecodeError for the caller to word."""
+def open_read(path: Path) -> io.BufferedReader:
+    """A regular file opened for reading without following a link below a claimed root
+    (:func:`anchored`, :func:`reading`; elsewhere its last component is never a link),
+    nor waiting on a pipe: a link is :func:`link_error`, anything but a regular file an
+    OSError (``EINVAL``), as is any other failure, for the caller to word."""
     w = _where(path)
     with _parent_fd(w) as dfd:
         fd = _open_at(dfd, w.parts[-1], os.O_RDONLY | os.O_NONBLOCK, w.shown[-1])
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
+    fh = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        fh.close()
+        raise OSError(errno.EINVAL, "not a regular file")
+    return fh
+
+
+def read_bytes(path: Path, limit: int = MAX_READ) -> bytes:
+    """At most ``limit`` bytes of a file, read as :func:`open_read` opens it (a larger
+    file is an OSError, ``EFBIG``)."""
+    with open_read(path) as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"larger than {limit} bytes")
-    return data.decode("utf-8")
+    return data
+
+
+def read_text(path: Path, limit: int = MAX_READ) -> str:
+    """A small text file below a claimed root, read without following a link (a one-line
+    error) or waiting on a pipe; OSError / UnicodeDecodeError for the caller to word."""
+    return read_bytes(path, limit).decode("utf-8")
+
+
+@contextlib.contextmanager
+def reading(root: Path, walk: bool = True) -> Iterator[Path]:
+    """Within the block, reads of ``root``'s files never follow a link below it (``root``
+    itself may be one): on entry :func:`refuse_links` checks the whole run structure
+    (``walk``; skipped when ``root`` lies in a claimed run, whose claim checked it, or is no
+    folder, which its reader words), so a link anywhere in it is an error before anything
+    is read, and every read through :func:`open_read` opens each component with
+    ``O_NOFOLLOW``, so a link planted later is refused too. For ``fedad.load``, ``fedad
+    report`` and ``fedad score``."""
+    try:
+        if walk and root.is_dir() and _enclosing(root) is None:
+            refuse_links(root)
+        with anchored(root):
+            yield root
+    except LinkError as err:
+        raise link_error(err.path, READ_FIX) from None
 
 
 # -- the run directory ------------------------------------------------------------------------

@@ -129,20 +129,26 @@ def _save_client(path: Path, c: ClientData) -> None:
 
 
 def _load_client(path: Path) -> ClientData:
-    with np.load(path, allow_pickle=False) as z:
-        train = Samples.from_arrays(z, "train/")
-        test = Samples.from_arrays(z, "test/")
-        return ClientData(
-            client_id=int(z["client_id"]),
-            x_train=train.x,
-            y_train=z["y_train"],
-            c_train=z["c_train"],
-            x_test=test.x,
-            y_test=z["y_test"],
-            source=str(z["source"]),
-            mask_train=train.mask,
-            mask_test=test.mask,
-        )
+    """A client's cached data (:func:`_save_client`) through the one reader of run
+    directories' ``.npz`` files (:func:`fedad.report.rundir.read_npz`): the cache lies in a
+    run's ``.flower/`` or a folder the node names, so it gets the same checks; a cache
+    larger than that reader's cap (8 GiB) is refused and so rebuilt."""
+    from fedad.report.rundir import read_npz
+
+    z = read_npz(path)
+    train = Samples.from_arrays(z, "train/")
+    test = Samples.from_arrays(z, "test/")
+    return ClientData(
+        client_id=int(z["client_id"]),
+        x_train=train.x,
+        y_train=z["y_train"],
+        c_train=z["c_train"],
+        x_test=test.x,
+        y_test=z["y_test"],
+        source=str(z["source"]),
+        mask_train=train.mask,
+        mask_test=test.mask,
+    )
 
 
 def client_data(cfg: ExperimentConfig, partition_id: int) -> ClientData:

@@ -4,11 +4,17 @@ Each reader is tolerant of the optional pieces: a missing ``history.csv`` gives 
 history, a method without arrays in ``scores.npz`` is simply absent from the result, and
 problems that do not stop a report are returned as one-line notes the report shows.
 Only ``metrics.json`` is required.
+
+Every reader opens its file with :func:`fedad.outdir.open_read`: never through a symbolic
+link (below a root being read, :func:`fedad.outdir.reading`, at no component; elsewhere,
+at least not the file itself), never waiting on a pipe. A link is a one-line error
+(:class:`fedad.outdir.LinkError`), never a note.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import tokenize
@@ -24,6 +30,7 @@ from numpy.lib import format as npy_format
 from numpy.typing import NDArray
 
 from fedad.errors import FedadError
+from fedad.outdir import LinkError, open_read, read_bytes
 
 __all__ = [
     "History",
@@ -64,14 +71,20 @@ def read_metrics(path: str | Path) -> dict[str, Any]:
     """Load ``metrics.json`` as ``{"methods": {LABEL: {...}}, "experiment": {...}}``.
 
     Missing top-level sections become empty dicts. Raises :class:`~fedad.errors.FedadError`
-    when the file is missing or is not a JSON object.
+    when the file is missing, a link, larger than 64 MiB or is not a JSON object.
     """
     p = Path(path)
     if not p.is_file():
         raise FedadError(f"no metrics file at {p}", "point at a directory written by `fedad run`")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:  # JSON and UTF-8 errors included
+        text = read_bytes(p).decode("utf-8", errors="strict")
+    except OSError as exc:
+        raise FedadError(f"{p} cannot be read: {_reason(exc)}") from None
+    except ValueError as exc:  # not UTF-8
+        raise FedadError(f"{p} is not valid JSON: {_reason(exc)}") from None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # JSON errors included
         raise FedadError(f"{p} is not valid JSON: {_reason(exc)}") from None
     if not isinstance(data, dict):
         raise FedadError(f"{p} must hold a JSON object, found {type(data).__name__}")
@@ -137,7 +150,7 @@ def _scan_npz(p: Path, max_bytes: int, fix: str, read: bool) -> dict[str, Any]:
         return FedadError(f"'{p}' {what}", fix or None)
 
     try:
-        with zipfile.ZipFile(p) as zf:
+        with open_read(p) as raw, zipfile.ZipFile(raw) as zf:
             infos = zf.infolist()
             if len(infos) > NPZ_MAX_MEMBERS:
                 raise bad(f"holds {len(infos)} arrays, more than the {NPZ_MAX_MEMBERS} allowed")
@@ -255,7 +268,7 @@ def read_history(path: str | Path) -> History:
         return {}
     rows: dict[str, list[dict[str, str | None]]] = {}
     try:
-        with p.open(newline="", encoding="utf-8") as fh:
+        with open_read(p) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as fh:
             reader = csv.DictReader(fh)
             columns = [c for c in (reader.fieldnames or []) if c and c != "method"]
             for row in reader:
@@ -295,6 +308,8 @@ def read_scores(
         return {}, []
     try:
         arrays = read_npz(p, SCORES_MAX_BYTES)
+    except LinkError:
+        raise
     except FedadError as exc:
         return {}, [f"scores.npz could not be read: {exc}"]
     in_file = sorted({k.rsplit("/", 1)[0] for k in arrays if "/" in k})
@@ -544,11 +559,12 @@ def read_embeddings(
 
 
 def read_config_text(path: str | Path) -> str | None:
-    """The text of ``config.toml`` verbatim, or ``None`` when the file is missing."""
+    """The text of ``config.toml`` verbatim (at most 64 MiB), or ``None`` when the file is
+    missing."""
     p = Path(path)
     if not p.is_file():
         return None
     try:
-        return p.read_text(encoding="utf-8", errors="replace")
+        return read_bytes(p).decode("utf-8", errors="replace")
     except OSError as exc:
         raise FedadError(f"{p} cannot be read: {_reason(exc)}") from None
