@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedad.errors import FedadError
+from fedad.outdir import read_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -255,7 +256,7 @@ def _strings(raw: Any, path: Path, key: str) -> tuple[str, ...]:
 def read_inputs(run_dir: str | Path) -> Inputs:
     """The :class:`Inputs` a run saved (``inputs.json``), checked field by field."""
     path = Path(run_dir) / INPUTS_FILE
-    if not path.is_file() or path.is_symlink():
+    if not path.is_file():
         raise FedadError(
             f"'{run_dir}' has no {INPUTS_FILE} (the preprocessing of its data)",
             "runs made before fedad saved it cannot score new data: run the experiment again",
@@ -263,7 +264,7 @@ def read_inputs(run_dir: str | Path) -> Inputs:
     if path.stat().st_size > MAX_INPUTS_BYTES:
         raise _fail(path, "too large")
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(read_text(path, MAX_INPUTS_BYTES))  # never through a link
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
         raise _fail(path, f"not readable JSON ({type(err).__name__})") from None
     if not isinstance(raw, dict):

@@ -4,7 +4,10 @@ A run directory is untrusted input: it may be damaged, or crafted by someone els
 file is checked before use, and any problem is a one-line :class:`~fedad.errors.FedadError`
 naming the file. Detectors are rebuilt only from the registered detector classes
 (:func:`fedad.detector.detector_from_config`): nothing in a run directory can make fedad
-import a module or run code.
+import a module or run code. Nor read a file outside it: the run is read within
+:func:`fedad.outdir.reading` (a symbolic link anywhere in its structure is a one-line error
+before anything is read, and every file is opened without following a link), and so is
+each client's checkpoint when its detector is first built.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 from fedad.detector import BaseDetector, detector_from_config
 from fedad.errors import FedadError
 from fedad.inputs import INPUTS_FILE, Inputs, read_inputs
+from fedad.outdir import read_text, reading
 from fedad.report.rundir import NPZ_MAX_BYTES, npz_shapes, read_metrics
 from fedad.report.rundir import read_npz as _read_npz
 
@@ -72,13 +76,6 @@ class Run:
             ) from None
 
 
-def _inside(root: Path, path: Path) -> Path:
-    """``path`` if it is a regular file or folder inside ``root`` (no link leads out)."""
-    if path.is_symlink() or not path.resolve().is_relative_to(root.resolve()):
-        raise FedadError(f"'{path}' is a link or lies outside the run directory", _DAMAGED)
-    return path
-
-
 def read_npz(path: Path) -> dict[str, np.ndarray]:
     """The arrays of a checkpoint or kept-results ``.npz`` through the one reader of run
     directories (:func:`fedad.report.rundir.read_npz`: no pickles, every declared shape
@@ -88,7 +85,7 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_text(path))
     except FileNotFoundError:
         raise FedadError(f"'{path}' is missing", _DAMAGED) from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
@@ -101,7 +98,7 @@ def read_config(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(read_text(path))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as err:
         reason = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
         raise FedadError(f"'{path}' is not readable TOML: {reason}", _DAMAGED) from None
@@ -208,7 +205,7 @@ def _checkpoint(
     bounded by the run's ``n_clients``, finite thresholds) and every client file's headers
     (:func:`~fedad.report.rundir.npz_shapes`); a global method's one detector is built now.
     """
-    meta_path = _inside(root, d / "detector.json")
+    meta_path = d / "detector.json"
     meta = _read_json(meta_path)
     if (
         not isinstance(meta, dict)
@@ -232,17 +229,18 @@ def _checkpoint(
         return det
 
     if meta["personalized"]:
-        files = {cid: _inside(root, d / f"client_{cid}.npz") for cid in ids}
+        files = {cid: d / f"client_{cid}.npz" for cid in ids}
         for path in files.values():
             npz_shapes(path, MAX_NPZ_BYTES, _DAMAGED)
 
         def personal(cid: int) -> BaseDetector:
-            arrays = read_npz(files[cid])
+            with reading(root, walk=False):  # built later: still never through a link
+                arrays = read_npz(files[cid])
             arrays["threshold_"] = np.asarray(thresholds[cid], dtype=np.float64)
             return rebuild(arrays)
 
         return ClientDetectors(ids, personal), homes
-    shared = rebuild(read_npz(_inside(root, d / "global.npz")))
+    shared = rebuild(read_npz(d / "global.npz"))
 
     def of_client(cid: int) -> BaseDetector:
         det = copy.copy(shared)
@@ -254,12 +252,20 @@ def _checkpoint(
 
 def load_run(run_dir: str | Path) -> Run:
     """Read ``metrics.json``, ``config.toml``, ``inputs.json`` and ``checkpoints/`` of a
-    run directory (each client's detector is built when first used, :class:`ClientDetectors`)."""
+    run directory (each client's detector is built when first used, :class:`ClientDetectors`).
+    A symbolic link anywhere in the run's structure is a one-line error before anything is
+    read (:func:`fedad.outdir.reading`)."""
     root = Path(run_dir)
     if not (root / "metrics.json").is_file():
         raise FedadError(
             f"'{root}' is not a run directory (no metrics.json)", "give the --out of `fedad run`"
         )
+    with reading(root):
+        return _load(root)
+
+
+def _load(root: Path) -> Run:
+    """:func:`load_run` within :func:`fedad.outdir.reading`."""
     metrics = read_metrics(root / "metrics.json")
     seeds = metrics["experiment"].get("seeds")
     if isinstance(seeds, list) and not (root / "checkpoints").exists():
@@ -275,12 +281,11 @@ def load_run(run_dir: str | Path) -> Run:
     homes: dict[str, dict[int, str]] = {}
     ckpt = root / "checkpoints"
     if ckpt.exists():
-        _inside(root, ckpt)
-        for d in sorted(ckpt.iterdir()):
+        for d in sorted(ckpt.iterdir()):  # (a link there, planted since, fails on reading)
             if d.name.startswith("."):  # a folder being written (fedad.outdir.staged_dir)
                 continue
             if d.is_dir() or d.is_symlink():
-                detectors[d.name], away = _checkpoint(root, _inside(root, d), n_clients, inputs)
+                detectors[d.name], away = _checkpoint(root, d, n_clients, inputs)
                 if away:
                     homes[d.name] = away
     return Run(root, config, metrics, detectors, homes, inputs)

@@ -7,6 +7,8 @@ client's detector; a row is flagged when its score exceeds that detector's thres
 quantile of its own training scores, as in the run). Which client's detector scores a row:
 ``client`` when given (a client number, or a natural client's id value); otherwise, for a
 table holding the run's ``data.client_column``, each row's own client; otherwise client 0.
+The run directory is untrusted: it is read as :func:`fedad.load` reads it, so a symbolic
+link anywhere in its structure is a one-line error before anything of it is read.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from fedad.data.table import TABLE_SUFFIXES, label_values, read_table
 from fedad.detector import BaseDetector, flag
 from fedad.errors import FedadError
 from fedad.inputs import INPUTS_FILE, Inputs, read_inputs
+from fedad.outdir import reading
 from fedad.runs import Run, client_count, load_run
 
 __all__ = ["Scored", "score_data", "scores_csv"]
@@ -106,7 +109,10 @@ def score_data(
 ) -> Scored:
     """Score ``data`` with method ``label`` of the run in ``run_dir`` (module docstring)."""
     run = load_run(run_dir)
-    inputs = run.inputs if run.inputs is not None else read_inputs(run_dir)  # absent: error
+    inputs = run.inputs
+    if inputs is None:  # absent: an error (a link planted since: refused)
+        with reading(Path(run_dir), walk=False):
+            inputs = read_inputs(run_dir)
     if label not in run.detectors and label not in run.node_models:
         raise FedadError(
             f"run '{run_dir}' has no method '{label}'", f"methods: {', '.join(run.detectors)}"

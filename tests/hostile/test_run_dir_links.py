@@ -142,18 +142,25 @@ def test_resume_never_writes_through_a_linked_folder(
 
 
 def test_report_never_writes_through_planted_temporary_files(
-    run_copy: Path, important: Path
+    run_copy: Path, important: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import fedad.report.html as html
+
     before = important.read_bytes()
     # the old names were predictable (``.report.html.tmp-PID``): plant one for this process
     planted = run_copy / f".report.html.tmp-{os.getpid()}"
     planted.symlink_to(important)
+    # reading the run refuses it (a link in the run's structure, test_run_dir_links_read) ...
+    _link_error(runner.invoke(app, ["report", str(run_copy)]), planted)
+    assert important.read_bytes() == before
+    # ... and the write alone, past the reading, never opens it: it writes a fresh name
+    monkeypatch.setattr(html, "render_report", lambda run: "<html>report</html>")
     res = runner.invoke(app, ["report", str(run_copy)])
     assert res.exit_code == 0, res.output
     assert important.read_bytes() == before
     report = run_copy / "report.html"
     assert report.is_file() and not report.is_symlink()
-    assert "<html" in report.read_text()[:500].lower()
+    assert report.read_text() == "<html>report</html>"
     assert planted.is_symlink()  # left alone: never opened, never followed
 
 
@@ -213,7 +220,7 @@ def test_a_link_at_any_path_of_a_run_is_refused(
         _plant(run / rel, target)
         for flags in (("--force",), ("--resume",), ()):
             _link_error(_run(cfg, run, *flags), run / rel)
-        res = runner.invoke(app, ["report", str(run)])
+        res = runner.invoke(app, ["report", str(run)])  # its reads: test_run_dir_links_read
         if rel == Path("report.html"):
             _link_error(res, run / rel)
         else:

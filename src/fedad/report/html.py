@@ -11,7 +11,9 @@ Which metric columns the tables show comes from metrics.json's ``columns``
 (:func:`fedad.evaluation.columns_of`), their headers and formats from
 :func:`fedad.evaluation.column_spec`. The page has no external CSS, JS or
 images, so it can be mailed or archived as one file. Every piece of text taken from the run
-directory is HTML-escaped.
+directory is HTML-escaped. The run directory is read as untrusted input
+(:func:`fedad.outdir.reading`): a symbolic link anywhere in its structure is a one-line
+error before anything is read, and no file is read through a link.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from fedad.evaluation import (
     known_families,
 )
 from fedad.metrics import evaluate_clients
+from fedad.outdir import LinkError, reading
 from fedad.report import plots
 from fedad.report.rundir import (
     MethodEmbedding,
@@ -600,6 +603,8 @@ def _read_embeddings(run: Path, labels: list[str], notes: list[str]) -> dict[str
     """``embeddings.npz``'s samples; a damaged file is a note, and the report goes on."""
     try:
         return read_embeddings(run / "embeddings.npz", labels)
+    except LinkError:
+        raise
     except FedadError as err:
         notes.append(f"embeddings.npz left out: {err}")
         return {}
@@ -642,6 +647,8 @@ def _read_maps(run: Path, labels: list[str], notes: list[str]) -> dict[str, Meth
     """``maps.npz``'s samples; a damaged file is a note, and the report goes on without it."""
     try:
         return read_maps(run / "maps.npz", labels)
+    except LinkError:
+        raise
     except FedadError as err:
         notes.append(f"maps.npz left out: {err}")
         return {}
@@ -680,8 +687,15 @@ def _maps_section(maps: Mapping[str, MethodMaps], notes: list[str]) -> str:
 
 
 def render_report(run_dir: str | Path) -> str:
-    """The HTML text of the report of ``run_dir`` (see :func:`write_report`)."""
+    """The HTML text of the report of ``run_dir`` (see :func:`write_report`); a symbolic
+    link anywhere in the run's structure is a one-line error (:func:`fedad.outdir.reading`)."""
     run = Path(run_dir)
+    with reading(run):
+        return _render(run)
+
+
+def _render(run: Path) -> str:
+    """:func:`render_report` within :func:`fedad.outdir.reading`."""
     notes: list[str] = []
     metrics = read_metrics(run / "metrics.json")
     entries = _method_entries(metrics, notes)
