@@ -59,7 +59,8 @@ Not in the paper (ours, or from elsewhere; each says so where it is defined): th
 of eqs. 3-4 and the exponential forgetting factor in eq. 5 (``model``); the detection
 threshold τ as a quantile of the observed-set scores and the scale-free default λ
 (``credit.median_lambda``, ``federated``); input standardisation (``model.standardizer``);
-and the whole of ``onlad-robust`` (``credit.share_steps``, ``credit.update_effects``,
-``credit.effect_gate``, ``credit.robust_credit_scores``, ``credit.accept_aggregate``,
-``federated.ONLADRobust``).
+and the whole of ``onlad-robust`` (``credit.exceedance_mass``, ``credit.exceedance_ratios``,
+``credit.exceedance_gate``, ``federated.ExceedanceTally``, ``credit.share_steps``,
+``credit.update_effects``, ``credit.effect_gate``, ``credit.robust_credit_scores``,
+``credit.accept_aggregate``, ``federated.ONLADRobust``).
 """

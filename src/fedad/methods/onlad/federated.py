@@ -28,11 +28,16 @@ Aggregation (four registered methods on this machinery):
   [ONLAD Alg. 1]; ``adaptive = true`` lowers :math:`\\lambda` linearly over the rounds
   [ONLAD Sec. IV-B(5)]. When every client is above :math:`\\lambda` the previous global
   model is kept (and logged);
-* ``onlad-robust`` (ours, not in [ONLAD]): credit scores over the clients whose update,
-  applied alone at its FedAvg share to the global model, does not raise the observed loss
-  (:mod:`fedad.methods.onlad.credit`); an aggregate that would raise it is not taken; and,
-  by default (``rescale``), inputs standardized with the server's normal data, so that no
-  client's data influence the model's input scaling.
+* ``onlad-robust`` (ours, not in [ONLAD]): credit scores over the clients that pass two
+  checks (:mod:`fedad.methods.onlad.credit`). The *exceedance check*: each client reports
+  the score mass above :math:`\\tau` of the stream it scored this round, before learning it
+  (:data:`EXCEEDANCE`); the server divides the client's total by what its observed set gives
+  for as many samples under the same models and :math:`\\tau` (:class:`ExceedanceTally`)
+  and refuses a client far above the others (``exceedance_factor``). The *effect gate*: the
+  client's update, applied alone at its FedAvg share to the global model, must not raise
+  the observed loss. An aggregate that would raise it is not taken; and, by default
+  (``rescale``), inputs are standardized with the server's normal data, so that no client's
+  data influence the model's input scaling.
 
 Then :math:`P = \\sum_k c_k P_k`, :math:`\\beta = \\sum_k c_k \\beta_k` [ONLAD eq. 8].
 
