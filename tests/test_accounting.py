@@ -153,9 +153,9 @@ def test_target_epsilon_calibrates_the_run(tmp_path: object) -> None:
     assert again.privacy.noise_multiplier == pytest.approx(p["noise_multiplier"])
     second = run_experiment(again, root / "b")
     assert second["methods"]["fedavg"]["auroc"] == data["methods"]["fedavg"]["auroc"]
-    assert json.loads((root / "b" / "metrics.json").read_text())["methods"]["fedavg"][
-        "privacy"
-    ]["epsilon"] == pytest.approx(p["epsilon"])
+    assert json.loads((root / "b" / "metrics.json").read_text())["methods"]["fedavg"]["privacy"][
+        "epsilon"
+    ] == pytest.approx(p["epsilon"])
 
 
 def test_target_epsilon_config_errors() -> None:

@@ -37,9 +37,7 @@ def _cfg(**over: Any) -> Any:
 
 def _untimed(d: Any) -> Any:
     if isinstance(d, dict):
-        return {
-            k: _untimed(v) for k, v in d.items() if k not in (*TIMING_KEYS, "total_seconds")
-        }
+        return {k: _untimed(v) for k, v in d.items() if k not in (*TIMING_KEYS, "total_seconds")}
     if isinstance(d, list):
         return [_untimed(x) for x in d]
     return d

@@ -141,9 +141,7 @@ def toy() -> Iterator[None]:
     register(_Toy)
     if "toy-center" not in __import__("fedad.detector").detector._DETECTORS:
         register_detector("toy-center")(_CenterDetector)
-    register_resource(
-        "toy-res", _Tiny, input_spec=_Tiny.input_spec, feature_dim=4, overwrite=True
-    )
+    register_resource("toy-res", _Tiny, input_spec=_Tiny.input_spec, feature_dim=4, overwrite=True)
     SEEN.clear()
     yield
     algmod._REGISTRY.pop("toy-public", None)

@@ -37,9 +37,7 @@ def _run(cfg: Path, out: Path, *extra: str) -> Any:
 
 def _untimed(d: Any) -> Any:
     if isinstance(d, dict):
-        return {
-            k: _untimed(v) for k, v in d.items() if k not in (*TIMING_KEYS, "total_seconds")
-        }
+        return {k: _untimed(v) for k, v in d.items() if k not in (*TIMING_KEYS, "total_seconds")}
     if isinstance(d, list):
         return [_untimed(v) for v in d]
     return d

@@ -113,9 +113,7 @@ def _numeric(frame: Any, where: str) -> np.ndarray:
     return np.stack(cols, axis=1).astype(np.float32)
 
 
-def _dataset(
-    name: str, x: np.ndarray, anomaly: np.ndarray, columns: Any = ()
-) -> Dataset:
+def _dataset(name: str, x: np.ndarray, anomaly: np.ndarray, columns: Any = ()) -> Dataset:
     return Dataset(
         name, np.ascontiguousarray(x), anomaly.astype(np.int64), "vector", _CLASSES,
         fixed_split=True, columns=tuple(str(c) for c in columns),

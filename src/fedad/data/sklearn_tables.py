@@ -72,9 +72,7 @@ def load_wine(path: str | None = None, size: int | None = None) -> Dataset:
     return _classes("wine")
 
 
-@register_dataset(
-    "iris", description="sklearn iris: 150 x 4, 3 species as classes", kind="vector"
-)
+@register_dataset("iris", description="sklearn iris: 150 x 4, 3 species as classes", kind="vector")
 def load_iris(path: str | None = None, size: int | None = None) -> Dataset:
     """The three species (setosa, versicolor, virginica) as classes."""
     del path, size

@@ -63,8 +63,7 @@ def check_requirements(
 
         if req.public.name not in public_names():
             raise ConfigError(
-                f"method '{label}' asks for the public set '{req.public.name}', "
-                "which is not known",
+                f"method '{label}' asks for the public set '{req.public.name}', which is not known",
                 f"known: {', '.join(public_names())}",
             )
 
