@@ -30,6 +30,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from fedad.accounting import calibrate_noise_multiplier, client_level_guarantee, default_delta
+from fedad.blas import one_blas_thread
 from fedad.config import ExperimentConfig, PrivacyConfig, dump_toml
 from fedad.data.federation import build_federation, plan_federation
 from fedad.data.types import Federation
@@ -447,7 +448,7 @@ def run_experiment(
     """
     t0 = time.perf_counter()
     rd = RunDir.claim(out, force=force, resume=resume)
-    with rd:
+    with rd, one_blas_thread():
         try:
             resolve_device(cfg.engine.device)  # a device that is not there: stop now
             cfg = with_server_data(cfg)

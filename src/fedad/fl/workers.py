@@ -79,10 +79,12 @@ def _serve(conn: Connection, setup: _Setup) -> None:
     stops."""
     import torch
 
+    from fedad.blas import limit_blas_threads
     from fedad.fl.node import node_handlers
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent stops the workers
     torch.set_num_threads(setup.threads)
+    limit_blas_threads()  # fedad.blas: small linear algebra beside torch's threads
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     clients = {c.client_id: c for c in setup.clients}
     handlers: dict[int, dict[str, Any]] = {cid: {} for cid in clients}
