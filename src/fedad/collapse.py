@@ -14,22 +14,32 @@ convention this module reads; nothing else needs to change for a new method):
 * ``rep_cos``: the mean pairwise cosine of the representations of different samples.
 
 From them :func:`add_loss_ratio` derives ``loss_ratio`` = ``loss / loss_collapsed`` (1 at
-collapse, lower when learning) and :func:`collapse_message` says, for the final round, whether
-the representations stayed collapsed: ``loss_ratio`` at or above :data:`RATIO_COLLAPSED` or
-``rep_cos`` at or above :data:`COS_COLLAPSED`. The server context calls both when it closes a
-round (:meth:`fedad.fl.context.ServerContext.end_round`), so every engine warns alike, in one
+collapse, lower when learning) and :func:`collapse_message` says, after the final round,
+whether the encoder failed to learn: its loss never fell below :data:`RATIO_COLLAPSED` of the
+collapsed value in any round, or its representations still point the same way in the final
+round (``rep_cos`` at or above :data:`COS_COLLAPSED`). The lowest ratio of the run, not the
+last, is what counts: a loss can rise above its collapsed value when the objective changes
+(FADngs's CRAD, after the SimCLR warm-up, treats other normal images as positives and the
+anchor's own rotations as negatives, which the warm-up had made the nearest), and falls
+again as the encoder learns. A random encoder whose representations spread but do not
+learn also stays at the collapsed value (positives no closer than negatives), and is named
+too. The server context calls both when it closes a round
+(:meth:`fedad.fl.context.ServerContext.end_round`), so every engine warns alike, in one
 line, and the report draws both columns per round.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
+NOT_LEARNING = "encoder not learning"
+"""How the guard's event starts."""
 RATIO_COLLAPSED = 0.98
-"""A final ``loss_ratio`` at or above this means the loss stayed within 2% of its collapsed
-value (a learning encoder on our federations ends at 0.7-0.9 within ten rounds)."""
+"""A run whose ``loss_ratio`` never fell below this did not learn (the loss stayed within 2%
+of its collapsed value; a learning encoder on our federations falls to 0.8-0.9 within a few
+rounds)."""
 COS_COLLAPSED = 0.95
 """A final ``rep_cos`` at or above this means the representations of different samples
 still point the same way (about 0.99 for FADngs's group-norm encoder at initialisation)."""
@@ -51,24 +61,28 @@ def add_loss_ratio(row: MutableMapping[str, Any]) -> None:
         row["loss_ratio"] = loss / flat
 
 
-def collapse_message(row: Mapping[str, Any]) -> str | None:
-    """One line saying the representations stayed collapsed in this (final) round's ``row``,
-    or None when they did not or the row has none of the columns."""
-    ratio, cos = _finite(row, "loss_ratio"), _finite(row, "rep_cos")
-    stuck = ratio is not None and ratio >= RATIO_COLLAPSED
+def collapse_message(history: Sequence[Mapping[str, Any]]) -> str | None:
+    """One line saying the encoder did not learn over the run's ``history`` (rows, the
+    final round last), or None when it did or no row has the columns."""
+    ratios = [(r, v) for r in history if (v := _finite(r, "loss_ratio")) is not None]
+    cos = _finite(history[-1], "rep_cos") if history else None
+    best = min(ratios, key=lambda rv: rv[1]) if ratios else None
+    stuck = best is not None and best[1] >= RATIO_COLLAPSED
     crowded = cos is not None and cos >= COS_COLLAPSED
     if not (stuck or crowded):
         return None
     parts = []
-    if ratio is not None:
+    if stuck and best is not None:
+        row, ratio = best
         parts.append(
-            f"the contrastive loss ended at {ratio:.3f} of its collapsed value "
-            f"({_finite(row, 'loss'):.4g} against {_finite(row, 'loss_collapsed'):.4g})"
+            f"its contrastive loss never fell below {RATIO_COLLAPSED} of its collapsed value "
+            f"(closest {ratio:.3f}: {_finite(row, 'loss'):.4g} against "
+            f"{_finite(row, 'loss_collapsed'):.4g})"
         )
-    if cos is not None:
-        parts.append(f"the representations' mean pairwise cosine is {cos:.3f}")
+    if crowded:
+        parts.append(f"its representations' mean pairwise cosine ended at {cos:.3f}")
     return (
-        "representations collapsed: "
+        f"{NOT_LEARNING}: "
         + " and ".join(parts)
-        + "; the encoder is not learning (more rounds, a higher lr, or see docs/methods/fadngs.md)"
+        + " (collapse; more rounds or a higher lr may help, see docs/methods/fadngs.md)"
     )

@@ -362,7 +362,37 @@ NORMAL_POSITIVE: MetricFamily = _NormalPositive(
 :attr:`Algorithm.metric_families <fedad.fl.algorithm.Algorithm.metric_families>`, see there
 why."""
 
-BUILTIN: tuple[MetricFamily, ...] = (IMAGE, PIXEL)
+
+@dataclass(frozen=True)
+class _Training(MetricFamily):
+    def applies(self, ev: Pooled) -> bool:
+        return False  # history columns only: nothing in metrics.json
+
+
+TRAINING: MetricFamily = _Training(
+    name="training",
+    figures=(
+        MonitorFigure(
+            "loss_ratio",
+            "Contrastive loss against its collapsed value",
+            "Each round's contrastive loss divided by the value it takes when every "
+            "representation points the same way (log(N - 1) for SimCLR's pairs): 1 means "
+            "the encoder is not learning (collapse); a learning encoder falls below it "
+            "within a few rounds (fedad.collapse).",
+        ),
+        MonitorFigure(
+            "rep_cos",
+            "Mean pairwise cosine of the representations",
+            "Mean cosine similarity between the representations of different training "
+            "samples in each round's batches: near 1 when they all point the same way "
+            "(collapse), near 0 when they spread.",
+        ),
+    ),
+)
+"""Learning curves of the collapse guard (:mod:`fedad.collapse`), drawn for the methods that
+log ``loss_ratio`` / ``rep_cos``; no metrics."""
+
+BUILTIN: tuple[MetricFamily, ...] = (IMAGE, PIXEL, TRAINING)
 """Families evaluation computes for every method, each where it applies."""
 
 COST_COLUMNS: tuple[Column, ...] = (
@@ -559,9 +589,7 @@ def sample_indices(
     return np.sort(np.concatenate([spread(pos, n_pos), spread(neg, n_neg)]))
 
 
-def client_sample_indices(
-    label: np.ndarray, client: np.ndarray, cap: int = MAPS_CAP
-) -> np.ndarray:
+def client_sample_indices(label: np.ndarray, client: np.ndarray, cap: int = MAPS_CAP) -> np.ndarray:
     """Positions (sorted) of at most ``cap`` samples, a few from every client: ``per =
     max(2, cap // clients)`` of each (about three anomalies to one normal image, by
     :func:`sample_indices` within the client's own samples). With more than ``cap // 2``

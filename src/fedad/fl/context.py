@@ -215,7 +215,7 @@ class ServerContext:
         row.update(self._row)
         row["round"] = round_no
         add_loss_ratio(row)
-        if round_no == self.rounds and (collapsed := collapse_message(row)) is not None:
+        if round_no == self.rounds and (collapsed := collapse_message([*self.history, row])):
             self.event(collapsed)
         row["bytes_up"] = up - self._b0[0]
         row["bytes_down"] = down - self._b0[1]

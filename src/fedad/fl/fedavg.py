@@ -32,20 +32,24 @@ def log_weighted_scalars(
 
 
 def fedavg_rounds(
-    ctx: ServerContext, weights: dict[str, np.ndarray], phase: str = "train"
+    ctx: ServerContext,
+    weights: dict[str, np.ndarray],
+    phase: str = "train",
+    scalars: Sequence[str] = ("loss",),
 ) -> dict[str, np.ndarray]:
     """``ctx.rounds`` FedAvg rounds from ``weights`` in ``phase``; the last global arrays.
 
-    Replies must carry the same arrays and a ``loss`` scalar. A round without a usable
-    reply keeps the model (and says so in the events); every round is checkpointable.
+    Replies must carry the same arrays and the ``scalars`` (a ``loss`` at least), each
+    logged per round as its example-weighted mean. A round without a usable reply keeps the
+    model (and says so in the events); every round is checkpointable.
     """
     spec = spec_of(weights)
     for r in range(1, ctx.rounds + 1):
         msgs = {i: Message(phase, weights, {"round": r}) for i in ctx.sample()}
-        avg = ctx.mean(msgs, arrays=spec, scalars=["loss"])
+        avg = ctx.mean(msgs, arrays=spec, scalars=list(scalars))
         if avg.arrays is not None:
             weights = avg.arrays
-            log_weighted_scalars(ctx, avg.replies, ["loss"])
+            log_weighted_scalars(ctx, avg.replies, list(scalars))
         else:
             ctx.event("no valid replies; the global model is unchanged")
         ctx.checkpoint(r, ServerResult(arrays=weights, scalars={}))

@@ -13,7 +13,7 @@ from fedad.fl.algorithm import Setup, build_algorithm
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import Message
 from fedad.methods.fadngs.federated import _FADngs
-from tests.conftest import make_federation
+from tests.conftest import failures, make_federation
 
 FAST = {"width": 4, "proj_dim": 8, "public_n": 8, "distill_batch": 4, "queue_size": 12}
 
@@ -35,7 +35,7 @@ def test_density_phase_uploads_only_means_and_covariances(
 ) -> None:
     fed = make_federation("image", clients=3)
     _, out = _run(fed, rounds=2, warmup_rounds=1, k_c=2)
-    assert out.events == []
+    assert failures(out.events) == []
     kinds = [m.kind for _, m, _ in delivered]
     # round 1 warm-up (train), round 2 density + train, final density, evaluate
     assert (
@@ -60,7 +60,7 @@ def test_sed_queues_persist_across_rounds_when_asked() -> None:
     fed = make_federation("image", clients=2)
     algo1, out1 = _run(fed, rounds=1, warmup_rounds=0, sed_queues="persist")
     algo2, out2 = _run(fed, rounds=2, warmup_rounds=0, sed_queues="persist")
-    assert out1.events == [] and out2.events == []
+    assert failures(out1.events) == [] and failures(out2.events) == []
     for cid in (0, 1):
         q1, q2 = algo1.queues[cid].values, algo2.queues[cid].values
         assert q1.shape == q2.shape == (12, 8)
@@ -88,9 +88,27 @@ def test_sed_changes_the_fedavg_start() -> None:
     fed = make_federation("image", clients=3)
     _, sed = _run(fed, rounds=2, warmup_rounds=0)
     _, nosed = _run(fed, "fadngs-nosed", rounds=2, warmup_rounds=0)
-    key = "head.net.2.weight"
+    key = "head.net.3.weight"  # the head's last linear layer (linear, BN, ReLU, linear)
     assert not np.allclose(sed.result.arrays[key], nosed.result.arrays[key])
     assert "sed_loss" not in nosed.history[0]
+
+
+def test_sed_teachers_differ_after_a_round_and_keep_the_clients_statistics() -> None:
+    """Each client's model after its local round is a teacher of its own (the issue's
+    collapsed run had identical teachers); SED moves the student's weights but not the
+    batch-norm running statistics that FedAvg gave it (the public images are not the
+    clients')."""
+    fed = make_federation("image", clients=3)
+    _, sed = _run(fed, rounds=1, warmup_rounds=0)  # one round: the same teachers in both
+    _, nosed = _run(fed, "fadngs-nosed", rounds=1, warmup_rounds=0)
+    row = sed.history[-1]
+    assert 0.0 < row["sed_teacher_cos"] < 0.999
+    assert row["sed_weight_min"] < row["sed_weight_max"]  # the Pearson weights differ too
+    stats = ("head.net.1.running_mean", "head.net.1.running_var")
+    for key in stats:  # the same FedAvg of the clients' statistics as without SED
+        np.testing.assert_allclose(sed.result.arrays[key], nosed.result.arrays[key], rtol=1e-6)
+    key = "head.net.3.weight"
+    assert not np.allclose(sed.result.arrays[key], nosed.result.arrays[key])
 
 
 def test_density_none_shares_nothing(
@@ -98,16 +116,16 @@ def test_density_none_shares_nothing(
 ) -> None:
     fed = make_federation("image", clients=3)
     algo, out = _run(fed, "fadngs-nosed", rounds=2, density="none", warmup_rounds=1)
-    assert out.events == [] and algo.personalized
+    assert failures(out.events) == [] and algo.personalized
     for _, msg, reply in delivered:
         assert msg.kind in ("train", "evaluate")  # no density phase
         if msg.kind == "train":
             assert msg.arrays == {} and reply is not None and reply.arrays == {}
-    own = [out.client_states[c]["own/head.net.2.weight"] for c in range(3)]
+    own = [out.client_states[c]["own/head.net.3.weight"] for c in range(3)]
     assert not np.array_equal(own[0], own[1])
     # each client's saved detector: its own model, its own single Gaussian
     for cid, m in out.evaluations.items():
-        np.testing.assert_array_equal(m.arrays["detector/head.net.2.weight"], own[cid])
+        np.testing.assert_array_equal(m.arrays["detector/head.net.3.weight"], own[cid])
         assert m.arrays["detector/means"].shape == (1, 8)
 
 
@@ -116,7 +134,7 @@ def test_density_local_shares_the_model_not_the_densities(
 ) -> None:
     fed = make_federation("image", clients=3)
     algo, out = _run(fed, "fadngs-nosed", rounds=2, density="local", warmup_rounds=0)
-    assert out.events == [] and algo.personalized
+    assert failures(out.events) == [] and algo.personalized
     assert all(m.kind != "density" for _, m, _ in delivered)
     assert all("means" not in m.arrays for _, m, _ in delivered)
     means = [out.evaluations[c].arrays["detector/means"] for c in range(3)]
@@ -145,7 +163,7 @@ def test_privacy_measure_and_density_dp_in_metrics() -> None:
     assert all(0.0 <= dc[k] <= 1.0 for k in ("dcor_shared", "dcor_random"))
     want = np.mean([m.scalars["dcor_shared"] for m in out.evaluations.values()])
     assert dc["dcor_shared"] == pytest.approx(want)
-    assert out.events == []
+    assert failures(out.events) == []
     extra = algo.extra_metrics(out.evaluations)
     dp = extra["density_dp"]
     assert dp["releases"] == 2 * (2 + 1) and dp["epsilon"] > 0 and np.isfinite(dp["epsilon"])
@@ -190,18 +208,18 @@ def test_default_warmup_is_a_fifth_of_the_rounds() -> None:
 def test_loss_ablations_aggregate_every_round(loss: str) -> None:
     fed = make_federation("image", clients=2)
     _, out = _run(fed, "fadngs-nosed", rounds=2, warmup_rounds=0, loss=loss)
-    assert out.events == []
+    assert failures(out.events) == []
     assert all(r["clients_rejected"] == 0 for r in out.history)
     assert "delta" not in out.history[0] and np.isfinite(out.history[0]["loss"])
     _, crad = _run(fed, "fadngs-nosed", rounds=2, warmup_rounds=0)
-    key = "head.net.2.weight"
+    key = "head.net.3.weight"
     assert not np.allclose(out.result.arrays[key], crad.result.arrays[key])
 
 
 def test_sed_with_the_gaussian_mechanism_runs_on_the_unit_sphere() -> None:
     fed = make_federation("image", clients=2)
     _, out = _run(fed, rounds=2, warmup_rounds=0, density_noise=0.5)
-    assert out.events == [] and np.all(np.isfinite(out.history[-1]["sed_loss"]))
+    assert failures(out.events) == [] and np.all(np.isfinite(out.history[-1]["sed_loss"]))
     # the shared means are means of unit vectors (plus noise): well inside the unit ball
     assert np.linalg.norm(out.result.arrays["means"], axis=1).max() < 1.5
 
@@ -226,7 +244,7 @@ def test_private_noise_is_not_the_seeds_and_a_round_is_released_once(
     algo = build_algorithm("fadngs-nosed", {**FAST, "warmup_rounds": 2, "density_noise": 0.5},
                            setup)  # fmt: skip
     out = run_inprocess(algo, fed, rounds=3, seed=3, eval_every=1)
-    assert out.events == [] and "eval_auroc" in out.history[1]  # the warm-up's last round
+    assert failures(out.events) == [] and "eval_auroc" in out.history[1]  # the warm-up's last round
     assert "eval_auroc" not in out.history[0]  # no curve inside the warm-up
     for node in (0, 1):
         sent = [r.arrays["means"].tobytes() for n, m, r in delivered

@@ -11,12 +11,14 @@ import torch.nn.functional as F
 
 from fedad.methods.fadngs.losses import (
     FifoQueue,
+    collapsed_loss,
     contrastive_loss,
     crad_anchors,
     crad_loss,
     crad_mask,
     crad_views,
     ensemble_sed_loss,
+    mean_pairwise_cosine,
     pearson_weights,
     sed_loss,
     shifted_instance_mask,
@@ -263,3 +265,38 @@ def test_sed_teacher_temperature_sharpens_only_the_teacher() -> None:
     torch.testing.assert_close(
         sed_loss(s, t, queue, 0.2, teacher_tau=0.2), sed_loss(s, t, queue, 0.2)
     )
+
+
+@pytest.mark.parametrize("form", ["eq7", "mean-log"])
+@pytest.mark.parametrize("pairs", ["simclr", "crad", "csi"])
+def test_collapsed_loss_is_the_loss_of_identical_representations(form: str, pairs: str) -> None:
+    """Every representation the same (any direction, any norm): the loss is the collapsed
+    value, whatever the temperature; SimCLR's is log(2B - 1)."""
+    b = 6
+    if pairs == "simclr":
+        pos, neg = simclr_mask(b, 2)
+    elif pairs == "csi":
+        pos, neg = shifted_instance_mask(b, 2, 4)
+    else:
+        pos, neg = crad_mask(torch.tensor([False, True, False, False, True, False]), 2, 3)
+    z = torch.randn(1, 8).repeat(pos.shape[0], 1) * 3.0
+    for tau in (0.07, 0.5, 2.0):
+        got = float(contrastive_loss(z, pos, neg, tau, form))  # type: ignore[arg-type]
+        assert got == pytest.approx(collapsed_loss(pos, neg, form), rel=1e-5)  # type: ignore[arg-type]
+    if pairs == "simclr":
+        assert collapsed_loss(pos, neg, "mean-log") == pytest.approx(math.log(2 * b - 1))
+
+
+def test_collapsed_loss_without_anchors_is_nan() -> None:
+    pos, neg = crad_mask(torch.ones(3, dtype=torch.bool), 2, 3)  # every sample anomalous
+    assert math.isnan(collapsed_loss(pos, neg))
+
+
+def test_mean_pairwise_cosine_equals_the_pairwise_mean() -> None:
+    z = torch.randn(7, 5)
+    zn = F.normalize(z, dim=1)
+    s = zn @ zn.T
+    brute = float((s.sum() - s.diag().sum()) / (7 * 6))
+    assert mean_pairwise_cosine(z) == pytest.approx(brute, abs=1e-6)
+    assert mean_pairwise_cosine(torch.ones(4, 3)) == pytest.approx(1.0)
+    assert math.isnan(mean_pairwise_cosine(torch.ones(1, 3)))

@@ -1,4 +1,5 @@
-"""FADngs's encoder: shapes for grey 28x28 and RGB 32x32, no batch norm."""
+"""FADngs's encoder: shapes for grey 28x28 and RGB 32x32, group norm in the backbone, SimCLR's
+batch norm in the head."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from fedad.methods.fadngs.losses import mean_pairwise_cosine
 from fedad.methods.fadngs.model import Encoder
 
 
@@ -28,9 +30,31 @@ def test_small_images_and_default_depth() -> None:
     assert enc.normalized_projections(torch.randn(3, 3, 8, 8)).shape == (3, 8)
 
 
-def test_no_batch_norm_only_group_norm() -> None:
-    enc = Encoder(in_channels=3, width=8)
-    mods = list(enc.modules())
-    assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in mods)
-    assert any(isinstance(m, nn.GroupNorm) for m in mods)
-    assert not any(name.endswith("running_mean") for name, _ in enc.named_buffers())
+def test_group_norm_in_the_backbone_batch_norm_only_in_the_head() -> None:
+    enc = Encoder(in_channels=3, width=8, head_norm="batch")
+    backbone = list(enc.backbone.modules())
+    assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in backbone)
+    assert any(isinstance(m, nn.GroupNorm) for m in backbone)
+    assert [type(m) for m in enc.head.net] == [nn.Linear, nn.BatchNorm1d, nn.ReLU, nn.Linear]
+    plain = Encoder(in_channels=3, width=8, head_norm="none")
+    assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in plain.modules())
+    assert not any(name.endswith("running_mean") for name, _ in plain.named_buffers())
+
+
+def test_the_head_norm_spreads_the_directions_that_group_norm_leaves_collapsed() -> None:
+    """The audit's finding (issue 27): after the group-norm backbone every image shares one
+    large common vector, so every z points the same way; the head's batch norm removes it."""
+    x = torch.rand(64, 1, 28, 28)
+    cos = {}
+    for norm in ("none", "batch"):
+        torch.manual_seed(0)
+        enc = Encoder(1, width=16, proj_dim=32, blocks=(1, 1, 1), head_norm=norm).train()
+        with torch.no_grad():
+            cos[norm] = mean_pairwise_cosine(enc.project(x))
+    assert cos["none"] > 0.95
+    assert cos["batch"] < 0.5
+
+
+def test_unknown_head_norm_is_refused() -> None:
+    with pytest.raises(ValueError, match="head norm"):
+        Encoder(1, width=4, head_norm="layer")  # type: ignore[arg-type]

@@ -85,7 +85,7 @@ def test_csi_row_is_csi_loss_with_shifted_instances() -> None:
 
     x = torch.from_numpy(_oriented(6))
     enc = _encoder()
-    got = _views_loss(enc, x, "csi", 2, 0.5, np.random.default_rng(4), None, "mean-log")
+    got, _, _ = _views_loss(enc, x, "csi", 2, 0.5, np.random.default_rng(4), None, "mean-log")
     views = shifted_views(x, 2, np.random.default_rng(4))
     assert views.shape == (4 * 6 * 2, 1, 8, 8)
     pos, neg = shifted_instance_mask(6, 2, 4)

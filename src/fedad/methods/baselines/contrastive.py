@@ -132,6 +132,7 @@ class ContrastiveDetector(TorchDetector):
     name = CONTRASTIVE
     ParamsModel = ContrastiveDetectorParams
     default_weight_decay = 1e-6  # CSI's and SimCLR's
+    monitor_keys = ("loss_collapsed", "rep_cos")
     bank_: np.ndarray
     """:math:`(n, D)` float32: the normalised projections of the training images."""
     aug_rng_: np.random.Generator
@@ -205,7 +206,19 @@ class ContrastiveDetector(TorchDetector):
         self._ensure_built()
         self.aug_rng_ = np.random.default_rng(int(rng.integers(0, 2**63)))
         self.drop_bank()
+        self._monitor = np.zeros(4)
         return super().train_epochs(x, epochs, rng, prox_mu)
+
+    def train_monitor(self) -> dict[str, float]:
+        """The collapse guard's columns (:mod:`fedad.collapse`) over every batch of the last
+        :meth:`train_epochs` call: ``loss_collapsed``, the loss's value when every
+        similarity is equal, and ``rep_cos``, the mean pairwise cosine of the batches'
+        upright first views."""
+        m = getattr(self, "_monitor", np.zeros(4))
+        return {
+            "loss_collapsed": float(m[0] / m[1]) if m[1] else float("nan"),
+            "rep_cos": float(m[2] / m[3]) if m[3] else float("nan"),
+        }
 
     def loss(self, batch: torch.Tensor) -> torch.Tensor:
         """CSI's contrastive loss with shifted instances of a batch (module docstring): the
@@ -225,6 +238,11 @@ class ContrastiveDetector(TorchDetector):
         views = augment.shifted_views(batch, N_PLUS, self.aug_rng_, self._transform)
         z = self.encoder.project(views)  # one forward pass over every view
         pos, neg = losses.shifted_instance_mask(b, N_PLUS, N_SHIFTS)
+        if hasattr(self, "_monitor"):  # rows (s B + i) V + v: rotation 0 comes first
+            self._monitor[:2] += (losses.collapsed_loss(pos, neg, "eq7") * b, b)
+            if b > 1:
+                first = z[: b * N_PLUS].view(b, N_PLUS, -1)[:, 0]
+                self._monitor[2:] += (losses.mean_pairwise_cosine(first) * b, b)
         return losses.contrastive_loss(z, pos.to(z.device), neg.to(z.device), self.temperature)
 
     def fit(self, x: Features) -> Self:

@@ -80,6 +80,10 @@ class TorchDetector(BaseDetector):
     name: ClassVar[str]
     ParamsModel = TorchDetectorParams
     default_weight_decay: ClassVar[float] = 0.0
+    monitor_keys: ClassVar[tuple[str, ...]] = ()
+    """Scalars :meth:`train_monitor` gives after :meth:`train_epochs` (clients send them
+    beside ``loss`` and servers log them per round; e.g. the collapse guard's columns,
+    :mod:`fedad.collapse`)."""
 
     def __init__(
         self,
@@ -186,6 +190,10 @@ class TorchDetector(BaseDetector):
             ),
             prox_mu=prox_mu,
         )
+
+    def train_monitor(self) -> dict[str, float]:
+        """:data:`monitor_keys`' values over the last :meth:`train_epochs` call (none here)."""
+        return {}
 
     def prepare(self, x: Features) -> Self:
         """Anything to do on the data before training (Deep SVDD sets its centre)."""

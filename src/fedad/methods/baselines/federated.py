@@ -288,7 +288,8 @@ class _GlobalModel(TorchBaseline):
         loss = det.train_epochs(data.x_train, self.params.local_epochs, rng, self.prox_mu)
         arrays = det.model_arrays()
         state.update(prefixed({k: arrays[k] for k in det.width_keys()}, OWN))
-        return Message(TRAIN, det.shared_arrays(), {"num_examples": data.n_train, "loss": loss})
+        scalars = {"num_examples": data.n_train, "loss": loss, **det.train_monitor()}
+        return Message(TRAIN, det.shared_arrays(), scalars)
 
     def client_detector(
         self, state: ClientState, data: ClientData, msg: Message
@@ -328,7 +329,7 @@ class _GlobalModel(TorchBaseline):
         assert isinstance(det, TorchDetector)
         if isinstance(det, DeepSVDDDetector):
             self._center_round(ctx, det)
-        weights = fedavg_rounds(ctx, det.shared_arrays(), TRAIN)
+        weights = fedavg_rounds(ctx, det.shared_arrays(), TRAIN, ("loss", *det.monitor_keys))
         return ServerResult(arrays=weights, scalars={})
 
 
@@ -383,12 +384,14 @@ class Local(TorchBaseline):
     def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         det = self._own_detector(state, data)
         rng = client_rng(self.setup.seed, int(msg.get("round", 0)), data.client_id)
+        monitor: dict[str, float] = {}
         if isinstance(det, TorchDetector):
             loss = det.train_epochs(data.x_train, self.params.local_epochs, rng)
+            monitor = det.train_monitor()
         else:
             loss = det.train_epochs(dense(data.x_train), self.params.local_epochs, rng)
         state.update(prefixed(det.model_arrays(), "model"))
-        return Message(TRAIN, {}, {"num_examples": data.n_train, "loss": loss})
+        return Message(TRAIN, {}, {"num_examples": data.n_train, "loss": loss, **monitor})
 
     def client_detector(
         self, state: ClientState, data: ClientData, msg: Message
@@ -396,14 +399,16 @@ class Local(TorchBaseline):
         return self._with_bank(self._own_detector(state, data), data.x_train)
 
     def server(self, ctx: ServerContext) -> ServerResult:
+        torch_cls = TORCH_DETECTORS.get(self.detector or "autoencoder")
+        keys = ["loss", *(torch_cls.monitor_keys if torch_cls is not None else ())]
         for r in range(1, ctx.rounds + 1):
             ids = ctx.sample()
             replies = ctx.send(
                 {i: Message(TRAIN, {}, {"round": r}) for i in ids},
-                scalars=["num_examples", "loss"],
+                scalars=["num_examples", *keys],
             )
             if replies:
-                log_weighted_scalars(ctx, replies, ["loss"])
+                log_weighted_scalars(ctx, replies, keys)
             ctx.checkpoint(r, ServerResult(arrays={}, scalars={}))
             ctx.end_round(r)
         return ServerResult(arrays={}, scalars={})
@@ -452,6 +457,8 @@ class Centralized(TorchBaseline):
         for r in range(1, ctx.rounds + 1):
             rng = seeded_rng(self.setup.seed, r, 0xCE7)
             ctx.log(loss=det.train_epochs(pooled, self.params.local_epochs, rng))
+            if isinstance(det, TorchDetector):
+                ctx.log(**det.train_monitor())
             if ctx.wants_checkpoint(r):
                 self._with_bank(det, pooled)
                 t = quantile_threshold(det.score(pooled), self.contamination)

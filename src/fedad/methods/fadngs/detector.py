@@ -26,7 +26,7 @@ from fedad.methods.fadngs.density import (
     weak_kmeans,
 )
 from fedad.methods.fadngs.losses import ConForm
-from fedad.methods.fadngs.model import Encoder
+from fedad.methods.fadngs.model import Encoder, HeadNorm
 from fedad.methods.fadngs.privacy import unit_rows
 from fedad.methods.fadngs.train import LossName, embed, local_update
 from fedad.seeding import rng as seeded_rng
@@ -51,6 +51,7 @@ class FADngsDetectorParams(BaseModel):
     )
     width: int = Field(default=16, ge=1, le=256)
     depth: int = Field(default=1, ge=1, le=8)
+    head_norm: Literal["batch", "none"] = "batch"
     proj_dim: int = Field(default=128, ge=2, le=2048)
     unit: bool = False
     k_c: int = Field(default=1, ge=1, le=MAX_GAUSSIANS)
@@ -67,6 +68,15 @@ class FADngsDetectorParams(BaseModel):
     con_form: Literal["eq7", "mean-log"] = "mean-log"
     contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
     seed: int = Field(default=0, ge=-(1 << 63), lt=1 << 63)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _before_head_norm(cls, data: Any) -> Any:
+        """A checkpoint written before ``head_norm`` existed (issue 27) has a head without
+        a norm: read its absence as ``"none"`` so that such runs still load."""
+        if isinstance(data, dict) and "head_norm" not in data and "input_shape" in data:
+            return {**data, "head_norm": "none"}
+        return data
 
     @model_validator(mode="after")
     def _square(self) -> FADngsDetectorParams:
@@ -87,6 +97,7 @@ class FADngsDetector(BaseDetector):
         input_shape: tuple[int, ...] | list[int] = (1, 28, 28),
         width: int = 16,
         depth: int = 1,
+        head_norm: HeadNorm = "batch",
         proj_dim: int = 128,
         unit: bool = False,
         k_c: int = 1,
@@ -109,6 +120,7 @@ class FADngsDetector(BaseDetector):
         self.input_shape = input_shape
         self.width = width
         self.depth = depth
+        self.head_norm = head_norm
         self.proj_dim = proj_dim
         self.unit = unit
         self.k_c = k_c
@@ -131,6 +143,7 @@ class FADngsDetector(BaseDetector):
             "input_shape": [int(s) for s in self.input_shape],
             "width": self.width,
             "depth": self.depth,
+            "head_norm": self.head_norm,
             "proj_dim": self.proj_dim,
             "unit": self.unit,
             "k_c": self.k_c,
@@ -153,7 +166,13 @@ class FADngsDetector(BaseDetector):
     def build(self) -> Self:
         """``encoder_`` with seeded initial weights (on the CPU: equal on every device)."""
         with torch_seeded(self.seed):
-            enc = Encoder(int(self.input_shape[0]), self.width, self.proj_dim, (self.depth,) * 3)
+            enc = Encoder(
+                int(self.input_shape[0]),
+                self.width,
+                self.proj_dim,
+                (self.depth,) * 3,
+                head_norm=self.head_norm,
+            )
         self.encoder_ = enc.to(self.device).eval()
         return self
 
@@ -220,6 +239,10 @@ class FADngsDetector(BaseDetector):
         return fit_gaussians(z, labels, self.rho)
 
     # -- contract ---------------------------------------------------------------------------
+    def expected_input(self) -> tuple[str, tuple[int, ...]] | None:
+        """Images of exactly ``input_shape`` (the encoder and the rotations need them)."""
+        return ("image", tuple(int(s) for s in self.input_shape))
+
     def score(self, x: np.ndarray) -> np.ndarray:
         if not hasattr(self, "means_"):
             raise RuntimeError("FADngsDetector has no densities: call fit or set_density first")

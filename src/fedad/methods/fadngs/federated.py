@@ -83,8 +83,11 @@ from fedad.seeding import rng as seeded_rng
 
 DENSITY = "density"
 TRAIN = "train"
-CRAD_SCALARS = ["loss", "delta", "flagged"]
-"""The scalars a CRAD ``train`` reply carries; other losses and the warm-up send ``loss``."""
+LOSS_SCALARS = ["loss", "loss_collapsed", "rep_cos"]
+"""The scalars every ``train`` reply carries: the loss, its collapsed value and the mean
+pairwise cosine of the representations (:func:`~.train.local_update`)."""
+CRAD_SCALARS = [*LOSS_SCALARS, "delta", "flagged"]
+"""The scalars a CRAD ``train`` reply carries."""
 SHARED = "shared/"
 """Client-state prefix of the Gaussians a client last shared (for the privacy measure)."""
 
@@ -102,6 +105,9 @@ class FADngsParams(Params):
     temperature: float = Field(default=0.5, gt=0.0, le=100.0, description="tau of eq. 7")
     n_plus: int = Field(default=2, ge=1, le=64, description="T+ views per sample")
     width: int = Field(default=16, ge=1, le=256, description="channels of the first stage")
+    head_norm: Literal["batch", "none"] = Field(
+        default="batch", description="the projection head's hidden norm (SimCLR's BN or none)"
+    )
     depth: int = Field(default=1, ge=1, le=8, description="residual blocks per stage")
     proj_dim: int = Field(default=128, ge=2, le=2048, description="dimension of z")
     k_c: int = Field(default=1, ge=1, le=1024, description="clusters per client (K_c)")
@@ -143,6 +149,23 @@ class FADngsParams(Params):
         default="round", description="keep the queues across rounds or renew them each round"
     )
     privacy_measure: bool = Field(default=True, description="distance correlation (Fig. 9)")
+
+
+def teacher_agreement(reps: list[np.ndarray]) -> float:
+    """How alike SED's teachers are: the mean over pairs of teachers and public samples of the
+    cosine between two teachers' representations of the same sample (1: identical teachers,
+    nothing to distil; ``nan`` with one teacher).
+
+    Shapes:
+        - reps: :math:`C` arrays :math:`(N, D)`
+    """
+    if len(reps) < 2:
+        return float("nan")
+    units = [z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12) for z in reps]
+    total = np.sum(units, axis=0)  # sum over pairs a != b of <u_a, u_b> per sample
+    pairs = (total * total).sum(axis=1) - sum((u * u).sum(axis=1) for u in units)
+    c = len(reps)
+    return float(pairs.mean() / (c * (c - 1)))
 
 
 def client_rng(seed: int, round_no: int, client_id: int, stream: int) -> np.random.Generator:
@@ -217,6 +240,7 @@ class _FADngs(Algorithm):
             input_shape=list(self.setup.feature_shape),
             width=p.width,
             depth=p.depth,
+            head_norm=p.head_norm,
             proj_dim=p.proj_dim,
             unit=p.density_noise > 0,
             k_c=p.k_c,
@@ -374,7 +398,7 @@ class _FADngs(Algorithm):
         warmup: bool,
     ) -> dict[str, np.ndarray] | None:
         """FedAvg (nosed, warm-up) or FedAvg followed by SED; None without usable replies."""
-        losses = CRAD_SCALARS if not warmup and self.params.loss == "crad" else ["loss"]
+        losses = CRAD_SCALARS if not warmup and self.params.loss == "crad" else LOSS_SCALARS
         if not self.sed or warmup:
             avg = ctx.mean(msgs, arrays=spec, scalars=losses)
             if avg.arrays is not None:
@@ -394,7 +418,8 @@ class _FADngs(Algorithm):
         public = np.asarray(ctx.public, dtype=np.float32)
         # each teacher's scores in the densities' space (its represent: unit-normalised
         # under the Gaussian mechanism)
-        scores = np.stack([min_mahalanobis(d.represent(public), *density) for d in teacher_dets])
+        reps = [d.represent(public) for d in teacher_dets]
+        scores = np.stack([min_mahalanobis(z, *density) for z in reps])
         w = pearson_weights(scores)
         p = self.params
         if p.sed_queues == "round":
@@ -412,7 +437,12 @@ class _FADngs(Algorithm):
             teacher_tau=p.sed_teacher_temperature, positive=p.sed_positive,
             weight_decay=p.weight_decay,
         )  # fmt: skip
-        ctx.log(sed_loss=loss, sed_weight_min=float(w.min()), sed_weight_max=float(w.max()))
+        ctx.log(
+            sed_loss=loss,
+            sed_weight_min=float(w.min()),
+            sed_weight_max=float(w.max()),
+            sed_teacher_cos=teacher_agreement(reps),
+        )
         return student.model_arrays()
 
     def server(self, ctx: ServerContext) -> ServerResult:
@@ -464,9 +494,9 @@ class _FADngs(Algorithm):
             sent.update({MEANS: density[0].astype(np.float32), COVS: density[1].astype(np.float32)})
         msgs = {i: Message(TRAIN, sent, scalars) for i in ids}
         if not shared:
-            replies = ctx.send(msgs, scalars=["num_examples", "loss"])
+            replies = ctx.send(msgs, scalars=["num_examples", *LOSS_SCALARS])
             if replies:
-                log_weighted_scalars(ctx, replies, ["loss"])
+                log_weighted_scalars(ctx, replies, LOSS_SCALARS)
             return weights
         new = self._aggregate(ctx, msgs, spec, density, queues, r, warmup)
         if new is None:

@@ -157,6 +157,53 @@ def contrastive_loss(
     return per_anchor[anchors].mean()
 
 
+def collapsed_loss(pos: torch.Tensor, neg: torch.Tensor, form: ConForm = "eq7") -> float:
+    """The value :func:`contrastive_loss` takes when every pair has the same similarity: the
+    collapsed value, where every representation points the same way (or the similarities
+    carry no information). With :math:`P_a` positives and :math:`N_a` negatives of anchor
+    :math:`a`, each anchor contributes :math:`\\log(P_a + N_a)` under ``"mean-log"`` and
+    :math:`(\\log(P_a + N_a) - \\log P_a) / P_a` under ``"eq7"``; the mean over the anchors.
+    For SimCLR's pairs (two views, batch :math:`B`) it is :math:`\\log(2B - 1)`. A loss that
+    stays at this value means the encoder is not learning (docs/methods/fadngs.md).
+
+    Shapes:
+        - pos, neg: :math:`(N, N)` bool
+        - output: a float (``nan`` without any anchor)
+    """
+    n_pos = pos.sum(dim=1).to(torch.float64)
+    anchors = n_pos > 0
+    if not bool(anchors.any()):
+        return float("nan")
+    n_all = (pos | neg).sum(dim=1).to(torch.float64)[anchors]
+    n_pos = n_pos[anchors]
+    if form == "mean-log":
+        per_anchor = torch.log(n_all)
+    elif form == "eq7":
+        per_anchor = (torch.log(n_all) - torch.log(n_pos)) / n_pos
+    else:
+        raise ValueError(f"unknown form {form!r}")
+    return float(per_anchor.mean())
+
+
+def mean_pairwise_cosine(z: torch.Tensor) -> float:
+    """:math:`\\frac{1}{N(N-1)} \\sum_{i \\neq j} \\cos(z_i, z_j)`: near 1 when the
+    representations of different samples all point the same way (collapse), near 0 when
+    they spread over the sphere.
+
+    Shapes:
+        - z: :math:`(N, D)`, :math:`N \\geq 2`
+        - output: a float (``nan`` for :math:`N < 2`)
+    """
+    n = z.shape[0]
+    if n < 2:
+        return float("nan")
+    zn = F.normalize(z.detach().to(torch.float64), dim=1)
+    total = zn.sum(dim=0)
+    # sum over all pairs i != j of <z_i, z_j> = ||sum_i z_i||^2 - sum_i ||z_i||^2
+    off = float(total @ total) - float((zn * zn).sum())
+    return off / (n * (n - 1))
+
+
 def crad_loss(
     z_plus: torch.Tensor,
     z_minus: torch.Tensor,

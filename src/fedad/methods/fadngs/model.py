@@ -5,7 +5,8 @@ paper uses a ResNet-34 [FADngs Sec. IV]; this is the same family at a size fit f
 32x32 images: a 3x3 stem, three stages of basic residual blocks (stride 2 at the first block
 of stages 2 and 3, channels ``width``, ``2 width``, ``4 width``) and global average pooling.
 
-Normalisation: group normalisation, never batch normalisation. FedAvg averages parameters
+Normalisation in the backbone: group normalisation, never batch normalisation (the projection
+head has SimCLR's batch norm, see :class:`ProjectionHead`). FedAvg averages parameters
 ([FADngs eq. 10] initialises SED's student that way); batch-norm running statistics are
 per-client estimates of *local* activation moments, and across non-IID clients their average
 describes no client's data, while each client trains with its own batch statistics: the
@@ -15,6 +16,8 @@ behaves the same on every client.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -100,19 +103,51 @@ class ResNet(nn.Module):
         return out
 
 
+HeadNorm = Literal["batch", "none"]
+"""Normalisation in the projection head's hidden layer: SimCLR's batch norm, or none."""
+
+
 class ProjectionHead(nn.Module):
-    """The projection layer :math:`h` after the features [FADngs Sec. III-A]: a 2-layer MLP
-    (linear - ReLU - linear), as in SimCLR.
+    """The projection layer :math:`h` after the features [FADngs Sec. III-A]: a 2-layer MLP,
+    linear - BN - ReLU - linear as in SimCLR (Chen et al. 2020, its code's head) with
+    ``norm = "batch"``, linear - ReLU - linear with ``norm = "none"``.
+
+    Why the batch norm (``"batch"``, FADngs's default since issue 27). Group norm in the
+    backbone centres no feature across samples: after the last ReLU and the average pooling
+    every image shares one large common vector (on Fashion-MNIST at initialisation: mean
+    feature norm 9.6 against a per-dimension spread of 0.055), so every :math:`z` points the
+    same way (mean pairwise cosine 0.99) and every cosine loss starts at its collapsed value
+    :math:`\\log(N - 1)`, where its gradients are tiny. The batch norm of the hidden layer
+    subtracts that common vector (per batch in training, by its running mean in
+    evaluation) and scales the differences up, so the contrastive losses leave their
+    collapsed value in the first steps (docs/methods/fadngs.md, "An encoder that learns").
+
+    In a federation the running mean and variance are part of the model's state and are
+    averaged with it (FedAvg): the model is one global model, scored with one global
+    density set on every client, so it needs one set of statistics; FedBN's local
+    statistics would make it a different function on each client, with densities that
+    no longer describe the other clients' representations.
 
     Shapes:
-        - input: :math:`(N, F)`
+        - input: :math:`(N, F)`, :math:`N \\geq 2` in training with ``norm = "batch"``
         - output: :math:`(N, D)`, :math:`D` = ``proj_dim``
     """
 
-    def __init__(self, in_dim: int, proj_dim: int = 128, hidden_dim: int | None = None) -> None:
+    def __init__(
+        self,
+        in_dim: int,
+        proj_dim: int = 128,
+        hidden_dim: int | None = None,
+        norm: HeadNorm = "none",
+    ) -> None:
         super().__init__()
         hidden = in_dim if hidden_dim is None else hidden_dim
-        self.net = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, proj_dim))
+        layers: list[nn.Module] = [nn.Linear(in_dim, hidden)]
+        if norm == "batch":
+            layers.append(nn.BatchNorm1d(hidden))
+        elif norm != "none":
+            raise ValueError(f"unknown head norm {norm!r}")
+        self.net = nn.Sequential(*layers, nn.ReLU(), nn.Linear(hidden, proj_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.net(x)
@@ -137,12 +172,13 @@ class Encoder(nn.Module):
         width: int = 16,
         proj_dim: int = 128,
         blocks: tuple[int, int, int] = (2, 2, 2),
+        head_norm: HeadNorm = "none",
     ) -> None:
         super().__init__()
         self.backbone = ResNet(in_channels, width, blocks)
         self.feature_dim = self.backbone.feature_dim
         self.proj_dim = proj_dim
-        self.head = ProjectionHead(self.feature_dim, proj_dim)
+        self.head = ProjectionHead(self.feature_dim, proj_dim, norm=head_norm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The features :math:`f(x)`."""

@@ -34,9 +34,12 @@ from fedad.methods.fadngs.density import min_mahalanobis
 from fedad.methods.fadngs.losses import (
     ConForm,
     FifoQueue,
+    collapsed_loss,
     contrastive_loss,
     crad_loss,
+    crad_mask,
     ensemble_sed_loss,
+    mean_pairwise_cosine,
     shifted_instance_mask,
     simclr_mask,
 )
@@ -106,26 +109,35 @@ def _views_loss(
     anomalous: torch.Tensor | None,
     form: ConForm,
     aug: nn.Module | None = None,
-) -> torch.Tensor:
-    """The contrastive loss of one batch under ``loss``'s pairs (see :mod:`.losses`)."""
+) -> tuple[torch.Tensor, float, torch.Tensor]:
+    """The contrastive loss of one batch under ``loss``'s pairs (see :mod:`.losses`), its
+    collapsed value (:func:`~.losses.collapsed_loss`) and the projections of every sample's
+    first normal view, :math:`(B, D)`, for :func:`~.losses.mean_pairwise_cosine`."""
     b = batch.shape[0]
     if loss == "simclr":
         plus, _ = crad_views(batch, max(2, n_plus), rng, aug)
         v = plus.shape[1]
         z = enc.project(plus.flatten(0, 1))
         pos, neg = simclr_mask(b, v)
-        return contrastive_loss(z, pos.to(z.device), neg.to(z.device), temperature, form)
-    if loss == "csi":
+        pos, neg = pos.to(z.device), neg.to(z.device)
+        first = z.view(b, v, -1)[:, 0]
+    elif loss == "csi":
         v = max(2, n_plus)
         z = enc.project(shifted_views(batch, v, rng, aug))
         pos, neg = shifted_instance_mask(b, v, 1 + len(ROTATIONS))
-        return contrastive_loss(z, pos.to(z.device), neg.to(z.device), temperature, form)
-    plus, minus = crad_views(batch, n_plus, rng, aug)
-    z = enc.project(torch.cat([plus.flatten(0, 1), minus.flatten(0, 1)]))
-    z_plus = z[: b * n_plus].view(b, n_plus, -1)
-    z_minus = z[b * n_plus :].view(b, minus.shape[1], -1)
-    assert anomalous is not None
-    return crad_loss(z_plus, z_minus, anomalous, temperature, form)
+        pos, neg = pos.to(z.device), neg.to(z.device)
+        first = z[: b * v].view(b, v, -1)[:, 0]  # rotation 0 comes first
+    else:
+        plus, minus = crad_views(batch, n_plus, rng, aug)
+        z = enc.project(torch.cat([plus.flatten(0, 1), minus.flatten(0, 1)]))
+        z_plus = z[: b * n_plus].view(b, n_plus, -1)
+        z_minus = z[b * n_plus :].view(b, minus.shape[1], -1)
+        assert anomalous is not None
+        value = crad_loss(z_plus, z_minus, anomalous, temperature, form)
+        pos, neg = crad_mask(anomalous.to(z.device), n_plus, minus.shape[1])
+        return value, collapsed_loss(pos, neg, form), z_plus[:, 0]
+    value = contrastive_loss(z, pos, neg, temperature, form)
+    return value, collapsed_loss(pos, neg, form), first
 
 
 def local_update(
@@ -148,8 +160,11 @@ def local_update(
     form: ConForm = "mean-log",
 ) -> dict[str, float]:
     """LocalUpdate [FADngs Algorithm 1]: train ``enc`` in place; return the last epoch's mean
-    ``loss``, the last :math:`\\delta` (``delta``, CRAD only) and the share of predicted
-    anomalies (``flagged``).
+    ``loss``, its collapsed value (``loss_collapsed``, :func:`~.losses.collapsed_loss`: the
+    loss when every similarity is equal), the mean pairwise cosine of the samples' first
+    views in each batch (``rep_cos``, :func:`~.losses.mean_pairwise_cosine`), the last
+    :math:`\\delta` (``delta``, CRAD only) and the share of predicted anomalies
+    (``flagged``).
 
     ``means``/``covs`` (the density set, [FADngs eq. 6]) are needed by ``loss = "crad"``;
     ``form``: how eq. 7 combines an anchor's positives (see
@@ -176,19 +191,39 @@ def local_update(
             flags_t = torch.from_numpy(flags)
             out.update(delta=delta, flagged=float(flags.mean()) if len(flags) else 0.0)
         enc.train()
-        total, count = 0.0, 0
+        total, collapsed, cosine, count, pairs = 0.0, 0.0, 0.0, 0, 0
         for idx in iterate_batches(len(xt), batch_size, rng):
             batch = xt[torch.from_numpy(idx)].to(device)
             anomalous = None if flags_t is None else flags_t[torch.from_numpy(idx)].to(device)
-            value = _views_loss(enc, batch, loss, n_plus, temperature, rng, anomalous, form, aug)
+            value, flat, first = _views_loss(
+                enc, batch, loss, n_plus, temperature, rng, anomalous, form, aug
+            )
             opt.zero_grad(set_to_none=True)
             value.backward()  # type: ignore[no-untyped-call]
             opt.step()
             total += float(value.detach()) * len(idx)
+            collapsed += flat * len(idx)
             count += len(idx)
+            if len(idx) > 1:
+                cosine += mean_pairwise_cosine(first) * len(idx)
+                pairs += len(idx)
         out["loss"] = total / count if count else float("nan")
+        out["loss_collapsed"] = collapsed / count if count else float("nan")
+        out["rep_cos"] = cosine / pairs if pairs else float("nan")
     enc.eval()
     return out
+
+
+def train_keeping_statistics(enc: nn.Module) -> None:
+    """Training mode, except that batch-norm layers normalise with, and keep, the running
+    statistics they have. SED distils on the public set: in training mode the head's batch
+    norm would normalise by the public images' statistics and move its running statistics
+    toward them, and the global model would then score the clients' images with statistics
+    of other images. Its statistics stay the clients' FedAvg."""
+    enc.train()
+    for m in enc.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.eval()
 
 
 def sed_distill(
@@ -231,7 +266,7 @@ def sed_distill(
         t.eval()
     last = float("nan")
     for _ in range(max(1, epochs)):
-        student.train()
+        train_keeping_statistics(student)
         total, count = 0.0, 0
         for idx in iterate_batches(len(xt), batch_size, rng):
             batch = xt[torch.from_numpy(idx)].to(device)
