@@ -87,7 +87,8 @@ class FedBN(_GlobalModel):
         loss = det.train_epochs(data.x_train, self.params.local_epochs, rng, self.prox_mu)
         arrays = det.model_arrays()
         state.update(prefixed({k: arrays[k] for k in local_keys(det)}, OWN))
-        return Message(TRAIN, shared_arrays(det), {"num_examples": data.n_train, "loss": loss})
+        scalars = {"num_examples": data.n_train, "loss": loss, **det.train_monitor()}
+        return Message(TRAIN, shared_arrays(det), scalars)
 
     @property
     def personalized(self) -> bool:  # type: ignore[override]
@@ -126,5 +127,5 @@ class FedBN(_GlobalModel):
         assert isinstance(det, TorchDetector)
         if isinstance(det, DeepSVDDDetector):
             self._center_round(ctx, det)
-        weights = fedavg_rounds(ctx, shared_arrays(det), TRAIN)
+        weights = fedavg_rounds(ctx, shared_arrays(det), TRAIN, ("loss", *det.monitor_keys))
         return ServerResult(arrays=weights, scalars={})
