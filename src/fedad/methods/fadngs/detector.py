@@ -234,7 +234,11 @@ class FADngsDetector(BaseDetector):
     def own_density(self, x: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """GetDensityFunctions [FADngs Algorithm 1] on ``x`` with the current encoder: weak
         k-means into ``min(k_c, N)`` clusters, one shrunk Gaussian each [FADngs eq. 1-5]."""
-        z = self.represent(x)
+        return self.density_of(self.represent(x), rng)
+
+    def density_of(self, z: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`own_density` from representations ``z`` :math:`(N, D)` already computed
+        (:meth:`represent`)."""
         labels, _ = weak_kmeans(z, min(self.k_c, len(z)), self.kmeans_iters, rng)
         return fit_gaussians(z, labels, self.rho)
 

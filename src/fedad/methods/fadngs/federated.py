@@ -90,6 +90,9 @@ CRAD_SCALARS = [*LOSS_SCALARS, "delta", "flagged"]
 """The scalars a CRAD ``train`` reply carries."""
 SHARED = "shared/"
 """Client-state prefix of the Gaussians a client last shared (for the privacy measure)."""
+EMBEDDED = "embedded"
+"""Client-state prefix of the representations its last density phase computed, and their
+round (reused by that round's first CRAD selection)."""
 
 
 class FADngsParams(Params):
@@ -278,14 +281,20 @@ class _FADngs(Algorithm):
         self, det: FADngsDetector, x: np.ndarray, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray]:
         """GetDensityFunctions [FADngs Algorithm 1]: the client's Gaussians under ``det``."""
+        return self._gaussians_of(det, det.represent(x), rng)
+
+    def _gaussians_of(
+        self, det: FADngsDetector, z: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_gaussians` from the representations ``z = det.represent(x)``."""
         p = self.params
         if p.density_noise > 0:
             # "private": the operating system's entropy, which the server cannot recompute
             # from the run's seed (it could subtract seeded noise); "seeded": reproducible
             noise = rng if p.noise_source == "seeded" else np.random.default_rng()
-            mean, cov = noisy_gaussian(det.represent(x), p.density_noise, p.rho, noise)
+            mean, cov = noisy_gaussian(z, p.density_noise, p.rho, noise)
             return mean[None], cov[None]
-        return det.own_density(x, rng)
+        return det.density_of(z, rng)
 
     def client_density(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         """NGDE: the noisy Gaussians of the client's training data, nothing else.
@@ -300,9 +309,15 @@ class _FADngs(Algorithm):
         else:
             det = self._detector(self._weights(state, msg))
             rng = client_rng(self.setup.seed, r, data.client_id, 0xD1)
-            means, covs = self._gaussians(det, dense(data.x_train, self.name), rng)
+            z = det.represent(dense(data.x_train, self.name))
+            means, covs = self._gaussians_of(det, z, rng)
             release = {MEANS: means, COVS: covs, "round": np.asarray(r)}
             state.update(prefixed(release, SHARED.rstrip("/")))
+            if not det.unit:  # the same model starts this round's training: its first
+                # selection (eq. 8) reuses these representations instead of embedding every
+                # sample again (float32 keeps every bit: embed computes in float32)
+                embedded = {"z": z.astype(np.float32), "round": np.asarray(r)}
+                state.update(prefixed(embedded, EMBEDDED))
         return Message(
             DENSITY,
             {MEANS: means.astype(np.float32), COVS: covs.astype(np.float32)},
@@ -325,11 +340,15 @@ class _FADngs(Algorithm):
                 means, covs = self._gaussians(
                     det, x, client_rng(self.setup.seed, r, data.client_id, 0xD1)
                 )
+        kept = unprefixed(state, EMBEDDED)
+        z0 = None
+        if loss == "crad" and p.density == "global" and int(kept.get("round", -1)) == r:
+            z0 = kept["z"].astype(np.float64)  # this round's density phase, same model
         scalars = local_update(
             det.encoder_, x, epochs=p.local_epochs, batch_size=p.batch_size,
             lr=float(msg.get("lr", p.lr)), rng=rng, loss=loss, means=means, covs=covs,
             quantile=p.quantile, n_plus=p.n_plus, temperature=p.temperature,
-            weight_decay=p.weight_decay, unit=det.unit, form=p.con_form,
+            weight_decay=p.weight_decay, unit=det.unit, form=p.con_form, z0=z0,
         )  # fmt: skip
         reply = {"num_examples": data.n_train, **scalars}
         if p.density == "none":

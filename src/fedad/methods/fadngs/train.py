@@ -158,6 +158,7 @@ def local_update(
     weight_decay: float = 1e-4,
     unit: bool = False,
     form: ConForm = "mean-log",
+    z0: np.ndarray | None = None,
 ) -> dict[str, float]:
     """LocalUpdate [FADngs Algorithm 1]: train ``enc`` in place; return the last epoch's mean
     ``loss``, its collapsed value (``loss_collapsed``, :func:`~.losses.collapsed_loss`: the
@@ -172,7 +173,9 @@ def local_update(
     unit-normalised representations (the densities' space when they were released under the
     Gaussian mechanism, :mod:`.privacy`).
     A batch of one sample is contrasted through its own views (its two :math:`T_+` views are
-    a positive pair).
+    a positive pair). ``z0``: :math:`z(x)` under ``enc`` as it is on entry (e.g. from the
+    round's density phase), used for the first epoch's selection instead of embedding
+    ``x`` again.
     """
     if loss == "crad" and (means is None or covs is None):
         raise ValueError("CRAD needs a density set (means and covs)")
@@ -182,11 +185,11 @@ def local_update(
     xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
     aug = normal_transform(*x.shape[1:4])
     out = {"loss": float("nan")}
-    for _ in range(max(1, epochs)):
+    for epoch in range(max(1, epochs)):
         flags_t: torch.Tensor | None = None
         if loss == "crad":
             assert means is not None and covs is not None
-            z = embed(enc, x)
+            z = z0 if epoch == 0 and z0 is not None and len(z0) == len(x) else embed(enc, x)
             flags, delta = predicted_anomalies(unit_rows(z) if unit else z, means, covs, quantile)
             flags_t = torch.from_numpy(flags)
             out.update(delta=delta, flagged=float(flags.mean()) if len(flags) else 0.0)
