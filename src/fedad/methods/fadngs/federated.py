@@ -136,7 +136,12 @@ class FADngsParams(Params):
     public_set: str = Field(default="procedural", description="SED's public data set")
     public_n: int = Field(default=512, ge=2, le=1_000_000, description="public samples")
     distill_epochs: int = Field(default=1, ge=1, le=10_000, description="E_g of SED")
-    distill_lr: float = Field(default=0.03, gt=0.0, le=10.0)
+    distill_lr: float = Field(
+        default=0.003,
+        gt=0.0,
+        le=10.0,
+        description="SED's SGD (the paper's 0.03 undoes each round's CRAD: docs)",
+    )
     distill_batch: int = Field(default=64, ge=2, le=1 << 16)
     queue_size: int = Field(default=2048, ge=1, le=1 << 20, description="|D_c| of SED")
     sed_temperature: float = Field(
