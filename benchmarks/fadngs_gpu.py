@@ -37,15 +37,20 @@ WORK = Path("/tmp/fadngs-gpu")
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     paths = [str(ROOT / "src"), str(ROOT / "benchmarks"), env.get("PYTHONPATH", "")]
-    env.update(PYTHONPATH=os.pathsep.join(p for p in paths if p), OMP_NUM_THREADS="1",
-               PYTHONUNBUFFERED="1", MPLBACKEND="Agg")  # fmt: skip
+    env.update(
+        PYTHONPATH=os.pathsep.join(p for p in paths if p),
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+        MPLBACKEND="Agg",
+    )
     return env
 
 
 def _start(name: str, args: list[str]) -> subprocess.Popen[bytes]:
     log = open(WORK / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen([sys.executable, *args], cwd=ROOT, env=_env(), stdout=log,
-                            stderr=subprocess.STDOUT)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT
+    )
 
 
 def _method_config(base: dict[str, object], index: int, rounds: int) -> str:
@@ -68,8 +73,7 @@ def _per_round(base: dict[str, object], deadline: float) -> float:
     path = WORK / "calibrate.toml"
     path.write_text(_method_config(base, 0, 3))
     out = WORK / "calibrate"
-    proc = _start("calibrate", ["-m", "fedad.cli", "run", str(path), "--out", str(out),
-                                "--force"])  # fmt: skip
+    proc = _start("calibrate", ["-m", "fedad.cli", "run", str(path), "--out", str(out), "--force"])
     proc.wait(timeout=max(deadline - time.time(), 1))
     rows = (out / "history.csv").read_text().splitlines()[1:]
     header = (out / "history.csv").read_text().splitlines()[0].split(",")
@@ -98,8 +102,23 @@ def main() -> None:
         f"{os.cpu_count()} CPU cores\n"
     )
     suites = {
-        name: _start(name, ["benchmarks/fadngs.py", "--suite", name, "--seeds", "5", "--jobs",
-                            "5", "--device", args.device, "--work", str(WORK / name), *small])  # fmt: skip
+        name: _start(
+            name,
+            [
+                "benchmarks/fadngs.py",
+                "--suite",
+                name,
+                "--seeds",
+                "5",
+                "--jobs",
+                "5",
+                "--device",
+                args.device,
+                "--work",
+                str(WORK / name),
+                *small,
+            ],
+        )
         for name in ("table1", "evens")
     }
     base = tomllib.loads((ROOT / "configs/fadngs_fmnist_gpu.toml").read_text())
@@ -116,9 +135,19 @@ def main() -> None:
             label = m.get("label", m["name"])
             path = WORK / f"scale-{label}.toml"
             path.write_text(_method_config(base, i, rounds))
-            scale[label] = _start(f"scale-{label}", ["-m", "fedad.cli", "run", str(path),
-                                  "--out", str(WORK / f"scale-{label}"), "--force"])  # fmt: skip
-    except Exception as err:  # noqa: BLE001 - the suites still run; say why in the log
+            scale[label] = _start(
+                f"scale-{label}",
+                [
+                    "-m",
+                    "fedad.cli",
+                    "run",
+                    str(path),
+                    "--out",
+                    str(WORK / f"scale-{label}"),
+                    "--force",
+                ],
+            )
+    except Exception as err:  # the suites still run; say why in the log
         (WORK / "scale-error.txt").write_text(repr(err))
     for proc in [*suites.values(), *scale.values()]:
         try:
@@ -130,10 +159,27 @@ def main() -> None:
         if proc.poll() is None:
             proc.kill()
     for name in suites:  # summaries of what finished (a cut run leaves its done files)
-        subprocess.run([sys.executable, "benchmarks/fadngs.py", "--suite", name, "--seeds",
-                        "5", "--work", str(WORK / name), "--summarise-only", *small], cwd=ROOT,
-                       env=_env(), stdout=open(WORK / f"{name}-summary.log", "wb"),
-                       stderr=subprocess.STDOUT, timeout=60)  # fmt: skip
+        cmd = [
+            "benchmarks/fadngs.py",
+            "--suite",
+            name,
+            "--seeds",
+            "5",
+            "--work",
+            str(WORK / name),
+            "--summarise-only",
+            *small,
+        ]
+        with open(WORK / f"{name}-summary.log", "wb") as log:
+            subprocess.run(
+                [sys.executable, *cmd],
+                cwd=ROOT,
+                env=_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=60,
+                check=False,
+            )
     keep = (".json", ".csv", ".toml", ".log", ".txt")
     with tarfile.open(args.out / "results.tgz", "w:gz") as tar:
         for p in sorted(WORK.rglob("*")):
