@@ -157,6 +157,13 @@ class OSELMAutoEncoder(BaseDetector):
         )
         return scores
 
+    def expected_input(self) -> tuple[str, tuple[int, ...]] | None:
+        """Samples of the input width its weights were drawn for (any kind: they are
+        flattened); not declared before :meth:`init_weights`."""
+        if not hasattr(self, "alpha_"):
+            return None
+        return ("flat", (int(self.alpha_.shape[0]),))
+
     def score(self, x: np.ndarray) -> np.ndarray:
         z = self.transform(x)
         return reconstruction_error(z, self._h(z), self.beta_)
