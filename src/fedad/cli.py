@@ -1,4 +1,4 @@
-"""The ``fedad`` command line: ``run``, ``list``, ``report``, ``score``.
+"""The ``fedad`` command line: ``run``, ``list``, ``report``, ``score``, ``export``.
 
 User mistakes (bad config, missing data, impossible partitions) print one line on stderr and
 exit with status 2; no traceback. So does output that cannot be written (standard output
@@ -404,6 +404,35 @@ def score(
     n, k = len(scored.ids), int(scored.flags.sum())
     where = f" to {out}" if out is not None else ""
     errors.print(f"scored {n} inputs with '{method}'{where}: {k} flagged as anomalies")
+
+
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="a directory written by fedad run")],
+    method: Annotated[str, typer.Option("--method", "-m", help="the method's label")],
+    client: Annotated[
+        str | None,
+        typer.Option(help="only this client's detector (number or natural id value)"),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="a new or empty folder (default: exports/LABEL)"),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="replace a previous export in --out")
+    ] = False,
+) -> None:
+    """Export a method's detectors as ONNX models (client-<i>.onnx or global.onnx, and
+    model.json) that score raw inputs with onnxruntime alone, as fedad scores them."""
+    from fedad.export import export_run
+
+    target = Path("exports") / method if out is None else out
+    try:
+        done = export_run(run_dir, method, target, client, force)
+    except FedadError as err:
+        _fail(err)
+    models = [f for f in done.files if f.endswith(".onnx")]
+    _show(f"wrote {done.out}/ ({', '.join(models)}, model.json): scores checked against fedad's")
 
 
 def _write_file(out: Path, text: str) -> None:
