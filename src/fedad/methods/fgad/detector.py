@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
 from fedad.devices import resolve_device
 from fedad.methods.fgad.model import NORMAL, FGADNet, Generator
-from fedad.methods.fgad.train import train_epoch
+from fedad.methods.fgad.train import degree_cap, train_epoch
 from fedad.seeding import rng as seeded_rng
 from fedad.seeding import torch_seeded
 
@@ -63,6 +63,8 @@ class FGADDetectorParams(BaseModel):
     gen_output: Literal["gin", "linear"] = "gin"
     reconstruction: Literal["eq8", "balanced"] = "eq8"
     fake_graphs: Literal["soft", "sampled"] = "soft"
+    fake_features: Literal["real", "auto"] = "real"
+    student_ad: float = Field(default=0.0, ge=0.0, le=1e6)
     head: Literal["student", "teacher"] = "student"
     contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
@@ -96,6 +98,8 @@ class FGADDetector(BaseDetector):
         gen_output: Literal["gin", "linear"] = "gin",
         reconstruction: Literal["eq8", "balanced"] = "eq8",
         fake_graphs: Literal["soft", "sampled"] = "soft",
+        fake_features: Literal["real", "auto"] = "real",
+        student_ad: float = 0.0,
         head: Literal["student", "teacher"] = "student",
         contamination: float = DEFAULT_CONTAMINATION,
         seed: int = 0,
@@ -122,6 +126,8 @@ class FGADDetector(BaseDetector):
         self.gen_output = gen_output
         self.reconstruction = reconstruction
         self.fake_graphs = fake_graphs
+        self.fake_features = fake_features
+        self.student_ad = student_ad
         self.head = head
         self.seed = seed
         self.device = device
@@ -148,6 +154,8 @@ class FGADDetector(BaseDetector):
             "gen_output": self.gen_output,
             "reconstruction": self.reconstruction,
             "fake_graphs": self.fake_graphs,
+            "fake_features": self.fake_features,
+            "student_ad": self.student_ad,
             "head": self.head,
             "contamination": self.contamination,
             "seed": self.seed,
@@ -214,6 +222,43 @@ class FGADDetector(BaseDetector):
         params = [*self.net_.parameters(), *self.gen_.parameters()]
         return torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
 
+    def optimizer_arrays(self, opt: torch.optim.Optimizer) -> dict[str, np.ndarray]:
+        """Adam's moments and step count per parameter of :meth:`optimizer`'s order, as named
+        arrays (``<index>/exp_avg``, ``<index>/exp_avg_sq``, ``<index>/step``)."""
+        out: dict[str, np.ndarray] = {}
+        for i, st in opt.state_dict()["state"].items():
+            for key in ("exp_avg", "exp_avg_sq", "step"):
+                out[f"{i}/{key}"] = torch.as_tensor(st[key]).detach().cpu().numpy().copy()
+        return out
+
+    def load_optimizer(self, arrays: dict[str, np.ndarray]) -> torch.optim.Optimizer:
+        """:meth:`optimizer` with the moments of :meth:`optimizer_arrays` (a client's state:
+        every parameter's moments of its exact shape and a finite step count, else a
+        ``ValueError``); empty ``arrays``: a fresh optimiser."""
+        opt = self.optimizer()
+        if not arrays:
+            return opt
+        params = [p for group in opt.param_groups for p in group["params"]]
+        state: dict[int, dict[str, torch.Tensor]] = {}
+        for i, p in enumerate(params):
+            try:
+                m, v = arrays[f"{i}/exp_avg"], arrays[f"{i}/exp_avg_sq"]
+                step = np.asarray(arrays[f"{i}/step"], dtype=np.float64)
+            except KeyError as exc:
+                raise ValueError(f"optimizer state lacks {exc.args[0]}") from None
+            if m.shape != tuple(p.shape) or v.shape != tuple(p.shape) or step.shape != ():
+                raise ValueError(f"optimizer state of parameter {i} does not fit its shape")
+            if not (np.isfinite(step) and step >= 0 and np.all(np.isfinite(m))
+                    and np.all(np.isfinite(v)) and np.all(v >= 0)):  # fmt: skip
+                raise ValueError(f"optimizer state of parameter {i} is not finite")
+            state[i] = {
+                "step": torch.tensor(float(step)),
+                "exp_avg": torch.as_tensor(np.asarray(m, np.float32)).to(p.device),
+                "exp_avg_sq": torch.as_tensor(np.asarray(v, np.float32)).to(p.device),
+            }
+        opt.load_state_dict({"state": state, "param_groups": opt.state_dict()["param_groups"]})
+        return opt
+
     def train_epochs(
         self,
         graphs: GraphSet,
@@ -226,6 +271,7 @@ class FGADDetector(BaseDetector):
         """``epochs`` of eq. 13 (``distill``) or eq. 10; the last epoch's mean losses."""
         self._check_width(graphs)
         opt = opt or self.optimizer()
+        cap = degree_cap(graphs) if self.fake_features == "auto" else None
         last: dict[str, float] = {}
         for _ in range(epochs):
             last = train_epoch(
@@ -233,6 +279,7 @@ class FGADDetector(BaseDetector):
                 lam=self.lam, gamma=self.gamma, tau=self.tau, kl_weight=self.kl_weight,
                 distill=distill, distill_on=self.distill_on,
                 reconstruction=self.reconstruction, fake_graphs=self.fake_graphs,
+                fake_degree_cap=cap, student_ad=self.student_ad,
                 device=next(self.net_.parameters()).device,
             )  # fmt: skip
         self.net_.eval()

@@ -58,6 +58,7 @@ from fedad.seeding import rng as seeded_rng
 
 TRAIN = "train"
 OWN = "own"
+ADAM = "adam"
 TEACHER_SCORE = "teacher_score"
 INPUT_LAYERS = (
     "backbone.convs.0.nn.0.",
@@ -103,6 +104,20 @@ class FGADParams(Params):
     distill_on: Literal["normal", "all"] = Field(
         default="normal", description="eq. 12 on real graphs (paper) or also generated ones"
     )
+    student_ad: float = Field(
+        default=0.0, ge=0.0, le=1e6,
+        description="weight of eq. 9 on the student head beside eq. 12 (ours)",
+    )  # fmt: skip
+    keep_optimizer: bool = Field(
+        default=False,
+        description="Adam's moments persist in the client's state between rounds (ours); "
+        "false: a fresh Adam every round",
+    )
+    fake_features: Literal["real", "auto"] = Field(
+        default="real",
+        description="generated graphs keep the real node features, or ('auto') get the degree "
+        "features of their own adjacency where the node features are one-hot degrees (ours)",
+    )
 
 
 def _shared(key: str, collaboration: str, distill: bool) -> bool:
@@ -144,6 +159,7 @@ class FGAD(Algorithm):
             kl_weight=p.kl_weight, distill_on=p.distill_on, decoder=p.decoder,
             decoder_bias=p.decoder_bias, gen_output=p.gen_output,
             reconstruction=p.reconstruction, fake_graphs=p.fake_graphs,
+            fake_features=p.fake_features, student_ad=p.student_ad,
             head="student" if p.distill else "teacher", contamination=self.contamination,
             seed=self.setup.seed if seed is None else seed, device=self.setup.device,
         )  # fmt: skip
@@ -170,18 +186,25 @@ class FGAD(Algorithm):
         det = self.make_detector(self._client_seed(data.client_id))
         own = unprefixed(state, OWN)
         rng = seeded_rng(self.setup.seed, round_no, data.client_id, 0xF7)
+        keep = self.params.keep_optimizer
         if own:
             det.set_arrays(own)
+            opt = det.load_optimizer(unprefixed(state, ADAM) if keep else {})
         else:
             det.build(graphs.shape[1])
-            det.train_epochs(graphs, self.params.pretrain_epochs, distill=False, rng=rng)
+            opt = det.optimizer()
+            det.train_epochs(graphs, self.params.pretrain_epochs, distill=False, rng=rng, opt=opt)
+            if not keep:
+                opt = det.optimizer()
         det.set_parts({k: v for k, v in msg.arrays.items()})
         losses = det.train_epochs(
-            graphs, self.params.local_epochs, distill=self.params.distill, rng=rng
+            graphs, self.params.local_epochs, distill=self.params.distill, rng=rng, opt=opt
         )
-        for key in [k for k in state if k.startswith(f"{OWN}/")]:
+        for key in [k for k in state if k.startswith((f"{OWN}/", f"{ADAM}/"))]:
             del state[key]
         state.update(prefixed(det.get_arrays(), OWN))
+        if keep:
+            state.update(prefixed(det.optimizer_arrays(opt), ADAM))
         return det, losses
 
     def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
@@ -238,3 +261,42 @@ class FGAD(Algorithm):
             if value is not None:
                 aurocs.append(value)
         return {"teacher_auroc": float(np.mean(aurocs))} if aurocs else {}
+
+
+class FGADPlusParams(FGADParams):
+    """``[methods.params]`` of ``fgad-plus``: those of ``fgad`` with the defaults that make it
+    work (docs/methods/fgad.md, "fgad-plus"), each chosen on training data only."""
+
+    gen_output: Literal["gin", "linear"] = Field(
+        default="linear", description="mu, log sigma: linear layers on the GINs (VGAE)"
+    )
+    decoder_bias: bool = Field(default=True, description="a learnt bias on eq. 7's logits")
+    reconstruction: Literal["eq8", "balanced"] = Field(
+        default="balanced", description="eq. 8 with edges and non-edges weighted alike"
+    )
+    fake_graphs: Literal["soft", "sampled"] = Field(
+        default="sampled", description="the detector sees 0/1 generated graphs"
+    )
+    distill_on: Literal["normal", "all"] = Field(
+        default="all", description="eq. 12 on real and generated graphs"
+    )
+    fake_features: Literal["real", "auto"] = Field(
+        default="auto",
+        description="generated graphs get the degree features of their own adjacency where "
+        "node features are one-hot degrees",
+    )
+
+
+@register
+class FGADPlus(FGAD):
+    """FGAD that works (ours): the generator learns the graphs, the detector sees 0/1
+    generated graphs whose node features agree with them, and the student distils the
+    teacher on the generated graphs too; still only the student head travels."""
+
+    name = "fgad-plus"
+    summary = (
+        "FGAD that works (ours): learnt VGAE, 0/1 generated graphs, the student distils on "
+        "them too; student head only"
+    )
+    ParamsModel = FGADPlusParams
+    params: FGADPlusParams

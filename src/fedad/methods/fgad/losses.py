@@ -124,8 +124,10 @@ def constant_reconstruction_loss(adj: torch.Tensor, mask: torch.Tensor) -> torch
 def edge_auc(logits: torch.Tensor, adj: torch.Tensor, mask: torch.Tensor) -> float | None:
     """AUROC of ``logits`` over all node pairs of the batch's graphs, edges positive: 0.5 for a
     decoder that cannot tell a graph's edges from its non-edges (a training-only diagnostic;
-    ``None`` when there is no edge or no non-edge)."""
-    sel = pair_mask(mask)
+    ``None`` when there is no edge or no non-edge). Each unordered pair counts once (``i <
+    j``): the decoder's logits and the adjacency are symmetric, so this is the AUROC over
+    ordered pairs, at half the sorting."""
+    sel = torch.triu(pair_mask(mask), diagonal=1)
     y = adj[sel].detach().cpu().numpy() > 0
     s = logits[sel].detach().double().cpu().numpy()
     if y.all() or not y.any():

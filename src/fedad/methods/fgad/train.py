@@ -41,7 +41,7 @@ from fedad.nn.gin import dense_graphs, dense_nodes
 if TYPE_CHECKING:
     from fedad.data.types import GraphSet
 
-__all__ = ["LOSS_KEYS", "sample_adjacency", "train_epoch"]
+__all__ = ["LOSS_KEYS", "degree_cap", "degree_features", "sample_adjacency", "train_epoch"]
 
 LOSS_KEYS = (
     "loss",
@@ -73,6 +73,30 @@ def sample_adjacency(probs: torch.Tensor, generator: torch.Generator) -> torch.T
     return upper + upper.transpose(1, 2)
 
 
+def degree_cap(graphs: GraphSet) -> int | None:
+    """``c`` when every node's features are the one-hot of ``min(degree, c)`` (width
+    ``c + 1``): graphs without node attributes, given degree features (the TU loaders,
+    ``graphs_social``); else ``None``. A training-data-only check of a client's graphs."""
+    w = int(graphs.shape[1])
+    if w < 2 or len(graphs) == 0:
+        return None
+    x = graphs.x.reshape(-1, w)
+    n = int(graphs.node_ptr[-1])
+    if x.shape[0] != n or not np.all((x == 0) | (x == 1)) or not np.all(x.sum(1) == 1):
+        return None
+    offset = np.repeat(graphs.node_ptr[:-1], np.diff(graphs.edge_ptr))
+    deg = np.bincount(graphs.edge_index[0] + offset, minlength=n)
+    return w - 1 if np.array_equal(x.argmax(1), np.minimum(deg, w - 1)) else None
+
+
+def degree_features(adj: torch.Tensor, mask: torch.Tensor, cap: int) -> torch.Tensor:
+    """One-hot ``min(degree, cap)`` per node of dense adjacencies (rounded for a soft one),
+    zero on padded nodes. Shapes: adj ``(B, N, N)``, mask ``(B, N)`` -> ``(B, N, cap + 1)``."""
+    deg = adj.sum(-1).round().clamp(0, cap).long()
+    out = torch.nn.functional.one_hot(deg, cap + 1).to(adj.dtype)
+    return out * mask.unsqueeze(-1).to(adj.dtype)
+
+
 def train_epoch(
     net: FGADNet,
     gen: Generator,
@@ -89,6 +113,8 @@ def train_epoch(
     distill_on: str = "normal",
     reconstruction: str = "eq8",
     fake_graphs: str = "soft",
+    fake_degree_cap: int | None = None,
+    student_ad: float = 0.0,
     device: torch.device | str = "cpu",
 ) -> dict[str, float]:
     """One epoch of [FGAD eq. 13] (``distill``) or eq. 10 (pre-training, without
@@ -104,7 +130,11 @@ def train_epoch(
     :func:`~fedad.methods.fgad.losses.edge_prior_shift` (our variant);
     ``fake_graphs = "sampled"`` shows the detector a symmetric 0/1 adjacency drawn edge by
     edge from :math:`\\tilde A` instead of :math:`\\tilde A` itself (our variant: a real
-    adjacency is 0/1, so a soft one is told apart by its values alone)."""
+    adjacency is 0/1, so a soft one is told apart by its values alone);
+    ``fake_degree_cap`` (our variant, for graphs whose node features are one-hot degrees,
+    :func:`degree_cap`) gives each generated graph the degree features of its own adjacency
+    instead of the real graph's; ``student_ad`` (our variant) adds that multiple of eq. 9 on
+    the student head (the pseudo labels the teacher learns) to the distillation."""
     net.train()
     gen.train()
     sums = dict.fromkeys(LOSS_KEYS, 0.0)
@@ -129,13 +159,14 @@ def train_epoch(
         if fake_graphs == "sampled":
             fake_adj = sample_adjacency(fake_adj, noise)
         real_z = net.represent(b.x, b.edge_index, b.batch, n)
-        fake_z = net.backbone.forward_dense(x, fake_adj, mask)
+        fake_x = x if fake_degree_cap is None else degree_features(fake_adj, mask, fake_degree_cap)
+        fake_z = net.backbone.forward_dense(fake_x, fake_adj, mask)
         real_t, fake_t = net.teacher(real_z), net.teacher(fake_z)
         loss_ad = detection_loss(real_t, fake_t)
         fake_s = net.student(fake_z)
         loss_kd = None
-        if distill:
-            real_s = net.student(real_z)
+        real_s = net.student(real_z) if distill else None
+        if real_s is not None:
             loss_kd = (
                 distillation_loss(torch.cat([real_t, fake_t]), torch.cat([real_s, fake_s]), tau)
                 if distill_on == "all"
@@ -143,6 +174,8 @@ def train_epoch(
             )
         flagged = (fake_s.detach().argmax(1) != NORMAL).double().mean()
         loss = total_loss(loss_ad, train_g, loss_kd, lam, gamma, kl, kl_weight)
+        if real_s is not None and student_ad > 0:
+            loss = loss + student_ad * detection_loss(real_s, fake_s)
         opt.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
