@@ -15,10 +15,10 @@ def parity_on(det: BaseDetector, x: np.ndarray, seed: int = 0) -> Parity:
     and compare on ``x``."""
     kind = "image" if x.ndim == 4 else "vector"
     inputs = Inputs(kind, tuple(int(s) for s in x.shape[1:]), "test")
-    model, _ = build(det, inputs, [float(det.threshold_)], "test")
+    model, core = build(det, inputs, [float(det.threshold_)], "test")
     feeds = {"image" if kind == "image" else "x": x}
     return compare(session(model), det, feeds, x, [float(det.threshold_)],
-                   np.random.default_rng(seed))  # fmt: skip
+                   np.random.default_rng(seed), core.scale)  # fmt: skip
 
 
 def near_threshold(det: BaseDetector, x: np.ndarray) -> np.ndarray:

@@ -133,7 +133,7 @@ def _one(
     det = dets[members[0]]
     thresholds = [float(dets[c].threshold_) for c in members]
     model, core = build(det, inputs, thresholds, label, name)
-    check = parity(model, det, inputs, thresholds, np.random.default_rng(0))
+    check = parity(model, det, inputs, thresholds, np.random.default_rng(0), core.scale)
     if not check.ok:
         raise FedadError(
             f"the exported model {name} of method '{label}' does not score as fedad does "
@@ -144,7 +144,7 @@ def _one(
     blob = model.SerializeToString()
     entry = ModelEntry(
         name, members, thresholds, hashlib.sha256(blob).hexdigest(), core.score_dtype,
-        core.maps, check, core.note,
+        core.maps, check, core.note, core.scale,
     )  # fmt: skip
     return blob, entry, preprocessing(inputs).described
 

@@ -6,10 +6,16 @@
    imputed them; every kept category, one never seen and, when imputed, empty ones) or
    random images in [0, 1]; fedad's scores come from the detector itself, on the probe
    preprocessed by :meth:`fedad.inputs.Inputs.table`. Every score must be within
-   :data:`TOLERANCE` of fedad's, relative to the larger of the score's and the threshold's
-   magnitude (a score near zero is compared at the scale its decision is taken), every
-   decision equal, and the maps, for a detector that localises, within the same tolerance
-   of the largest map value.
+   :data:`TOLERANCE` of fedad's, relative to the largest of the score's magnitude, the
+   threshold's and the scale of the terms the score is a difference of
+   (:attr:`fedad.export.registry.Core.scale`: a score near zero is compared at the scale
+   its rounding and its decision are taken at), every decision equal, and the maps, for a
+   detector that localises, within the same tolerance of the largest map value.
+
+A decision can only be equal to within the scores' own agreement: a sample whose fedad score
+lies within that tolerance of the threshold (a training sample that sets it, say) may fall
+on either side in float32. Such samples are counted apart (``decisions_in_band``); every
+other decision must be equal.
 
 A model that fails is not written: a one-line error says by how much it differed.
 """
@@ -48,6 +54,8 @@ class Parity:
     max_rel_diff: float
     decisions_differ: int
     max_map_diff: float | None = None
+    decisions_in_band: int = 0
+    """Decisions that differ where fedad's score is within the tolerance of the threshold."""
 
     @property
     def ok(self) -> bool:
@@ -59,6 +67,7 @@ class Parity:
             "samples": self.samples,
             "max_rel_diff": float(self.max_rel_diff),
             "decisions_differ": self.decisions_differ,
+            "decisions_in_band": self.decisions_in_band,
             "tolerance": TOLERANCE,
         }
         if self.max_map_diff is not None:
@@ -158,6 +167,7 @@ def parity(
     inputs: Inputs,
     thresholds: list[float],
     rng: np.random.Generator,
+    scale: float = 0.0,
 ) -> Parity:
     """Check ``model`` with ``onnx.checker`` and compare it with ``det`` on a probe set
     (module docstring); ``thresholds``: the model's, one per client it serves."""
@@ -169,7 +179,7 @@ def parity(
         raise FedadError(f"the exported model is not valid ONNX: {reason}") from None
     feeds, raw = probe(inputs, rng)
     x = inputs.table(raw, "the probe rows") if not isinstance(raw, np.ndarray) else raw
-    return compare(session(model), det, feeds, x, thresholds, rng)
+    return compare(session(model), det, feeds, x, thresholds, rng, scale)
 
 
 def compare(
@@ -179,10 +189,12 @@ def compare(
     x: np.ndarray,
     thresholds: list[float],
     rng: np.random.Generator,
+    scale: float = 0.0,
 ) -> Parity:
     """onnxruntime's outputs on ``feeds`` against ``det``'s on the model inputs ``x``
     (rows of the same samples), each row at the threshold of a client drawn from
-    ``thresholds`` when the model takes ``client``."""
+    ``thresholds`` when the model takes ``client``; ``scale``: the score's
+    :attr:`~fedad.export.registry.Core.scale`."""
     n = len(x)
     names = {i.name for i in sess.get_inputs()}
     feeds = dict(feeds)
@@ -195,26 +207,44 @@ def compare(
     outs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
     want = np.asarray(det.score(x), dtype=np.float64)
     got = np.asarray(outs["score"], dtype=np.float64)
-    rel = relative_difference(got, want, thr)
+    rel = relative_difference(got, want, thr, scale)
     flags = np.array([flag(want[i : i + 1], t)[0] for i, t in enumerate(thr)], dtype=np.int64)
-    differ = int(np.sum(np.asarray(outs["anomaly"]) != flags))
+    wrong = np.asarray(outs["anomaly"]) != flags
+    band = within_tolerance(want, thr, scale)
+    differ, in_band = int(np.sum(wrong & ~band)), int(np.sum(wrong & band))
     map_diff = None
     if "map" in outs and localizes(det):
         fedad_maps = np.asarray(det.score_maps(x), dtype=np.float64)  # type: ignore[attr-defined]
         scale = max(float(np.nanmax(np.abs(fedad_maps))) if fedad_maps.size else 0.0, 1e-30)
         diff = np.abs(np.asarray(outs["map"], dtype=np.float64) - fedad_maps)
         map_diff = float(np.nanmax(diff) / scale) if diff.size else 0.0
-    return Parity(n, rel, differ, map_diff)
+    return Parity(n, rel, differ, map_diff, in_band)
 
 
-def relative_difference(got: np.ndarray, want: np.ndarray, thresholds: np.ndarray) -> float:
-    """The largest ``|got - want| / max(|want|, |threshold|)`` (0 where both are NaN; inf
-    where one only is)."""
+def _scale(want: np.ndarray, thresholds: np.ndarray, scale: float) -> np.ndarray:
+    """Per sample: the largest of ``|want|``, ``|threshold|`` and ``scale`` (at least 1e-30)."""
+    out: np.ndarray = np.maximum(np.maximum(np.abs(want), np.abs(thresholds)), max(scale, 1e-30))
+    return out
+
+
+def relative_difference(
+    got: np.ndarray, want: np.ndarray, thresholds: np.ndarray, scale: float = 0.0
+) -> float:
+    """The largest ``|got - want| / max(|want|, |threshold|, scale)`` (0 where both are
+    NaN; inf where one only is)."""
     both = np.isnan(got) & np.isnan(want)
     one = np.isnan(got) ^ np.isnan(want)
     if one.any():
         return float("inf")
-    scale = np.maximum(np.maximum(np.abs(want), np.abs(thresholds)), 1e-30)
     with np.errstate(invalid="ignore"):
-        rel = np.where(both, 0.0, np.abs(got - want) / scale)
+        rel = np.where(both, 0.0, np.abs(got - want) / _scale(want, thresholds, scale))
     return float(rel.max()) if rel.size else 0.0
+
+
+def within_tolerance(want: np.ndarray, thresholds: np.ndarray, scale: float = 0.0) -> np.ndarray:
+    """Whether each fedad score lies within :data:`TOLERANCE` of its threshold, at the
+    scale :func:`relative_difference` measures (where a decision is not determined)."""
+    with np.errstate(invalid="ignore"):
+        gap = np.abs(want - thresholds) / _scale(want, thresholds, scale)
+    out: np.ndarray = np.less_equal(gap, TOLERANCE)
+    return out

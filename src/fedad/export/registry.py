@@ -33,13 +33,17 @@ class Core:
     returns the score ``(N,)`` in ``score_dtype`` (float64 where fedad computes in float64),
     or ``(score, maps)`` with ``maps`` float32 ``(N, H, W)`` when ``maps`` is true.
     ``note``: how the exported score differs from fedad's, if it does anywhere (model.json
-    and the docs say it)."""
+    and the docs say it). ``scale``: for a score that is a difference of larger terms (a
+    one-class SVM's kernel sum minus its offset, a cosine, a normalised map), their
+    magnitude, the scale at which the score's rounding is measured (0: the score's own,
+    :mod:`fedad.export.check`)."""
 
     module: nn.Module
     input_shape: tuple[int, ...]
     score_dtype: ScoreDtype = "float32"
     maps: bool = False
     note: str = ""
+    scale: float = 0.0
 
 
 class NotExportable(FedadError):

@@ -43,6 +43,7 @@ class ModelEntry:
     maps: bool
     check: Parity
     note: str = ""
+    scale: float = 0.0
 
 
 def sidecar(
@@ -71,7 +72,7 @@ def sidecar(
             "sha256": e.sha256,
             "score_dtype": e.score_dtype,
             "maps": e.maps,
-            "check": e.check.as_json(),
+            "check": {**e.check.as_json(), "scale": e.scale},
         }
         if len(set(e.thresholds)) > 1:
             m["client_input"] = True
