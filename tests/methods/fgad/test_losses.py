@@ -195,3 +195,27 @@ def test_generator_options_linear_output_bias_and_scale() -> None:
     torch.testing.assert_close(paper.logits(z), Generator.decode(z))
     with pytest.raises(ValueError, match="linear"):
         Generator(5, output="mlp")
+
+
+def test_edge_auc_equals_the_metrics_auroc_over_ordered_pairs_with_and_without_ties() -> None:
+    """The fast path (one sort over unordered pairs) and the tie fallback both give
+    :func:`fedad.metrics.auroc` of every ordered pair of the graphs' real nodes."""
+    import numpy as np
+
+    from fedad.methods.fgad.model import pair_mask
+    from fedad.metrics import auroc
+
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(12):
+        b, n = 4, 12
+        sizes = torch.randint(2, n + 1, (b,), generator=gen)
+        mask = torch.arange(n).unsqueeze(0) < sizes.unsqueeze(1)
+        z = torch.randn(b, n, 5, generator=gen)
+        logits = z @ z.transpose(1, 2)
+        if trial % 2:
+            logits = logits.round()  # many ties between edges and non-edges
+        a = torch.triu((torch.rand(b, n, n, generator=gen) < 0.3).float(), 1)
+        a = a + a.transpose(1, 2)
+        sel = pair_mask(mask)
+        ref = auroc(a[sel].numpy().astype(np.int64), logits[sel].double().numpy())
+        assert edge_auc(logits, a, mask) == pytest.approx(ref, abs=1e-12)

@@ -129,10 +129,15 @@ def edge_auc(logits: torch.Tensor, adj: torch.Tensor, mask: torch.Tensor) -> flo
     ordered pairs, at half the sorting."""
     sel = torch.triu(pair_mask(mask), diagonal=1)
     y = adj[sel].detach().cpu().numpy() > 0
-    s = logits[sel].detach().double().cpu().numpy()
-    if y.all() or not y.any():
+    n1 = int(y.sum())
+    if n1 in (0, len(y)):
         return None
-    return auroc(y.astype(np.int64), s)
+    s = logits[sel].detach().cpu().numpy()
+    order = np.argsort(s)
+    if np.any(np.diff(s[order]) == 0):  # ties: the tie-averaged ranks of fedad.metrics
+        return auroc(y.astype(np.int64), s.astype(np.float64))
+    ranks = np.flatnonzero(y[order]) + 1.0  # the edges' 1-based ranks
+    return (float(ranks.sum()) - n1 * (n1 + 1) / 2.0) / (n1 * (len(y) - n1))
 
 
 def kl_divergence(mu: torch.Tensor, logstd: torch.Tensor) -> torch.Tensor:
