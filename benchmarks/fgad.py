@@ -145,6 +145,9 @@ def config_text(
     """The suite's experiment as TOML (``only``: just the rows with these labels)."""
     rows = {"ablation": ABLATION}.get(suite, GENERATOR if suite.startswith("generator") else TABLE)
     seed_list = list(range(seeds))
+    if suite.startswith("plus-"):
+        rows, seed_list = plus_rows(suite), PLUS_SEEDS
+        suite, domain, clients = PLUS_SETTINGS[suite]
     if suite.startswith("confirm-"):
         rows, seed_list = CONFIRM, CONFIRM_SEEDS
         domain = CONFIRM_DOMAIN.get(suite, domain)
@@ -439,6 +442,80 @@ SELECT: list[Method] = [
 """Candidates compared by the validation AUC (``--suite select-*``)."""
 
 
+PLUS_ROWS: list[Method] = [
+    ("self-train", "local", {}, "deepsvdd"),
+    ("fedavg-svdd", "fedavg", {}, "deepsvdd"),
+    ("gcfl", "gcfl", {}, None),
+    ("fedstar", "fedstar", {}, None),
+    ("fgad", "fgad", {}, None),
+    ("fgad-v2-fedavg-all", "fgad", {"collaboration": "all"}, None),
+    ("fgad-plus", "fgad-plus", {}, None),
+]
+"""The pre-registered comparison of ``fgad-plus`` (``--suite plus-*``): the baselines of
+:data:`PLUS_BASELINES` and FedStar (context), the paper's ``fgad``, FGAD_v2 (FedAvg of the
+whole model but the input layers: the paper's communication comparison) and ``fgad-plus``
+with no params."""
+PLUS_BASELINES = ("self-train", "fedavg-svdd", "gcfl")
+"""The baselines of issue 30's criterion: the best of ``local`` / ``fedavg`` + Deep SVDD and
+``gcfl`` in the same run."""
+PLUS_ABLATION: list[Method] = [
+    ("plus-without-distill-on-all", "fgad-plus", {"distill_on": "normal"}, None),
+    ("plus-without-sampled-graphs", "fgad-plus", {"fake_graphs": "soft"}, None),
+    ("plus-without-degree-features", "fgad-plus", {"fake_features": "real"}, None),
+    ("plus-without-balanced-eq8", "fgad-plus", {"reconstruction": "eq8"}, None),
+    ("plus-without-decoder-bias", "fgad-plus", {"decoder_bias": False}, None),
+    ("plus-without-linear-output", "fgad-plus", {"gen_output": "gin"}, None),
+]
+"""``fgad-plus`` with one of its differences from the paper set back to the paper's value
+(the ablation table of docs/methods/fgad.md); descriptive, decides nothing."""
+PLUS_SEEDS = [0, 1, 2, 3, 4]
+PLUS_SETTINGS: dict[str, tuple[str, str, int]] = {
+    "plus-multi": ("multi", DOMAINS[0], 4),
+    "plus-multi-ablation": ("multi", DOMAINS[0], 4),
+    "plus-social": ("single", "graphs_social", 4),
+    "plus-proteins": ("single", "graphs_proteins", 4),
+    "plus-mutag": ("mutag", DOMAINS[0], 2),
+}
+"""Per ``plus-*`` suite: the benchmark setting, its single-dataset domain, its clients."""
+
+
+def plus_rows(suite: str) -> list[Method]:
+    """The rows of a ``plus-*`` suite: :data:`PLUS_ROWS` then :data:`PLUS_ABLATION` (multi:
+    the ablation is its own run, ``plus-multi-ablation``, to keep the main run short;
+    ``plus-proteins``, the largest graphs, without it)."""
+    if suite in ("plus-multi", "plus-proteins"):
+        return PLUS_ROWS
+    if suite == "plus-multi-ablation":
+        return [r for r in PLUS_ROWS if r[0] == "fgad-plus"] + PLUS_ABLATION
+    return PLUS_ROWS + PLUS_ABLATION
+
+
+def plus_verdict(rows: dict[str, Any]) -> dict[str, Any]:
+    """Issue 30's criterion on a ``plus-*`` summary: ``fgad-plus``'s client-mean AUC (mean over
+    the seeds) at least :data:`MARGIN` above the best of :data:`PLUS_BASELINES`, and its
+    upload per client and round no more than ``fgad``'s; per seed, descriptive."""
+    best = max(PLUS_BASELINES, key=lambda lab: rows[lab]["client_auroc"])
+    plus, base = rows["fgad-plus"]["client_auroc"], rows[best]["client_auroc"]
+    per_seed = [
+        v - max(vals)
+        for v, *vals in zip(
+            rows["fgad-plus"]["client_auroc_per_seed"],
+            *(rows[lab]["client_auroc_per_seed"] for lab in PLUS_BASELINES),
+            strict=True,
+        )
+    ]
+    up, fgad_up = (
+        rows["fgad-plus"]["params_up_per_client_round"],
+        rows["fgad"]["params_up_per_client_round"],
+    )
+    return {
+        "best_baseline": best, "plus_auc": plus, "best_baseline_auc": base,
+        "margin": plus - base, "required": MARGIN, "auc_holds": bool(plus - base >= MARGIN),
+        "params_up": up, "fgad_params_up": fgad_up, "upload_holds": bool(up <= fgad_up),
+        "margin_per_seed": per_seed,
+    }  # fmt: skip
+
+
 def select_run(
     setting: str, rows: list[Method], seeds: list[int], rounds: int, clients: int, domain: str
 ) -> dict[str, Any]:
@@ -505,7 +582,7 @@ def main() -> None:
         choices=["single", "multi", "mutag", "ablation",
                  "generator-single", "generator-multi", "generator-mutag",
                  "confirm-multi", "confirm-mutag", "confirm-single", "confirm-social",
-                 "select-multi", "select-social", "select-mutag"],
+                 "select-multi", "select-social", "select-mutag", *PLUS_SETTINGS],
         required=True,
     )  # fmt: skip
     ap.add_argument("--seeds", type=int, default=5)
@@ -514,6 +591,10 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=None, help="single 4, mutag 2 (iid)")
     ap.add_argument("--domain", default="graphs_social", choices=DOMAINS)
     ap.add_argument("--only", nargs="+", default=None, metavar="LABEL")
+    ap.add_argument(
+        "--dev-seeds", nargs="+", type=int, default=DEV_SEEDS, metavar="SEED",
+        help="select-*: a share of the development seeds (one process per share)",
+    )  # fmt: skip
     ap.add_argument("--work", type=Path, default=None, help="keep (and resume) the run here")
     ap.add_argument("--summarise-only", action="store_true")
     ap.add_argument("--probe", action="store_true", help="after the run: probe (needs --work)")
@@ -533,10 +614,12 @@ def main() -> None:
         domain = "graphs_social" if setting == "social" else args.domain
         cands = [r for r in SELECT if not args.only or r[0] in args.only]
         result = select_run(
-            "single" if setting == "social" else setting, cands, DEV_SEEDS, args.rounds,
+            "single" if setting == "social" else setting, cands, args.dev_seeds, args.rounds,
             clients, domain,
         )  # fmt: skip
-        suffix = "_only" if args.only else ""
+        suffix = ("_only" if args.only else "") + (
+            "" if args.dev_seeds == DEV_SEEDS else "_s" + "-".join(map(str, args.dev_seeds))
+        )
         (OUT / f"fgad_select_{setting}{suffix}.json").write_text(
             json.dumps(result, indent=1) + "\n"
         )
@@ -560,6 +643,18 @@ def main() -> None:
             f"\n{v['variant']} {v['variant_auc']:.3f} - best baseline {v['best_baseline']} "
             f"{v['best_baseline_auc']:.3f} = {v['margin']:+.3f} (required >= {MARGIN}): "
             f"{'holds' if v['holds'] else 'fails'}; per seed, over that seed's best baseline: "
+            + ", ".join(f"{m:+.3f}" for m in v["margin_per_seed"])
+        )
+    if args.suite in PLUS_SETTINGS and args.suite != "plus-multi-ablation" and not args.only:
+        v = plus_verdict(rows)
+        path = OUT / f"fgad_{args.suite.replace('-', '_')}.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "verdict": v}, indent=1) + "\n")
+        print(
+            f"\nfgad-plus {v['plus_auc']:.3f} - best baseline {v['best_baseline']} "
+            f"{v['best_baseline_auc']:.3f} = {v['margin']:+.3f} (required >= {MARGIN}): "
+            f"{'holds' if v['auc_holds'] else 'fails'}; upload {v['params_up']:,.0f} float32 "
+            f"against fgad's {v['fgad_params_up']:,.0f}: "
+            f"{'holds' if v['upload_holds'] else 'fails'}; per seed: "
             + ", ".join(f"{m:+.3f}" for m in v["margin_per_seed"])
         )
     if args.by_source:
