@@ -244,6 +244,24 @@ class PrivacyConfig(_Strict):
         return self
 
 
+class TrackingConfig(_Strict):
+    """Experiment tracking (:mod:`fedad.tracking`, docs/tracking.md): a ``[tracking]``
+    section turns it on; without one nothing is tracked."""
+
+    mlflow: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="MLflow: a folder (a local file store) or a tracking URI",
+    )
+    experiment: str = Field(
+        default="fedad", min_length=1, max_length=256, description="MLflow experiment name"
+    )
+    run_name: str | None = Field(
+        default=None, min_length=1, max_length=256,
+        description="MLflow run name (default: the output folder's name)",
+    )  # fmt: skip
+
+
 class MethodConfig(_Strict):
     """One method to run on the federation."""
 
@@ -282,6 +300,7 @@ class ExperimentConfig(_Strict):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     attack: AttackConfig = Field(default_factory=AttackConfig)
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
+    tracking: TrackingConfig | None = None
     methods: list[MethodConfig] = Field(min_length=1)
 
     @field_validator("seeds")

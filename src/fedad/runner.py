@@ -55,6 +55,7 @@ from fedad.fl.server_inputs import check_requirements, supplied_fields
 from fedad.fl.workers import WorkerPool, resolve_workers
 from fedad.inputs import INPUTS_FILE, Inputs
 from fedad.outdir import Done, RunDir, staged_dir, write_npz, write_text
+from fedad.tracking import start as start_tracking
 
 HISTORY_COLUMNS = [
     "method",
@@ -470,11 +471,15 @@ def run_experiment(
             config_text = dump_toml(resolved_config(cfg, algorithms))
             labels = list(algorithms)
             done = _resumable(rd, config_text, labels) if resume else {}
+            tracker = start_tracking(cfg.tracking, out, resolved_config(cfg, algorithms))
             rd.set_state("running", config_text)
         except BaseException:
             if not resume:
                 rd.discard_if_empty()
             raise
+        if tracker is not None:  # a resumed run's finished methods
+            for label in (lab for lab in labels if lab in done):
+                tracker.method(label, done[label].history, done[label].metrics)
         facts = experiment_facts(cfg, fed)
         families = run_families(algorithms.values())
         pool = _worker_pool(cfg, fed, [lab for lab in labels if lab not in done])
@@ -500,8 +505,12 @@ def run_experiment(
                 done[label] = Done(_clean(metrics), _clean(rows), arr)
                 rd.save_done(label, done[label])
                 write_outputs(out, labels, done, facts, time.perf_counter() - t0, families)
+                if tracker is not None:
+                    tracker.method(label, done[label].history, done[label].metrics)
         except BaseException as err:
             _keep(rd, labels, done, facts, time.perf_counter() - t0, families)
+            if tracker is not None:
+                tracker.abort(isinstance(err, KeyboardInterrupt | Interrupted))
             if isinstance(err, KeyboardInterrupt | Interrupted):
                 signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
                 kept = tuple(lab for lab in labels if lab in done)
@@ -512,6 +521,8 @@ def run_experiment(
                 pool.close()
         data = write_outputs(out, labels, done, facts, time.perf_counter() - t0, families)
         _report(out)
+        if tracker is not None:
+            tracker.finish(out)
         rd.set_state("finished")
     return data
 

@@ -1,0 +1,199 @@
+"""Experiment tracking with MLflow: ``[tracking] mlflow = "DIR or URI"`` (docs/tracking.md).
+
+Off unless the config has a ``[tracking]`` section. Then :func:`start` opens one MLflow run
+before anything trains (in experiment ``tracking.experiment``, named ``tracking.run_name``
+or after the output folder) and logs the resolved config, flattened, as params
+(``data.name``, ``methods.0.params.lr``, ...); :meth:`Tracker.method` logs each finished
+method's per-round history as metrics with ``step`` = round (``LABEL/round/KEY``) and its
+final metrics (``LABEL/KEY``, per client ``LABEL/client-i/KEY``); :meth:`Tracker.finish`
+logs ``report.html``, ``metrics.json``, ``config.toml``, ``history.csv`` and ``inputs.json``
+as artifacts and ends the run. A run over several seeds logs one MLflow run per seed (named
+``OUT/seed-N``).
+
+``mlflow`` is a folder (MLflow's local file store there; MLflow 3 keeps that store in
+maintenance mode behind ``MLFLOW_ALLOW_FILE_STORE``, which fedad sets for its own process
+when it writes to a folder) or any tracking URI (``http://...``, ``sqlite:///...``,
+``databricks``). Needs the optional extra ``tracking`` (``mlflow-skinny``): without it, a
+one-line error before anything trains. A tracking server that cannot be reached at the start
+is a one-line error too; one that fails later costs a warning, never the run's own files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fedad import __version__
+from fedad.errors import FedadError
+
+if TYPE_CHECKING:
+    from fedad.config import TrackingConfig
+
+__all__ = ["ARTIFACTS", "EXTRA", "Tracker", "flatten", "start", "tracking_uri"]
+
+EXTRA = "tracking"
+ARTIFACTS = ("report.html", "metrics.json", "config.toml", "history.csv", "inputs.json")
+MAX_PARAM = 6000
+"""MLflow's longest param value (longer ones are cut, with '...')."""
+_BATCH = 100
+_KEY = re.compile(r"[^A-Za-z0-9_\-. :/]")
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+log = logging.getLogger("fedad")
+
+
+def _client() -> Any:
+    try:
+        from mlflow.tracking import MlflowClient
+    except ImportError:
+        raise FedadError(
+            "[tracking] mlflow needs the package mlflow-skinny, which is not installed",
+            f"pip install 'fedad[{EXTRA}]', or remove the [tracking] section",
+        ) from None
+    return MlflowClient
+
+
+def tracking_uri(target: str) -> str:
+    """The MLflow tracking URI of ``tracking.mlflow``: a URI as it is, a folder as its
+    ``file://`` URI (created; MLflow's file store)."""
+    if _URI.match(target) and not re.match(r"^[A-Za-z]:[\\/]", target):
+        return target
+    folder = Path(target).expanduser().resolve()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise FedadError(
+            f"[tracking] mlflow: cannot create the folder '{folder}': {err.strerror or err}",
+            "give a folder you can write to, or a tracking URI",
+        ) from None
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    return folder.as_uri()
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, str]]:
+    """``(dotted key, value)`` of a nested config: lists of tables by index
+    (``methods.0.name``), other lists as JSON, values as text."""
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from flatten(value, name + ".")
+        elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+            for i, item in enumerate(value):
+                yield from flatten(item, f"{name}.{i}.")
+        elif value is not None:
+            text = json.dumps(value) if isinstance(value, list | bool) else str(value)
+            yield name, text if len(text) <= MAX_PARAM else text[: MAX_PARAM - 3] + "..."
+
+
+def _key(text: str) -> str:
+    """A metric key MLflow accepts (letters, digits, ``_ - . : /`` and spaces)."""
+    return _KEY.sub("_", text)
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def run_name(cfg: TrackingConfig, out: Path) -> str:
+    """``tracking.run_name``, else the output folder's name (``OUT/seed-N`` for a seed)."""
+    if cfg.run_name:
+        return cfg.run_name
+    out = Path(out).resolve()
+    return f"{out.parent.name}/{out.name}" if out.name.startswith("seed-") else out.name
+
+
+class Tracker:
+    """One MLflow run (see the module docstring); every call after :func:`start` only
+    warns when MLflow fails."""
+
+    def __init__(self, client: Any, run_id: str, where: str) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.where = where
+
+    def _safely(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except Exception as err:  # MLflow raises many kinds (HTTP, file store, ...)
+            reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+            log.warning("tracking: could not log %s to %s: %s", what, self.where, reason)
+
+    def _metrics(self, metrics: list[Any]) -> None:
+        for i in range(0, len(metrics), 1000):
+            self.client.log_batch(self.run_id, metrics=metrics[i : i + 1000])
+
+    def method(self, label: str, history: list[dict[str, Any]], metrics: dict[str, Any]) -> None:
+        """A finished method: its per-round history and its final metrics."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        rows: list[Any] = []
+        for row in history:
+            step = int(row.get("round", 0) or 0)
+            for k, v in row.items():
+                f = _number(v)
+                if f is not None and k not in ("round", "method"):
+                    rows.append(Metric(_key(f"{label}/round/{k}"), f, now, step))
+        for k, v in metrics.items():
+            f = _number(v)
+            if f is not None:
+                rows.append(Metric(_key(f"{label}/{k}"), f, now, 0))
+        for client in metrics.get("per_client") or []:
+            if not isinstance(client, dict):
+                continue
+            cid = client.get("client")
+            for k, v in client.items():
+                f = _number(v)
+                if f is not None and k not in ("client",):
+                    rows.append(Metric(_key(f"{label}/client-{cid}/{k}"), f, now, 0))
+        self._safely(f"method '{label}'", self._metrics, rows)
+
+    def finish(self, out: Path) -> None:
+        """The run's files as artifacts; the MLflow run ends as finished."""
+        for name in ARTIFACTS:
+            path = Path(out) / name
+            if path.is_file() and not path.is_symlink():
+                self._safely(name, self.client.log_artifact, self.run_id, str(path))
+        self._safely("the end of the run", self.client.set_terminated, self.run_id, "FINISHED")
+
+    def abort(self, interrupted: bool) -> None:
+        """The run stopped early: the MLflow run ends as killed or failed."""
+        status = "KILLED" if interrupted else "FAILED"
+        self._safely("the end of the run", self.client.set_terminated, self.run_id, status)
+
+
+def start(cfg: TrackingConfig | None, out: Path, resolved: Mapping[str, Any]) -> Tracker | None:
+    """Open the MLflow run of ``cfg`` (``None``: tracking is off) and log the resolved
+    config as params; a one-line :class:`FedadError` when it cannot."""
+    if cfg is None:
+        return None
+    client_cls = _client()
+    uri = tracking_uri(cfg.mlflow)
+    from mlflow.entities import Param, RunTag
+
+    try:
+        client = client_cls(tracking_uri=uri)
+        exp = client.get_experiment_by_name(cfg.experiment)
+        exp_id = exp.experiment_id if exp is not None else client.create_experiment(cfg.experiment)
+        run = client.create_run(exp_id, run_name=run_name(cfg, out))
+        run_id = run.info.run_id
+        params = [Param(k, v) for k, v in flatten(resolved)]
+        tags = [RunTag("fedad.version", __version__), RunTag("fedad.out", str(Path(out)))]
+        for i in range(0, len(params), _BATCH):
+            client.log_batch(run_id, params=params[i : i + _BATCH], tags=tags if i == 0 else [])
+    except Exception as err:  # any failure of the backend, before anything trains
+        reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        raise FedadError(
+            f"[tracking] mlflow '{cfg.mlflow}' cannot start a run: {reason}",
+            "check the tracking URI or folder, or remove the [tracking] section",
+        ) from None
+    return Tracker(client, run_id, cfg.mlflow)
