@@ -5,9 +5,11 @@ Heads: ``flow`` (the paper's OC-NF: RealNVP trained by [ProtoFL eq. 11], score =
 log-likelihood [ProtoFL eq. 9]), ``kde`` (Gaussian kernel density, Scott's bandwidth, score
 = negative log-density), ``gaussian`` (Ledoit-Wolf shrinkage Gaussian, score = squared
 Mahalanobis distance) and ``ocsvm`` (RBF one-class SVM, ``gamma = "scale"``, score = minus
-its decision function). Every head works on representations standardised with the mean and
-standard deviation of the client's own clean training representations (for the flow an
-affine bijection whose log-determinant is kept in the score, so the NLL stays honest).
+its decision function). Every head is fit on what it will score: the clean training
+representations (``head_data = "clean"``, the default; ``"views"`` fits it on augmented view
+pairs instead, the paper's flow training, kept to measure the difference), standardised with
+their own mean and standard deviation (for the flow an affine bijection whose
+log-determinant is kept in the score, so the NLL stays honest).
 
 Saved state: named arrays only (``trunk.*`` the trunk's state dict, ``flow.*`` the flow's,
 ``shift``/``scale`` the standardisation, the other heads' fitted arrays, ``threshold_``);
@@ -31,6 +33,7 @@ from fedad.detector import (
     register_detector,
 )
 from fedad.methods.baselines.ocsvm import fit_rbf_ocsvm, rbf_ocsvm_score
+from fedad.methods.protofl.augment import Auto, augmentation
 from fedad.methods.protofl.features import embed, view_features
 from fedad.methods.protofl.model import Encoder, Trunk, flow_nll, make_flow
 from fedad.methods.protofl.train import (
@@ -44,6 +47,7 @@ from fedad.seeding import torch_seeded
 
 HEADS = ("flow", "kde", "gaussian", "ocsvm")
 Head = Literal["flow", "kde", "gaussian", "ocsvm"]
+HeadData = Literal["clean", "views"]
 MAX_FEATURES = 1 << 22
 
 
@@ -65,6 +69,7 @@ class ProtoFLDetectorParams(BaseModel):
     rep_dim: int = Field(default=64, ge=2, le=2048)
     width: int = Field(default=32, ge=1, le=512)
     head: Head = "flow"
+    head_data: HeadData = "clean"
     flow_layers: int = Field(default=8, ge=1, le=64)
     flow_hidden: int = Field(default=64, ge=1, le=4096)
     flow_epochs: int = Field(default=100, ge=0, le=100_000)
@@ -77,7 +82,8 @@ class ProtoFLDetectorParams(BaseModel):
     epochs: int = Field(default=10, ge=0, le=100_000)
     lr: float = Field(default=1e-3, gt=0.0, le=1.0)
     batch_size: int = Field(default=64, ge=1, le=1 << 16)
-    flip: bool = True
+    flip: bool | Auto = "auto"
+    crop: Annotated[float, Field(ge=0.05, le=1.0)] | Auto = "auto"
     noise: float = Field(default=0.1, ge=0.0, le=10.0)
     nu: float = Field(default=0.1, gt=0.0, le=1.0)
     contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
@@ -119,6 +125,7 @@ class ProtoFLDetector(BaseDetector):
         rep_dim: int = 64,
         width: int = 32,
         head: str = "flow",
+        head_data: str = "clean",
         flow_layers: int = 8,
         flow_hidden: int = 64,
         flow_epochs: int = 100,
@@ -131,7 +138,8 @@ class ProtoFLDetector(BaseDetector):
         epochs: int = 10,
         lr: float = 1e-3,
         batch_size: int = 64,
-        flip: bool = True,
+        flip: bool | str = "auto",
+        crop: float | str = "auto",
         noise: float = 0.1,
         nu: float = 0.1,
         contamination: float = DEFAULT_CONTAMINATION,
@@ -148,6 +156,7 @@ class ProtoFLDetector(BaseDetector):
         self.rep_dim = rep_dim
         self.width = width
         self.head = head
+        self.head_data = head_data
         self.flow_layers = flow_layers
         self.flow_hidden = flow_hidden
         self.flow_epochs = flow_epochs
@@ -161,6 +170,7 @@ class ProtoFLDetector(BaseDetector):
         self.lr = lr
         self.batch_size = batch_size
         self.flip = flip
+        self.crop = crop
         self.noise = noise
         self.nu = nu
         self.seed = seed
@@ -178,6 +188,7 @@ class ProtoFLDetector(BaseDetector):
             "rep_dim": self.rep_dim,
             "width": self.width,
             "head": self.head,
+            "head_data": self.head_data,
             "flow_layers": self.flow_layers,
             "flow_hidden": self.flow_hidden,
             "flow_epochs": self.flow_epochs,
@@ -191,6 +202,7 @@ class ProtoFLDetector(BaseDetector):
             "lr": self.lr,
             "batch_size": self.batch_size,
             "flip": self.flip,
+            "crop": self.crop,
             "noise": self.noise,
             "nu": self.nu,
             "contamination": self.contamination,
@@ -211,6 +223,12 @@ class ProtoFLDetector(BaseDetector):
             return (resource_info(self.backbone).feature_dim,)
         return tuple(self.input_shape)
 
+    def augmentation(self) -> tuple[bool, float]:
+        """``(flip, crop)`` with ``"auto"`` resolved for this detector's images
+        (:func:`.augment.augmentation`: no flip for grey images such as digits)."""
+        shape = tuple(self.input_shape) if self.kind == "image" else ()
+        return augmentation(shape, self.flip, self.crop)  # type: ignore[arg-type]
+
     def features(self, x: np.ndarray) -> np.ndarray:
         """What the trunk takes: ``x`` itself, or its frozen backbone features."""
         if self.trunk_input == "pretrained":
@@ -221,8 +239,9 @@ class ProtoFLDetector(BaseDetector):
         """``(feature_views, N, D)`` features of augmented views (pretrained trunk), else None."""
         if self.trunk_input != "pretrained":
             return None
+        flip, crop = self.augmentation()
         return view_features(self.backbone, x, self.feature_views, self.feature_size, rng,
-                             self.flip, self.device)  # fmt: skip
+                             flip, self.device, crop)  # fmt: skip
 
     def make_trunk(self) -> Trunk:
         with seeded(self.seed):
@@ -279,8 +298,9 @@ class ProtoFLDetector(BaseDetector):
             enc.to(self.device)
             rng = np.random.default_rng(self.seed)
             views = self.view_features(x, rng)
+            flip, crop = self.augmentation()
             train_encoder(enc, x, None, self.epochs, self.batch_size, self.lr, rng,
-                          flip=self.flip, noise=self.noise, views=views)  # fmt: skip
+                          flip=flip, noise=self.noise, views=views, crop=crop)  # fmt: skip
             self.trunk_ = enc.trunk.eval()
         self.fit_head(x, np.random.default_rng([self.seed, 2]))
         return self.set_threshold(x)
@@ -290,28 +310,16 @@ class ProtoFLDetector(BaseDetector):
     ) -> float:
         """[ProtoFL Alg. 2]: the head on the frozen trunk's representations of ``x``.
 
-        ``views``: the pretrained trunk's cached view features (computed here when absent).
+        ``head_data = "clean"``: on :math:`h = f(x)` of the clean training samples, what the
+        head will score. ``"views"``: on ``flow_views`` pairs of augmented views (the flow with
+        [ProtoFL eq. 10] over each pair, the other heads on both views); ``views`` are then
+        the pretrained trunk's cached view features (computed here when absent).
         Returns the final head loss (the flow's [ProtoFL eq. 11]; 0 for the other heads)."""
+        h, h_hat = self.head_inputs(x, rng, views)
+        z = self._standardise(h.double().numpy() if h_hat is None
+                              else torch.cat([h, h_hat]).double().numpy())  # fmt: skip
         if self.head == "flow":
-            if views is None:
-                views = self.view_features(x, rng)
-            a, b = view_representations(self.trunk_, x, self.flow_views, rng, self.flip,
-                                        self.noise, views)  # fmt: skip
-            self._standardise(torch.cat([a, b]).double().numpy())
-            shift = torch.as_tensor(self.shift_, dtype=torch.float32)
-            scale = torch.as_tensor(self.scale_, dtype=torch.float32)
-            a, b = (a - shift) / scale, (b - shift) / scale
-            p = self
-            epochs = p.flow_epochs
-            if p.flow_val > 0:
-                epochs = choose_flow_epochs(self.make_flow, a, b, len(x), p.flow_val, epochs,
-                                            p.flow_patience, p.flow_batch, p.flow_lr, p.lam,
-                                            rng)  # fmt: skip
-            self.flow_epochs_used_ = epochs
-            self.flow_ = self.make_flow()
-            return train_flow(self.flow_, a, b, epochs, p.flow_batch, p.flow_lr, p.lam, rng)
-        h = self.represent(x)
-        z = self._standardise(h)
+            return self._fit_flow(h, h_hat, len(x), rng)
         if self.head == "kde":
             self.train_ = z
             self.bandwidth_ = float(_scott(len(z), z.shape[1]))
@@ -326,6 +334,39 @@ class ProtoFLDetector(BaseDetector):
             self.sv_, self.coef_, self.intercept_ = fit_rbf_ocsvm(z, self.nu, gamma)
             self.gamma_ = gamma
         return 0.0
+
+    def head_inputs(
+        self, x: np.ndarray, rng: np.random.Generator, views: np.ndarray | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What the head is fit on: ``(h, None)``, the clean representations of ``x``, or
+        (``head_data = "views"``) ``(h, h_hat)``, ``flow_views`` pairs of augmented views."""
+        if self.head_data == "clean":
+            xt = torch.from_numpy(np.ascontiguousarray(self.features(x), dtype=np.float32))
+            return represent(self.trunk_, xt), None
+        if views is None:
+            views = self.view_features(x, rng)
+        flip, crop = self.augmentation()
+        a, b = view_representations(self.trunk_, x, self.flow_views, rng, flip, self.noise,
+                                    views, crop)  # fmt: skip
+        return a, b
+
+    def _fit_flow(
+        self, h: torch.Tensor, h_hat: torch.Tensor | None, n: int, rng: np.random.Generator
+    ) -> float:
+        """Standardise (``shift_``/``scale_`` already set), pick the epoch count on held-out
+        training samples, train the flow [ProtoFL eq. 11]; returns its last loss."""
+        shift = torch.as_tensor(self.shift_, dtype=torch.float32)
+        scale = torch.as_tensor(self.scale_, dtype=torch.float32)
+        a = (h - shift) / scale
+        b = None if h_hat is None else (h_hat - shift) / scale
+        epochs = self.flow_epochs
+        if self.flow_val > 0:
+            epochs = choose_flow_epochs(self.make_flow, a, b, n, self.flow_val, epochs,
+                                        self.flow_patience, self.flow_batch, self.flow_lr,
+                                        self.lam, rng)  # fmt: skip
+        self.flow_epochs_used_ = epochs
+        self.flow_ = self.make_flow()
+        return train_flow(self.flow_, a, b, epochs, self.flow_batch, self.flow_lr, self.lam, rng)
 
     def _standardise(self, h: np.ndarray) -> np.ndarray:
         """Set ``shift_``/``scale_`` from ``h`` (a floor keeps constant features finite)."""

@@ -36,11 +36,12 @@ def view_features(
     rng: np.random.Generator,
     flip: bool,
     device: str | torch.device,
+    crop: float = 0.6,
 ) -> np.ndarray:
     """``(views, N, D)``: the features of ``views`` independently augmented copies of ``x``
     (the image augmentations of :mod:`.augment`, seeded from ``rng``)."""
     xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-    aug = image_augmenter(int(xt.shape[2]), int(xt.shape[3]), flip)
+    aug = image_augmenter(int(xt.shape[2]), int(xt.shape[3]), flip, crop)
     out = []
     for _ in range(views):
         with torch_seeded(int(rng.integers(0, 2**62))):

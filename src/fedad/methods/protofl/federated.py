@@ -36,7 +36,7 @@ AUROC of each group (``auroc_joined``, ``auroc_new``).
 from __future__ import annotations
 
 import hashlib
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -60,7 +60,8 @@ from fedad.fl.context import ServerContext
 from fedad.fl.fedavg import log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.validate import spec_of
-from fedad.methods.protofl.detector import Head, ProtoFLDetector, seeded
+from fedad.methods.protofl.augment import Auto
+from fedad.methods.protofl.detector import Head, HeadData, ProtoFLDetector, seeded
 from fedad.methods.protofl.model import Encoder
 from fedad.methods.protofl.train import train_encoder
 from fedad.seeding import rng as seeded_rng
@@ -85,6 +86,10 @@ class ProtoFLParams(Params):
     rep_dim: int = Field(default=64, ge=2, le=2048, description="dimension of h")
     width: int = Field(default=32, ge=1, le=512, description="channels of the first conv")
     head: Head = "flow"
+    head_data: HeadData = Field(
+        default="clean",
+        description="what the head is fit on: clean training representations, or 'views'",
+    )
     flow_layers: int = Field(default=8, ge=1, le=64, description="affine coupling layers")
     flow_hidden: int = Field(default=64, ge=1, le=4096)
     flow_epochs: int = Field(
@@ -101,7 +106,12 @@ class ProtoFLParams(Params):
     flow_views: int = Field(default=2, ge=1, le=64, description="view pairs per sample")
     flow_batch: int = Field(default=256, ge=2, le=1 << 16, description="flow minibatch")
     nu: float = Field(default=0.1, gt=0.0, le=1.0, description="OC-SVM nu (head = ocsvm)")
-    flip: bool = Field(default=True, description="horizontal flips among the augmentations")
+    flip: bool | Auto = Field(
+        default="auto", description="horizontal flips; auto: RGB images of 32+ px only"
+    )
+    crop: Annotated[float, Field(ge=0.05, le=1.0)] | Auto = Field(
+        default="auto", description="least area a crop keeps; auto: by image side"
+    )
     noise: float = Field(default=0.1, ge=0.0, le=10.0, description="vector augmentation")
     new_clients: int = Field(default=0, ge=0, description="last N clients skip phase 1")
     phase1: Literal["federated", "local"] = Field(
@@ -227,6 +237,7 @@ class ProtoFL(Algorithm):
             rep_dim=p.rep_dim,
             width=p.width,
             head=p.head,
+            head_data=p.head_data,
             flow_layers=p.flow_layers,
             flow_hidden=p.flow_hidden,
             flow_epochs=p.flow_epochs,
@@ -240,6 +251,7 @@ class ProtoFL(Algorithm):
             lr=p.lr,
             batch_size=p.batch_size,
             flip=p.flip,
+            crop=p.crop,
             noise=p.noise,
             nu=p.nu,
             contamination=self.contamination,
@@ -308,10 +320,11 @@ class ProtoFL(Algorithm):
         enc = self._encoder_from(weights)
         p = self.params
         rng = client_rng(self.setup.seed, int(msg.get("round", 0)), data.client_id, 0xF1)
+        flip, crop = self.make_detector().augmentation()
         losses = train_encoder(
             enc, dense(data.x_train, self.name), state.get("prototype"), p.local_epochs,
-            p.batch_size, p.lr, rng, p.alpha, p.temperature, p.weight_decay, p.flip, p.noise,
-            p.optimizer, self._views(state, data),
+            p.batch_size, p.lr, rng, p.alpha, p.temperature, p.weight_decay, flip, p.noise,
+            p.optimizer, self._views(state, data), crop,
         )  # fmt: skip
         if local:  # kept at home; only the losses are reported
             state.update(prefixed(self._arrays(enc), "own"))

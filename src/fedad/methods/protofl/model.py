@@ -163,14 +163,18 @@ def flow_nll(flow: zuko.flows.Flow, r: torch.Tensor) -> torch.Tensor:
 
 
 def phase2_loss(
-    flow: zuko.flows.Flow, r: torch.Tensor, r_hat: torch.Tensor, lam: float = 0.01
+    flow: zuko.flows.Flow, r: torch.Tensor, r_hat: torch.Tensor | None, lam: float = 0.01
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """[ProtoFL eq. 11]: :math:`L_{mle} + \\lambda L_{reg}`; returns (total, L_mle, L_reg).
 
     :math:`L_{mle}` [ProtoFL eq. 9] over both views (each view is a sample of the local
     distribution), :math:`L_{reg} = \\frac1N\\sum_i [1 - d(z_i, \\hat z_i)]` [ProtoFL eq. 10].
+    ``r_hat = None`` (clean representations, no second view): :math:`L_{mle}` alone.
     """
     z, ladj = flow_latent(flow, r)
+    if r_hat is None:
+        mle_only = (0.5 * (z**2).sum(-1) - ladj).mean()
+        return mle_only, mle_only, torch.zeros((), device=r.device)
     z_hat, ladj_hat = flow_latent(flow, r_hat)
     mle = 0.5 * (
         (0.5 * (z**2).sum(-1) - ladj).mean() + (0.5 * (z_hat**2).sum(-1) - ladj_hat).mean()

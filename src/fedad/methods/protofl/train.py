@@ -21,8 +21,8 @@ def _device(module: nn.Module) -> torch.device:
     return next(module.parameters()).device
 
 
-def _augmenter(x: torch.Tensor, flip: bool) -> nn.Module | None:
-    return image_augmenter(x.shape[2], x.shape[3], flip) if x.dim() == 4 else None
+def _augmenter(x: torch.Tensor, flip: bool, crop: float) -> nn.Module | None:
+    return image_augmenter(x.shape[2], x.shape[3], flip, crop) if x.dim() == 4 else None
 
 
 def train_encoder(
@@ -40,10 +40,12 @@ def train_encoder(
     noise: float = 0.1,
     optimizer: str = "adam",
     views: np.ndarray | None = None,
+    crop: float = 0.6,
 ) -> dict[str, float]:
     """``epochs`` of [ProtoFL eq. 8] over ``x`` (two views per sample, eq. 4); in place.
 
     ``optimizer``: ``"radam"`` (the paper's, betas 0.94, 0.98) or ``"adam"`` (AdamW).
+    ``flip``/``crop``: the image augmentations (:func:`.augment.augmentation`).
     ``views`` ``(V, N, D)``: precomputed views (the ``pretrained`` trunk's cached features,
     :mod:`.features`); each pair is two of them, and ``x`` is not used.
     Returns the last epoch's mean total, :math:`L_{pd}` and :math:`L_p` (keys ``loss``,
@@ -53,7 +55,7 @@ def train_encoder(
     vt = None if views is None else torch.from_numpy(np.ascontiguousarray(views, np.float32))
     xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) if vt is None else vt[0]
     v = None if prototype is None else torch.as_tensor(prototype, dtype=torch.float32).to(device)
-    aug = _augmenter(xt, flip) if vt is None else None
+    aug = _augmenter(xt, flip, crop) if vt is None else None
     opt: torch.optim.Optimizer
     if optimizer == "radam":
         opt = torch.optim.RAdam(
@@ -72,7 +74,7 @@ def train_encoder(
             if len(idx) < 2 and len(xt) >= 2:  # a batch of one: merge with the previous draw
                 idx = order[max(0, i - 1) : i + 1]
             if vt is None:
-                a, b = two_views(xt[torch.from_numpy(idx)], rng, flip, noise, aug)
+                a, b = two_views(xt[torch.from_numpy(idx)], rng, flip, noise, aug, crop)
             else:
                 a, b = pick_two(vt, torch.from_numpy(idx), rng)
             r, r_hat = encoder(a.to(device)), encoder(b.to(device))
@@ -107,6 +109,7 @@ def view_representations(
     flip: bool = True,
     noise: float = 0.1,
     views: np.ndarray | None = None,
+    crop: float = 0.6,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``pairs`` pairs of augmented views of every sample through the frozen trunk:
     :math:`(h_i, \\hat h_i)`, each ``(pairs * N, d)`` ([ProtoFL Alg. 2]). With ``views``
@@ -121,10 +124,10 @@ def view_representations(
             hs_hat.append(represent(trunk, b))
         return torch.cat(hs), torch.cat(hs_hat)
     xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-    aug = _augmenter(xt, flip)
+    aug = _augmenter(xt, flip, crop)
     for _ in range(pairs):
         for i in range(0, len(xt), 512):
-            a, b = two_views(xt[i : i + 512], rng, flip, noise, aug)
+            a, b = two_views(xt[i : i + 512], rng, flip, noise, aug, crop)
             hs.append(represent(trunk, a))
             hs_hat.append(represent(trunk, b))
     return torch.cat(hs), torch.cat(hs_hat)
@@ -133,7 +136,7 @@ def view_representations(
 def train_flow(
     flow: nn.Module,
     h: torch.Tensor,
-    h_hat: torch.Tensor,
+    h_hat: torch.Tensor | None,
     epochs: int,
     batch_size: int,
     lr: float,
@@ -142,6 +145,9 @@ def train_flow(
     after_epoch: Callable[[int], bool] | None = None,
 ) -> float:
     """``epochs`` passes of Adam over the view pairs, [ProtoFL eq. 11]; in place.
+
+    ``h_hat = None``: ``h`` holds clean representations, which have no second view, so the
+    loss is :math:`L_{mle}` [ProtoFL eq. 9] alone (:math:`L_{reg}` of eq. 10 needs a pair).
 
     ``after_epoch(e)`` runs after epoch ``e`` (1-based, flow in eval mode) and stops the
     training when it returns true. Returns the mean loss of the last epoch (NaN for zero
@@ -156,7 +162,8 @@ def train_flow(
         total_sum, count = 0.0, 0
         for i in range(0, n, batch_size):
             idx = order[i : i + batch_size]
-            total, _, _ = phase2_loss(flow, h[idx].to(device), h_hat[idx].to(device), lam)
+            pair = None if h_hat is None else h_hat[idx].to(device)
+            total, _, _ = phase2_loss(flow, h[idx].to(device), pair, lam)
             opt.zero_grad(set_to_none=True)
             total.backward()  # type: ignore[no-untyped-call]
             torch.nn.utils.clip_grad_norm_(flow.parameters(), 10.0)
@@ -184,7 +191,7 @@ def _mean_nll(flow: nn.Module, h: torch.Tensor, batch_size: int = 1024) -> float
 def choose_flow_epochs(
     make: Callable[[], nn.Module],
     h: torch.Tensor,
-    h_hat: torch.Tensor,
+    h_hat: torch.Tensor | None,
     n_samples: int,
     val_share: float,
     max_epochs: int,
@@ -197,7 +204,8 @@ def choose_flow_epochs(
     """The flow's training budget picked on held-out training data, never on test labels.
 
     ``h``/``h_hat`` hold ``pairs`` view pairs of ``n_samples`` samples, sample ``i``'s pairs
-    at rows ``i, i + n, i + 2n, ...``. A ``val_share`` of the *samples* (all their views) is
+    at rows ``i, i + n, i + 2n, ...`` (``h_hat = None``: clean representations, one row per
+    sample). A ``val_share`` of the *samples* (all their views) is
     held out; a fresh flow (``make()``) trains on the rest, one epoch at a time, and after
     each epoch the mean NLL [ProtoFL eq. 9] of the held-out views is measured. Returns the
     epoch count with the lowest held-out NLL (stopping ``patience`` epochs after the last
@@ -214,8 +222,9 @@ def choose_flow_epochs(
     rows = np.tile(is_val, pairs)
     fit_rows, val_rows = torch.from_numpy(~rows), torch.from_numpy(rows)
     flow = make()
-    h_fit, h_hat_fit = h[fit_rows], h_hat[fit_rows]
-    h_val = torch.cat([h[val_rows], h_hat[val_rows]])
+    h_fit = h[fit_rows]
+    h_hat_fit = None if h_hat is None else h_hat[fit_rows]
+    h_val = h[val_rows] if h_hat is None else torch.cat([h[val_rows], h_hat[val_rows]])
     best_nll, best_epoch = float("inf"), 1
 
     def check(epoch: int) -> bool:
