@@ -575,6 +575,41 @@ def select_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+SELECT_FINAL = ["degree-features", "tau2", "student-ad", "lr3e-4"]
+"""The candidates run on all three development settings (multi ran only these)."""
+
+
+def select_combine() -> dict[str, Any]:
+    """The rule of docs/methods/fgad.md ("How the options were chosen"): multi's shares
+    (``fgad_select_multi_only_s*.json``, one per development seed) merged, then per candidate
+    of :data:`SELECT_FINAL` the validation AUC averaged over multi, social and MUTAG (each the
+    mean over its seeds); the highest among those whose generator met the eq. 8 criterion on
+    every seed of multi. Validation numbers only."""
+    from fedad.methods.fgad.select import choose
+
+    merged: dict[str, dict[str, list[Any]]] = {}
+    seeds: list[int] = []
+    for path in sorted(OUT.glob("fgad_select_multi_only_s*.json")):
+        part = json.loads(path.read_text())
+        seeds += part["seeds"]
+        for label, r in part["candidates"].items():
+            for k, v in r.items():
+                merged.setdefault(label, {}).setdefault(k, []).extend(v)
+    settings = {"multi": merged}
+    for name in ("social", "mutag"):
+        settings[name] = json.loads((OUT / f"fgad_select_{name}.json").read_text())["candidates"]
+    val = {
+        lab: [float(np.mean(settings[s][lab]["val"])) for s in ("multi", "social", "mutag")]
+        for lab in SELECT_FINAL
+    }
+    admissible = {lab: all(merged[lab]["admissible"]) for lab in SELECT_FINAL}
+    return {
+        "multi_seeds": sorted(seeds), "multi": merged, "val_per_setting": val,
+        "val_mean": {lab: float(np.mean(v)) for lab, v in val.items()},
+        "admissible_multi": admissible, "chosen": choose(val, admissible),
+    }  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -582,7 +617,8 @@ def main() -> None:
         choices=["single", "multi", "mutag", "ablation",
                  "generator-single", "generator-multi", "generator-mutag",
                  "confirm-multi", "confirm-mutag", "confirm-single", "confirm-social",
-                 "select-multi", "select-social", "select-mutag", *PLUS_SETTINGS],
+                 "select-multi", "select-social", "select-mutag", "select-combine",
+                 *PLUS_SETTINGS],
         required=True,
     )  # fmt: skip
     ap.add_argument("--seeds", type=int, default=5)
@@ -609,6 +645,17 @@ def main() -> None:
         raise SystemExit("--by-source reads the run's seeds back: give --work DIR")
     clients = args.clients or (2 if args.suite.endswith("mutag") else 4)
 
+    if args.suite == "select-combine":
+        combined = select_combine()
+        (OUT / "fgad_select_combined.json").write_text(json.dumps(combined, indent=1) + "\n")
+        print("| candidate | multi | social | MUTAG | mean | eq. 8 criterion on multi |")
+        print("|---|---|---|---|---|---|")
+        for lab, v in combined["val_per_setting"].items():
+            mark = " (chosen)" if lab == combined["chosen"] else ""
+            ok = "yes" if combined["admissible_multi"][lab] else "no"
+            cells = " | ".join(f"{x:.3f}" for x in v)
+            print(f"| {lab}{mark} | {cells} | {combined['val_mean'][lab]:.3f} | {ok} |")
+        return
     if args.suite.startswith("select-"):
         setting = args.suite.removeprefix("select-")
         domain = "graphs_social" if setting == "social" else args.domain

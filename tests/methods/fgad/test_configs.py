@@ -16,7 +16,9 @@ from fedad.fl.algorithm import Setup, build_algorithm
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
-@pytest.mark.parametrize("name", ["fgad_single.toml", "fgad_multi.toml", "fgad_teacher.toml"])
+@pytest.mark.parametrize(
+    "name", ["fgad_single.toml", "fgad_multi.toml", "fgad_teacher.toml", "fgad_plus.toml"]
+)
 def test_config_builds(name: str) -> None:
     cfg = parse_config(read_toml(CONFIGS / name))
     fed = build_federation(cfg)
@@ -24,7 +26,11 @@ def test_config_builds(name: str) -> None:
     setup = Setup("graph", fed.feature_shape, rounds=cfg.rounds, seed=0, contamination=0.05,
                   num_clients=len(fed.clients))  # fmt: skip
     names = [m.name for m in cfg.methods]
-    assert names[0] == "fgad" and {"gcfl", "fedstar", "fedavg", "local"} <= set(names)
+    assert names[0] in ("fgad", "fgad-plus") and {"gcfl", "fedstar", "fedavg", "local"} <= set(
+        names
+    )
+    if name == "fgad_plus.toml":  # fgad-plus with no params, the paper's fgad beside it
+        assert cfg.methods[0].params == {} and names[1] == "fgad"
     for m in cfg.methods:
         build_algorithm(m.name, m.params, setup, m.detector)
 
