@@ -31,6 +31,7 @@ bytes up per client per round, MB per round, seconds) and prints a markdown tabl
 from __future__ import annotations
 
 import argparse
+import csv
 from pathlib import Path
 from typing import Any
 
@@ -62,15 +63,33 @@ NORM: list[Method] = [
     ("feddymem", "feddymem", {}, None),
     ("feddymem-score-norm", "feddymem", {"score_norm": "train"}, None),
 ]
-SUITES = {"table": TABLE, "ablation": ABLATION, "norm": NORM}
+OLD = {"score_norm": "none", "bank_dtype": "float32"}
+"""FedDyMem's defaults before issue 29 (no repulsion, no neighbourhood mean)."""
+DEV: list[Method] = [
+    ("feddymem-keep-scale-0", "feddymem", {"keep_scale": 0.0}, None),
+    ("feddymem", "feddymem", {}, None),
+]
+"""Development rows (issue 29), run on seeds 100-102 only, before the evaluation: whether
+the scale floor (``keep_scale = 1``) keeps the memory features' scale over 20 rounds
+(training data: the logged ``scale``), see docs/methods/feddymem.md."""
+SUITES = {"table": TABLE, "ablation": ABLATION, "norm": NORM, "dev": DEV}
 
 
 def config_text(
-    suite: str, seeds: int, rounds: int, clients: int, alpha: float, only: list[str] | None
+    suite: str,
+    seeds: int,
+    rounds: int,
+    clients: int,
+    alpha: float,
+    only: list[str] | None,
+    *,
+    first_seed: int = 0,
+    local_test: str = "own",
+    eval_every: int = 0,
 ) -> str:
     """The suite's experiment as TOML (``only``: just the rows with these labels)."""
     lines = [
-        f"seeds = {list(range(seeds))}",
+        f"seeds = {list(range(first_seed, first_seed + seeds))}",
         f"rounds = {rounds}",
         "[data]",
         'name = "textures"',
@@ -78,6 +97,10 @@ def config_text(
         'scheme = "dirichlet"',
         f"clients = {clients}",
         f"alpha = {alpha}",
+        f'local_test = "{local_test}"',
+        "[engine]",
+        "progress = false",
+        f"eval_every = {eval_every}",
     ]
     lines += method_lines(SUITES[suite], only, suite)
     return "\n".join(lines) + "\n"
@@ -102,8 +125,29 @@ def summarise(run: Path) -> dict[str, Any]:
         ]
         row["client_auroc"], row["client_auroc_std"] = mean_std(client)
         row.update(traffic(ms))
+        row["curve"] = curves(run, label)
         out[label] = row
     return out
+
+
+def curves(run: Path, label: str) -> dict[str, dict[str, float]]:
+    """Per round, the mean over seeds of ``label``'s logged ``scale`` (the memory features'
+    scale, training data), ``loss`` and ``eval_auroc`` (pooled test AUROC of that round's
+    detectors, with ``engine.eval_every``), where logged."""
+    acc: dict[int, dict[str, list[float]]] = {}
+    for f in sorted(run.glob("seed-*/history.csv")):
+        with f.open(newline="", encoding="utf-8") as fh:
+            for r in csv.DictReader(fh):
+                if r.get("method") != label:
+                    continue
+                slot = acc.setdefault(int(r["round"]), {})
+                for key in ("scale", "loss", "eval_auroc"):
+                    if r.get(key):
+                        slot.setdefault(key, []).append(float(r[key]))
+    return {
+        str(rnd): {k: float(np.mean(v)) for k, v in vals.items()}
+        for rnd, vals in sorted(acc.items())
+    }
 
 
 def table(rows: dict[str, Any]) -> str:
@@ -132,12 +176,19 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=5)
     ap.add_argument("--alpha", type=float, default=0.1)
     ap.add_argument("--only", nargs="+", default=None, metavar="LABEL")
+    ap.add_argument("--first-seed", type=int, default=None, help="default: 100 for dev, 0")
+    ap.add_argument("--local-test", choices=["own", "shared"], default="own")
+    ap.add_argument("--eval-every", type=int, default=0, help="pooled AUROC every N rounds")
     ap.add_argument("--work", type=Path, default=None, help="keep (and resume) the run here")
     ap.add_argument("--summarise-only", action="store_true")
     args = ap.parse_args()
 
-    text = config_text(args.suite, args.seeds, args.rounds, args.clients, args.alpha, args.only)
-    suffix = "_only" if args.only else ""
+    first = args.first_seed if args.first_seed is not None else (100 if args.suite == "dev" else 0)
+    text = config_text(
+        args.suite, args.seeds, args.rounds, args.clients, args.alpha, args.only,
+        first_seed=first, local_test=args.local_test, eval_every=args.eval_every,
+    )  # fmt: skip
+    suffix = ("_only" if args.only else "") + ("_shared" if args.local_test == "shared" else "")
     rows = run_suite(
         text, f"feddymem_{args.suite}{suffix}", summarise, work=args.work, jobs=args.jobs,
         summarise_only=args.summarise_only, suite=args.suite,

@@ -250,7 +250,8 @@ def test_backbone_detectors(which: str) -> None:
         det = PatchCoreDetector(input_shape=(3, 64, 64), image_size=64, epochs=1).fit(x[:8])
     elif which == "feddymem":
         x = rng.random((10, 3, 64, 64), dtype=np.float32)
-        det = FedDyMemDetector(image_size=64, epochs=1, score_norm="train").fit(x[:6])
+        det = FedDyMemDetector(image_size=64, epochs=1, score_norm="train",
+                               neighbourhood=3).fit(x[:6])  # fmt: skip
     else:
         x = rng.random((30, 1, 28, 28), dtype=np.float32)
         det = ProtoFLDetector(kind="image", input_shape=(1, 28, 28), trunk_input="pretrained",

@@ -100,6 +100,9 @@ def test_crafted_score_norm_arrays_are_refused(
             "score_norm is 'none'",
         ),
         ({**cfg, "params": {**cfg["params"], "score_norm": "test"}}, arrays, "score_norm"),
+        (cfg, {**arrays, "scale_ref_": np.float64(-1.0)}, "scale_ref_"),
+        (cfg, {**arrays, "scale_ref_": np.float64(np.inf)}, "scale_ref_"),
+        ({**cfg, "params": {**cfg["params"], "neighbourhood": 2}}, arrays, "neighbourhood"),
     ]
     for config, given, match in cases:
         with pytest.raises(FedadError, match=match) as err:

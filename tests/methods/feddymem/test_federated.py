@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from typing import Any
 
@@ -42,16 +43,20 @@ def test_only_banks_travel_and_their_bytes_are_their_size(
     fed = make_federation("image", clients=3, masks=True)
     _, out = _run(fed)
     assert out.events == []
-    size = 16 * 152 * 4
+    size = 16 * 152 * 2  # float16 banks (bank_dtype)
     kinds = [m.kind for _, m, _ in delivered if m.kind != "evaluate"]
     assert kinds == ["init"] * 3 + ["train"] * 6
     for _, msg, reply in delivered:
         if msg.kind in ("init", "train"):
             assert reply is not None and set(reply.arrays) == {"bank"}
             assert reply.arrays["bank"].shape == (16, 152)
+            assert reply.arrays["bank"].dtype == np.float16
             assert set(msg.arrays) == (set() if msg.kind == "init" else {"bank"})
     up = [row["bytes_up"] for row in out.history]
     assert 6 * size <= up[0] < 6 * size + 4096 and 3 * size <= up[1] < 3 * size + 2048
+    # the counted bytes are the replies' own sizes: round 1 = 3 init + 3 train, round 2 = 3
+    sizes = [reply.nbytes for _, msg, reply in delivered if reply and msg.kind != "evaluate"]
+    assert up[:2] == [sum(sizes[:6]), sum(sizes[6:9])]
     # networks stay in each client's state, and differ (each client's own seed)
     w = [out.client_states[c]["own/net.projection.conv.weight"] for c in range(3)]
     assert not np.array_equal(w[0], w[1])
@@ -94,8 +99,8 @@ def test_a_backbone_without_its_weights_is_one_line_before_the_run(
 
 def test_score_norm_rescales_each_client_by_its_own_training_scores() -> None:
     fed = make_federation("image", clients=3, masks=True)
-    raw_algo, raw = _run(fed, rounds=1)
-    _, norm = _run(fed, rounds=1, score_norm="train")
+    raw_algo, raw = _run(fed, rounds=1, score_norm="none")
+    _, norm = _run(fed, rounds=1)
     msg = Message("evaluate", raw.result.arrays, raw.result.scalars)
     for cid, m in norm.evaluations.items():
         client = fed.clients[cid]
@@ -108,3 +113,35 @@ def test_score_norm_rescales_each_client_by_its_own_training_scores() -> None:
         np.testing.assert_allclose(m.arrays["map"], (r.arrays["map"] - med) / scale, atol=1e-4)
         np.testing.assert_array_equal(m.arrays["pred"], r.arrays["pred"])  # flags unchanged
     assert "detector/score_loc_" not in raw.evaluations[0].arrays
+
+
+def test_the_feature_scale_stays_bounded_over_rounds() -> None:
+    fed = make_federation("image", clients=3, masks=True)
+    scales = {}
+    for keep in (1.0, 0.0):  # the default scale floor, and eq. 12 alone
+        _, out = _run(fed, rounds=4, keep_scale=keep)
+        scales[keep] = [row["scale"] for row in out.history if "scale" in row]
+        assert len(scales[keep]) == 4
+    assert min(scales[1.0]) >= 0.85 * max(scales[1.0])
+    assert min(scales[0.0]) < 0.75 * max(scales[0.0])  # eq. 12 alone shrinks them
+
+
+def test_score_norm_reads_the_training_images_only() -> None:
+    fed = make_federation("image", clients=2, masks=True)
+    algo, out = _run(fed, rounds=1)  # score_norm = "train" by default
+    assert algo.params.score_norm == "train"
+    msg = Message("evaluate", out.result.arrays, out.result.scalars)
+    rng = np.random.default_rng(0)
+    for cid, client in enumerate(fed.clients):
+        det = algo.client_detector(out.client_states[cid], client, msg)
+        other = dataclasses.replace(  # other test images and labels, same training images
+            client,
+            x_test=rng.random(client.x_test.shape).astype(np.float32),
+            y_test=1 - client.y_test,
+        )
+        again = algo.client_detector(out.client_states[cid], other, msg)
+        assert (again.score_loc_, again.score_scale_) == (det.score_loc_, det.score_scale_)
+        moved = dataclasses.replace(
+            client, x_train=client.x_train[::-1][: len(client.x_train) // 2]
+        )
+        assert algo.client_detector(out.client_states[cid], moved, msg).score_loc_ != det.score_loc_

@@ -80,3 +80,18 @@ def test_matched_order_is_a_permutation_of_kmeans_order() -> None:
     raw = aggregate_banks(banks, seed=3, order="kmeans")
     matched = aggregate_banks(banks, seed=3, order="matched")
     assert sorted(map(tuple, raw.round(5))) == sorted(map(tuple, matched.round(5)))
+
+
+def test_neighbourhood_mean_equals_the_mean_over_each_positions_neighbours() -> None:
+    from fedad.methods.feddymem.detector import neighbourhood_mean
+
+    rng = np.random.default_rng(0)
+    f = rng.normal(size=(2, 3, 5, 4)).astype(np.float32)
+    got = neighbourhood_mean(f, 3)
+    want = np.empty_like(f)
+    for i in range(5):
+        for j in range(4):  # the 3 x 3 window inside the map (borders: fewer neighbours)
+            window = f[:, :, max(i - 1, 0) : i + 2, max(j - 1, 0) : j + 2]
+            want[:, :, i, j] = window.mean(axis=(2, 3))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert neighbourhood_mean(f, 1) is f

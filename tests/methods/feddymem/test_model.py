@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fedad.methods.feddymem.losses import metric_loss
+from fedad.methods.feddymem.losses import metric_loss, scale_floor
 from fedad.methods.feddymem.model import FedDyMemNet, MemoryGenerator, coordinates, sample_grid
 
 
@@ -50,3 +50,15 @@ def test_metric_loss_is_eq_12() -> None:
     assert torch.allclose(metric_loss(mem, bank, k=3, th=0.01), want, atol=1e-6)
     # a patch within th of all its neighbours costs nothing
     assert float(metric_loss(torch.zeros(1, 3, 1, 1), torch.zeros(3, 3), th=0.01)) == 0.0
+
+
+def test_the_scale_floor_is_a_hinge_below_the_reference_scale() -> None:
+    m = torch.zeros(2, 3, 2, 2)
+    m[:, 0] = 3.0
+    m[:, 1] = 4.0  # every patch feature has norm 5: s = 5
+    assert scale_floor(m, 4.0) == 0.0 and scale_floor(m, 5.0) == 0.0
+    assert torch.isclose(scale_floor(m, 7.0), torch.tensor(2.0))
+    assert torch.isclose(scale_floor(m / 2, 5.0), torch.tensor(2.5))  # shrinking costs
+    m.requires_grad_(True)
+    scale_floor(m, 7.0).backward()  # type: ignore[no-untyped-call]
+    assert m.grad is not None and float((m.grad * m.detach()).sum()) < 0  # the gradient grows m

@@ -1,7 +1,8 @@
-"""FedDyMem's detector: frozen fused features, the client's projection and memory
-generator, the global memory bank's anomaly maps [FedDyMem Sec. IV, Fig. 9]; the score is
-each map's maximum. With ``score_norm = "train"`` maps and scores are ``(map - loc) /
-scale`` in float32, as fedad computes them."""
+"""FedDyMem's detector: frozen fused features (averaged over each position's
+``neighbourhood`` when that is above 1), the client's projection and memory generator, the
+global memory bank's anomaly maps [FedDyMem Sec. IV, Fig. 9]; the score is each map's
+maximum. With ``score_norm = "train"`` maps and scores are ``(map - loc) / scale`` in
+float32, as fedad computes them."""
 
 from __future__ import annotations
 
@@ -9,12 +10,27 @@ import copy
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from fedad.detector import BaseDetector
 from fedad.export.detectors.images import PatchMaps, StageFeatures
 from fedad.export.registry import Core, NotExportable, register_exporter
 from fedad.methods.feddymem.detector import FedDyMemDetector
+
+
+class NeighbourhoodMean(nn.Module):
+    """:func:`fedad.methods.feddymem.detector.neighbourhood_mean`: features averaged over
+    each position's ``side`` x ``side`` neighbours inside the map."""
+
+    def __init__(self, features: nn.Module, side: int) -> None:
+        super().__init__()
+        self.features = features
+        self.side = int(side)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.features(x)
+        return F.avg_pool2d(f, self.side, stride=1, padding=self.side // 2, count_include_pad=False)
 
 
 class FedDyMemScore(nn.Module):
@@ -45,7 +61,9 @@ def feddymem(det: BaseDetector, shape: tuple[int, ...]) -> Core:
     if len(shape) != 3:
         raise NotExportable(f"the 'feddymem' detector takes images, not data of shape {shape}")
     ext = det.extractor()
-    features = StageFeatures(ext.net(), ext.stages, shape, ext.size)
+    features: nn.Module = StageFeatures(ext.net(), ext.stages, shape, ext.size)
+    if det.neighbourhood > 1:
+        features = NeighbourhoodMean(features, det.neighbourhood)
     maps = PatchMaps(det.bank_, ext.side * ext.side, (int(shape[1]), int(shape[2])), det.sigma)
     det._ensure_built()
     net = copy.deepcopy(det.net_).cpu().eval()

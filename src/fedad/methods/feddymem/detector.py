@@ -32,13 +32,14 @@ from typing import Any, Literal, Self
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
 from fedad.devices import resolve_device
 from fedad.methods.feddymem.memory import memory_reduce
 from fedad.methods.feddymem.model import FedDyMemNet
-from fedad.methods.feddymem.train import memory_features, train_epoch
+from fedad.methods.feddymem.train import feature_scale, memory_features, train_epoch
 from fedad.nn.patchscore import anomaly_maps, image_scores
 from fedad.resources.base import check_stages
 from fedad.resources.multilevel import MultiLevelFeatures, stage_channels
@@ -49,6 +50,8 @@ THRESHOLD = "threshold_"
 BANK = "bank"
 LOC = "score_loc_"
 SCALE = "score_scale_"
+SCALE_REF = "scale_ref_"
+"""The memory features' scale before training: the reference of the scale floor."""
 ScoreNorm = Literal["none", "train"]
 NET = "net."
 DEFAULT_STAGES = {"efficientnet-lite0": (3, 5), "wide_resnet50_2": (2, 3)}
@@ -79,8 +82,17 @@ class FedDyMemDetectorParams(BaseModel):
     projection: bool = True
     generator: bool = True
     score_norm: ScoreNorm = "none"
+    keep_scale: float = Field(default=1.0, ge=0.0, le=1e6)
+    neighbourhood: int = Field(default=1, ge=1, le=7)
     contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
+
+    @field_validator("neighbourhood")
+    @classmethod
+    def _odd(cls, v: int) -> int:
+        if v % 2 != 1:
+            raise ValueError("neighbourhood must be an odd side (1: none, 3: 3 x 3)")
+        return v
 
     @field_validator("stages")
     @classmethod
@@ -98,6 +110,18 @@ def check_backbone_stages(backbone: str, stages: Sequence[int] | None) -> None:
     efficientnet-lite0). Both schemas, a config's and a checkpoint's, check it."""
     if stages is not None:
         check_stages(tuple(stages), len(stage_channels(backbone)))
+
+
+def neighbourhood_mean(features: np.ndarray, side: int) -> np.ndarray:
+    """Each position's features averaged over its ``side`` x ``side`` neighbourhood (those
+    inside the map: zero padding not counted), PatchCore's local neighbourhood aggregation
+    (``avg_pool2d`` with stride 1, ``count_include_pad=False``); ``side = 1`` returns
+    ``features`` unchanged. Shapes: ``(n, C, H, W)`` -> the same."""
+    if side <= 1:
+        return features
+    f = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))
+    out = F.avg_pool2d(f, side, stride=1, padding=side // 2, count_include_pad=False)
+    return out.numpy()
 
 
 @register_detector("feddymem")
@@ -124,6 +148,8 @@ class FedDyMemDetector(BaseDetector):
         projection: bool = True,
         generator: bool = True,
         score_norm: ScoreNorm = "none",
+        keep_scale: float = 1.0,
+        neighbourhood: int = 1,
         contamination: float = DEFAULT_CONTAMINATION,
         seed: int = 0,
         device: str = "cpu",
@@ -146,6 +172,8 @@ class FedDyMemDetector(BaseDetector):
         self.projection = projection
         self.generator = generator
         self.score_norm = score_norm
+        self.keep_scale = keep_scale
+        self.neighbourhood = neighbourhood
         self.seed = seed
         self.device = device
         self._cache: dict[bytes, np.ndarray] = {}
@@ -168,6 +196,8 @@ class FedDyMemDetector(BaseDetector):
             "projection": self.projection,
             "generator": self.generator,
             "score_norm": self.score_norm,
+            "keep_scale": self.keep_scale,
+            "neighbourhood": self.neighbourhood,
             "contamination": self.contamination,
             "seed": self.seed,
         }
@@ -185,13 +215,15 @@ class FedDyMemDetector(BaseDetector):
         return int(self.extractor().side ** 2)
 
     def features(self, x: np.ndarray) -> np.ndarray:
-        """Frozen fused features ``(n, C_in, H, W)`` of images ``x``; the last few inputs'
+        """Frozen fused features ``(n, C_in, H, W)`` of images ``x``, averaged over each
+        position's ``neighbourhood`` x ``neighbourhood`` neighbours when that is above 1
+        (:func:`neighbourhood_mean`, PatchCore's local aggregation); the last few inputs'
         are kept (the backbone is the expensive part and never changes)."""
         x = np.ascontiguousarray(x, dtype=np.float32)
         key = hashlib.blake2b(x.tobytes(), digest_size=16).digest() + str(x.shape).encode()
         hit = self._cache.get(key)
         if hit is None:
-            hit = self.extractor()(x)
+            hit = neighbourhood_mean(self.extractor()(x), self.neighbourhood)
             if len(self._cache) >= 4:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[key] = hit
@@ -203,6 +235,8 @@ class FedDyMemDetector(BaseDetector):
         with torch_seeded(self.seed):
             net = FedDyMemNet(self.cin, self.channels, self.grid, self.projection, self.generator)
         self.net_ = net.to(resolve_device(self.device)).eval()
+        if hasattr(self, SCALE_REF):
+            del self.scale_ref_  # the reference belongs to the networks it was measured on
         return self
 
     def _ensure_built(self) -> None:
@@ -226,16 +260,23 @@ class FedDyMemDetector(BaseDetector):
         return next(iter(self.net_.parameters()), torch.zeros(0)).device
 
     def train_epochs(self, features: np.ndarray, epochs: int, rng: np.random.Generator) -> float:
-        """``epochs`` of eq. 12 against ``bank_``; the last epoch's mean loss (0 if nothing
-        trains, e.g. both ablations on)."""
+        """``epochs`` of eq. 12 (plus ``keep_scale`` times the scale floor) against
+        ``bank_``; the last epoch's mean loss (0 if nothing trains, e.g. both ablations on).
+
+        The floor's reference ``scale_ref_`` is the scale of the memory features of
+        ``features`` (the training images) with the networks as they are at the first call,
+        i.e. before any training; it is kept (and saved) with the networks."""
         opt = self.optimizer()
         loss = 0.0
         if opt is None:
             return loss
+        if not hasattr(self, SCALE_REF):
+            self.scale_ref_ = feature_scale(self.memories(features))
         for _ in range(epochs):
             loss = train_epoch(
                 self.net_, opt, features, self.bank_, k=self.k, th=self.th,
-                batch_size=self.batch_size, rng=rng, device=self._dev(),
+                batch_size=self.batch_size, keep_scale=self.keep_scale,
+                scale_ref=self.scale_ref_, rng=rng, device=self._dev(),
             )  # fmt: skip
         return loss
 
@@ -306,6 +347,8 @@ class FedDyMemDetector(BaseDetector):
         out = {NET + k: v.detach().cpu().numpy().copy() for k, v in self.net_.state_dict().items()}
         if hasattr(self, "bank_"):
             out[BANK] = np.asarray(self.bank_, dtype=np.float32).copy()
+        if hasattr(self, SCALE_REF):
+            out[SCALE_REF] = np.asarray(self.scale_ref_, dtype=np.float64)
         if hasattr(self, "threshold_"):
             out[THRESHOLD] = np.asarray(self.threshold_, dtype=np.float64)
         if hasattr(self, SCALE):
@@ -340,8 +383,18 @@ class FedDyMemDetector(BaseDetector):
         self.bank_ = b
         return self
 
+    def set_scale_ref(self, value: np.ndarray) -> Self:
+        """The scale floor's reference: one finite number >= 0."""
+        v = np.asarray(value, dtype=np.float64)
+        if v.shape != () or not np.isfinite(v) or v < 0:
+            raise ValueError(f"'{SCALE_REF}' must be one finite number >= 0")
+        self.scale_ref_ = float(v)
+        return self
+
     def set_arrays(self, arrays: dict[str, np.ndarray]) -> Self:
         self.build().set_net(arrays)
+        if SCALE_REF in arrays:
+            self.set_scale_ref(arrays[SCALE_REF])
         if BANK in arrays:
             self.set_bank(arrays[BANK])
         if THRESHOLD in arrays:

@@ -51,17 +51,21 @@ from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.validate import ArraySpec
 from fedad.methods.feddymem.detector import (
     BANK,
+    SCALE_REF,
     FedDyMemDetector,
     ScoreNorm,
     check_backbone_stages,
 )
 from fedad.methods.feddymem.memory import aggregate_banks, memory_reduce
+from fedad.methods.feddymem.train import feature_scale
 from fedad.resources.multilevel import check_backbone
 from fedad.seeding import rng as seeded_rng
 
 INIT = "init"
 TRAIN = "train"
 OWN = "own"
+DEFAULT_KEEP_SCALE = 1.0
+DEFAULT_NEIGHBOURHOOD = 3
 FEATURES = "features"
 """Client state: the frozen backbone's features of the client's training images."""
 
@@ -98,12 +102,30 @@ class FedDyMemParams(Params):
         default="kmeans", description="Algorithm 3, or the position-wise mean (Table III)"
     )
     score_norm: ScoreNorm = Field(
-        default="none",
+        default="train",
         description="train: each client's maps and scores on its training scores' scale",
+    )
+    keep_scale: float = Field(
+        default=DEFAULT_KEEP_SCALE, ge=0.0, le=1e6,
+        description="weight of the scale floor against feature collapse (0: eq. 12 alone)",
+    )  # fmt: skip
+    neighbourhood: int = Field(
+        default=DEFAULT_NEIGHBOURHOOD, ge=1, le=7,
+        description="side of the mean over each patch's neighbours (1: none)",
+    )  # fmt: skip
+    bank_dtype: Literal["float16", "float32"] = Field(
+        default="float16", description="dtype of the banks in the messages"
     )
     bank_order: Literal["matched", "kmeans"] = Field(
         default="matched", description="how k-means centres are placed on the H x W map"
     )
+
+    @field_validator("neighbourhood")
+    @classmethod
+    def _odd(cls, v: int) -> int:
+        if v % 2 != 1:
+            raise ValueError("neighbourhood must be an odd side (1: none, 3: 3 x 3)")
+        return v
 
     @field_validator("stages")
     @classmethod
@@ -155,13 +177,21 @@ class FedDyMem(Algorithm):
             channels=p.channels, grid=p.grid, k=p.k, th=p.th, epochs=p.local_epochs,
             batch_size=p.batch_size, lr=p.lr, weight_decay=p.weight_decay, sigma=p.sigma,
             projection=p.projection, generator=p.generator, score_norm=p.score_norm,
+            keep_scale=p.keep_scale, neighbourhood=p.neighbourhood,
             contamination=self.contamination,
             seed=self.setup.seed if seed is None else seed, device=self.setup.device,
         )  # fmt: skip
 
     def bank_spec(self) -> dict[str, ArraySpec]:
         det = self.make_detector()
-        return {BANK: ArraySpec((det.bank_size, det.channels), "float32")}
+        return {BANK: ArraySpec((det.bank_size, det.channels), self.params.bank_dtype)}
+
+    def _wire(self, bank: np.ndarray) -> np.ndarray:
+        """A bank as it travels: ``bank_dtype``, values clipped to that dtype's finite range."""
+        dtype = np.dtype(self.params.bank_dtype)
+        top = float(np.finfo(dtype).max)
+        out: np.ndarray = np.clip(bank, -top, top).astype(dtype)
+        return out
 
     # -- client -----------------------------------------------------------------------------
     def handlers(self) -> dict[str, Handler]:
@@ -181,6 +211,8 @@ class FedDyMem(Algorithm):
         own = unprefixed(state, OWN)
         if own:
             det.set_net(own)
+            if SCALE_REF in own:
+                det.set_scale_ref(own[SCALE_REF])
         else:
             det.build()
         return det, feats
@@ -195,24 +227,28 @@ class FedDyMem(Algorithm):
         det, feats = self._restore(state, data)
         self._keep(state, det)
         bank = memory_reduce(det.memories(feats), None, 0)
-        return Message(INIT, {BANK: bank}, {"num_examples": data.n_train})
+        return Message(INIT, {BANK: self._wire(bank)}, {"num_examples": data.n_train})
 
     def _train(
         self, state: ClientState, data: ClientData, bank: np.ndarray, t: int
-    ) -> tuple[FedDyMemDetector, np.ndarray, float]:
+    ) -> tuple[FedDyMemDetector, np.ndarray, dict[str, float]]:
+        """Eq. 12 against ``bank``, then Algorithm 2; the scalars ``loss`` and ``scale`` (the
+        memory features' scale after training, :func:`feature_scale`: the collapse monitor)."""
         det, feats = self._restore(state, data)
         det.set_bank(bank)
         rng = seeded_rng(self.setup.seed, t, data.client_id, 0xFE)
         loss = det.train_epochs(feats, self.params.local_epochs, rng)
-        reduced = memory_reduce(det.memories(feats), det.bank_, t)
+        memories = det.memories(feats)
+        reduced = memory_reduce(memories, det.bank_, t)
         self._keep(state, det)
-        return det, reduced, loss
+        return det, reduced, {"loss": loss, "scale": feature_scale(memories)}
 
     def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         """Algorithm 5, ClientUpdate: eq. 12 against the global bank, then Algorithm 2."""
         t = int(msg.get("round", 1))
-        _, reduced, loss = self._train(state, data, msg.arrays[BANK], t)
-        return Message(TRAIN, {BANK: reduced}, {"num_examples": data.n_train, "loss": loss})
+        _, reduced, stats = self._train(state, data, msg.arrays[BANK], t)
+        scalars = {"num_examples": data.n_train, **stats}
+        return Message(TRAIN, {BANK: self._wire(reduced)}, scalars)
 
     def client_detector(
         self, state: ClientState, data: ClientData, msg: Message
@@ -225,15 +261,17 @@ class FedDyMem(Algorithm):
 
     # -- server -----------------------------------------------------------------------------
     def _aggregate(self, ctx: ServerContext, replies: dict[int, Message], r: int) -> np.ndarray:
+        """Algorithm 3 over the replies' banks; the global bank in ``bank_dtype``."""
         p = self.params
         ids = sorted(replies)
-        return aggregate_banks(
+        bank = aggregate_banks(
             [replies[i].arrays[BANK] for i in ids],
             seed=int(seeded_rng(self.setup.seed, r, 0xA6).integers(2**31)),
             weights=[float(replies[i].scalars["num_examples"]) for i in ids],
             method=p.aggregation,
             order=p.bank_order,
         )
+        return self._wire(bank)
 
     def server(self, ctx: ServerContext) -> ServerResult:
         spec = self.bank_spec()
@@ -251,10 +289,10 @@ class FedDyMem(Algorithm):
                     continue
                 bank = self._aggregate(ctx, init, 0)
             msgs = {i: Message(TRAIN, {BANK: bank}, {"round": r}) for i in ctx.sample()}
-            replies = ctx.send(msgs, arrays=spec, scalars=["num_examples", "loss"])
+            replies = ctx.send(msgs, arrays=spec, scalars=["num_examples", "loss", "scale"])
             if replies:
                 bank = self._aggregate(ctx, replies, r)
-                log_weighted_scalars(ctx, replies, ["loss"])
+                log_weighted_scalars(ctx, replies, ["loss", "scale"])
             else:
                 ctx.event("no valid replies; the global bank is unchanged")
             result = ServerResult({BANK: bank}, {})

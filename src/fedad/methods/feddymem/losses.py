@@ -1,4 +1,4 @@
-"""FedDyMem's metric loss [FedDyMem eq. 12].
+"""FedDyMem's metric loss [FedDyMem eq. 12], and a scale floor against feature collapse.
 
 .. math::
     \\ell(M, M') = \\frac{1}{HWK} \\sum_{h,w} \\sum_{k=1}^{K}
@@ -7,6 +7,22 @@
 where :math:`m'_1, \\dots, m'_K` are the :math:`K` nearest entries of the bank :math:`M'` to
 the patch feature :math:`m_{(h,w)}` (a kNN search, Euclidean), ``K = 3`` and ``th = 0.01``
 in the paper. Averaged over the samples of a batch.
+
+Eq. 12 alone has no repulsive term: its minimum is a collapsed feature space, and the
+memory features (and the bank built from them) shrink over rounds, each client at its own
+rate. :func:`scale_floor` (not in FedDyMem; ``keep_scale`` times it is added to eq. 12) is
+a hinge on the batch's feature scale :math:`s = (\\frac{1}{BHW} \\sum \\lVert m \\rVert^2)^{1/2}`
+below the client's reference scale :math:`s_0` (its memory features' scale before any
+training):
+
+.. math::
+    \\ell_{scale} = \\max(0, s_0 - s),
+
+in the units of eq. 12 (distances), zero while the features keep their initial scale.
+Shrinking every feature by a factor :math:`1 - \\epsilon` lowers eq. 12 by at most
+:math:`\\epsilon` times the mean distance to the bank and raises :math:`\\ell_{scale}` by
+:math:`\\epsilon s_0`; the distance to the bank is below the features' norm, so with weight
+1 uniform shrinking no longer pays.
 
 Shapes: memory features ``(B, C, H, W)``, bank ``(D, C)`` -> scalar.
 """
@@ -17,7 +33,7 @@ import torch
 
 from fedad.nn.patchscore import knn_distances
 
-__all__ = ["metric_loss"]
+__all__ = ["metric_loss", "scale_floor"]
 
 
 def metric_loss(
@@ -28,3 +44,10 @@ def metric_loss(
     patches = memory.permute(0, 2, 3, 1).reshape(-1, c)
     d = knn_distances(patches, bank, k)
     return torch.clamp(d - th, min=0.0).mean()
+
+
+def scale_floor(memory: torch.Tensor, reference: float) -> torch.Tensor:
+    """``max(0, reference - s)`` with ``s`` the root mean square of the batch's patch
+    feature norms (see the module docstring). Shapes: ``(B, C, H, W)`` -> scalar."""
+    s = memory.pow(2).sum(dim=1).mean().clamp_min(1e-24).sqrt()
+    return torch.clamp(reference - s, min=0.0)

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedad.methods.feddymem.losses import metric_loss
+from fedad.methods.feddymem.losses import metric_loss, scale_floor
 
-__all__ = ["memory_features", "train_epoch"]
+__all__ = ["feature_scale", "memory_features", "train_epoch"]
 
 
 def memory_features(
@@ -35,6 +35,13 @@ def memory_features(
     return np.concatenate(out)
 
 
+def feature_scale(memories: np.ndarray) -> float:
+    """The memory features' scale: the root mean square of their patch features' norms,
+    ``sqrt(mean_{i,k} ||m_{i,k}||^2)`` over ``(n, K, C)`` (the collapse monitor)."""
+    m = np.asarray(memories, dtype=np.float64)
+    return float(np.sqrt((m**2).sum(axis=-1).mean())) if m.size else 0.0
+
+
 def train_epoch(
     net: nn.Module,
     opt: torch.optim.Optimizer,
@@ -44,10 +51,13 @@ def train_epoch(
     k: int,
     th: float,
     batch_size: int,
+    keep_scale: float = 0.0,
+    scale_ref: float = 0.0,
     rng: np.random.Generator,
     device: torch.device,
 ) -> float:
-    """One epoch of eq. 12 over shuffled mini-batches; the epoch's mean loss."""
+    """One epoch of eq. 12 (plus ``keep_scale`` times the scale floor at ``scale_ref``
+    when ``keep_scale > 0``) over shuffled mini-batches; the epoch's mean loss."""
     net.train()
     target = torch.as_tensor(bank, dtype=torch.float32, device=device)
     order = rng.permutation(len(features))
@@ -55,7 +65,10 @@ def train_epoch(
     for s in range(0, len(order), batch_size):
         idx = np.sort(order[s : s + batch_size])
         x = torch.as_tensor(features[idx]).to(device)
-        loss = metric_loss(net(x), target, k=k, th=th)
+        m = net(x)
+        loss = metric_loss(m, target, k=k, th=th)
+        if keep_scale > 0:
+            loss = loss + keep_scale * scale_floor(m, scale_ref)
         opt.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
