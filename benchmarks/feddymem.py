@@ -19,6 +19,10 @@ images.
   the autoencoder (control variates; it takes no PatchCore detector); ``feddymem``.
 * ``ablation``: Table III: FedDyMem without the projection, without the generator, with
   the position-wise mean instead of k-means, with k-means' own centre order, and whole.
+* ``dev`` (issue 29, seeds 100-102): FedDyMem with and without the scale floor, its
+  memory features' scale per round (training data).
+* ``eval`` (issue 29, pre-registered, see :data:`EVAL`): FedAvg with the autoencoder and
+  the PatchCore-style detector, FedDyMem with today's defaults and as the paper reads.
 * ``norm``: FedDyMem as it is and with ``score_norm = "train"`` (each client's maps and
   scores on the scale of its own training images' scores; not in the paper), for the gap
   between the pooled and the client-mean image AUROC.
@@ -72,7 +76,22 @@ DEV: list[Method] = [
 """Development rows (issue 29), run on seeds 100-102 only, before the evaluation: whether
 the scale floor (``keep_scale = 1``) keeps the memory features' scale over 20 rounds
 (training data: the logged ``scale``), see docs/methods/feddymem.md."""
-SUITES = {"table": TABLE, "ablation": ABLATION, "norm": NORM, "dev": DEV}
+PAPER = {"keep_scale": 0.0, "neighbourhood": 1, "score_norm": "none", "bank_dtype": "float32"}
+"""FedDyMem as it was before issue 29 (eq. 12 alone, no neighbourhood mean, raw scores,
+float32 banks): the paper read literally."""
+EVAL: list[Method] = [
+    ("fedavg-ae", "fedavg", {}, "autoencoder"),
+    ("fedavg-patchcore", "fedavg", {}, "patchcore"),
+    ("feddymem", "feddymem", {}, None),
+    ("feddymem-paper", "feddymem", PAPER, None),
+]
+"""Issue 29's evaluation, pre-registered (committed before it ran): seeds 0-4, 20 rounds,
+``textures``, Dirichlet 0.1 over 5 clients, default parameters, once with ``--local-test
+own --eval-every 5`` (pooled AUROC at rounds 5, 10, 15, 20) and once with ``--local-test
+shared``. Criteria: ``feddymem`` pooled image AUROC >= ``fedavg-ae`` + 0.10, >=
+``fedavg-patchcore`` - 0.01 on pooled image AUROC and on pixel AUROC, fewer bytes up than
+``fedavg-patchcore``, and its pooled AUROC at round 20 not below round 5."""
+SUITES = {"table": TABLE, "ablation": ABLATION, "norm": NORM, "dev": DEV, "eval": EVAL}
 
 
 def config_text(
