@@ -55,8 +55,11 @@ SCALE_REF = "scale_ref_"
 ScoreNorm = Literal["none", "train"]
 NET = "net."
 DEFAULT_STAGES = {"efficientnet-lite0": (3, 5), "wide_resnet50_2": (2, 3)}
-"""Mid-level stages per backbone: stride 8 and 16, as WRN-50's layer2 and layer3 [FedDyMem
-Sec. VI-A3, after PatchCore]."""
+"""Mid-level stages per backbone: stride 8 and 16, PatchCore's WRN-50 ``layer2`` and
+``layer3``. Not the paper's: its 5.62M-float memory is 56 x 56 x 1792, WRN-50 layers 1-3 at
+stride 4 (``stages = [1, 2, 3]`` with ``backbone = "wide_resnet50_2"``; with EfficientNet-Lite0
+``[2, 3, 5]``: 24 + 40 + 112 channels at stride 4). The bank has one entry per position, so
+stride 4 makes it, and every upload, 4 times larger (1,024 entries at 128 pixels)."""
 
 Backbone = Literal["efficientnet-lite0", "wide_resnet50_2"]
 
@@ -220,14 +223,23 @@ class FedDyMemDetector(BaseDetector):
         (:func:`neighbourhood_mean`, PatchCore's local aggregation); the last few inputs'
         are kept (the backbone is the expensive part and never changes)."""
         x = np.ascontiguousarray(x, dtype=np.float32)
-        key = hashlib.blake2b(x.tobytes(), digest_size=16).digest() + str(x.shape).encode()
-        hit = self._cache.get(key)
+        hit = self._cache.get(self._key(x))
         if hit is None:
             hit = neighbourhood_mean(self.extractor()(x), self.neighbourhood)
-            if len(self._cache) >= 4:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[key] = hit
+            self.remember(x, hit)
         return hit
+
+    @staticmethod
+    def _key(x: np.ndarray) -> bytes:
+        return hashlib.blake2b(x.tobytes(), digest_size=16).digest() + str(x.shape).encode()
+
+    def remember(self, x: np.ndarray, features: np.ndarray) -> None:
+        """Keep ``features`` as :meth:`features` of ``x`` (they must be: e.g. a client's
+        training images' features kept in its state), so they are not recomputed."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if len(self._cache) >= 4:
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[self._key(x)] = features
 
     # -- networks ----------------------------------------------------------------------------
     def build(self) -> Self:

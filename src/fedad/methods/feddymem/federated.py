@@ -208,6 +208,8 @@ class FedDyMem(Algorithm):
         if feats is None:
             feats = det.features(x)
             state[FEATURES] = feats
+        else:
+            det.remember(x, feats)  # calibration and the threshold score x again
         own = unprefixed(state, OWN)
         if own:
             det.set_net(own)
