@@ -142,6 +142,20 @@ def test_reading_names_a_different_best_by_the_client_mean() -> None:
     assert "by the client-mean AUROC b is best" in reading([a, b], 3)
 
 
+def test_the_reference_has_the_same_detector_where_the_run_has_one() -> None:
+    local_ae = _st("local-ae", 0.88, 0.0, "local")
+    local_svdd = Standing("local-svdd", "local", "deepsvdd", 0.74)
+    fed_svdd = Standing("fedavg-svdd", "fedavg", "deepsvdd", 0.72)
+    fadngs = Standing("fadngs", "fadngs", "", 0.80)
+    found = caveats([local_ae, fadngs, local_svdd, fed_svdd], {}, 1)
+    assert found == [
+        "fadngs (pooled AUROC 0.800) is below local-ae (0.880), where each client trains "
+        "alone: the federation did not help it here",
+        "fedavg-svdd (pooled AUROC 0.720) is below local-svdd (0.740), where each client "
+        "trains alone: the federation did not help it here",
+    ]
+
+
 def test_below_the_reference_only_beyond_the_spread() -> None:
     ranked = [_st("local", 0.90, 0.03, "local"), _st("fed", 0.88, 0.03)]
     assert caveats(ranked, {}, 3) == []  # 0.02 apart, spread 0.03

@@ -6,8 +6,9 @@ seeds when the run has several), one plain sentence reading the ranking (is the 
 than the seeds' spread; is the best a reference that pools the data), a small table of every
 method's two AUROCs with its role, and the caveats that matter:
 
-* a method below a lower reference (``local``: each client alone, no federation), by more
-  than the seeds' spread (one seed: by any amount);
+* a method below a lower reference (``local``: each client alone, no federation; the one
+  with the same detector where the run has it, else any), by more than the seeds' spread
+  (one seed: by any amount);
 * the collapse guard's event, ``encoder not learning`` (:mod:`fedad.collapse`), in any seed;
 * under ``[privacy] mechanism = "gaussian"``: a method without an ε (its note says why);
 * a method that gave non-finite scores.
@@ -218,12 +219,10 @@ def caveats(
     for s in ranked:
         if s.pooled is None or s.method in ROLES:
             continue
-        above = [
-            r
-            for r in refs
-            if (r.pooled or 0.0) - s.pooled > (_spread(s, r) if n_seeds > 1 else 0.0)
-        ]
-        if above:  # fmt: skip
+        own = [r for r in refs if r.detector == s.detector] or refs  # same detector first
+        margin = {r.label: _spread(s, r) if n_seeds > 1 else 0.0 for r in own}
+        above = [r for r in own if (r.pooled or 0.0) - s.pooled > margin[r.label]]
+        if above:
             r = max(above, key=lambda r: r.pooled or 0.0)
             out.append(
                 f"{s.label} (pooled AUROC {s.pooled:.3f}) is below {r.label} ({r.pooled:.3f}), "
