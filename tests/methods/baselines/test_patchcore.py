@@ -207,6 +207,9 @@ def test_method_keys_reach_the_detector_and_defaults_stay(method: str) -> None:
         ("local", {"backbone": "wide_resnet50_2"}, "pretrained", "detector 'patchcore' only"),
         ("local", {"image_size": 96}, "autoencoder", "detectors 'patchcore' and 'pretrained'"),
         ("scaffold", {"coreset": 0.5}, "autoencoder", "applies to detector 'patchcore' only"),
+        ("fedavg", {"stages": [5, 3]}, "patchcore", "'stages' of method 'fedavg'"),
+        ("fedavg", {"stages": [2, 8]}, "patchcore", "1..7"),
+        ("fedavg", {"stages": [2, 3]}, "autoencoder", "applies to detector 'patchcore' only"),
     ],
 )
 def test_bad_patchcore_keys_are_one_line_errors(
@@ -282,3 +285,22 @@ def test_greedy_coreset_is_bit_for_bit_the_cdist_one(p: int, c: int, n: int) -> 
     for i in (0, 3, p - 1):
         assert torch.equal(one(i), torch.cdist(x, x[i : i + 1])[:, 0])
     assert torch.equal(greedy_coreset(x, n, seed=11), _reference_coreset(x, n, seed=11))
+
+
+@needs_weights
+def test_stride_4_stages_reach_the_detector_and_the_3x3_mean_is_direct(images: np.ndarray) -> None:
+    algo = build_algorithm("fedavg", {"stages": [2, 3, 5], "image_size": 64}, _setup(), "patchcore")
+    det = algo.make_detector()
+    assert isinstance(det, PatchCoreDetector) and det.stages == (2, 3, 5)
+    assert det.get_params()["stages"] == [2, 3, 5]
+    feats = det.features(images)
+    assert feats.shape == (10, 24 + 40 + 112, 16, 16)  # stride 4 on 64 pixels
+    raw = det.extractor()(images)  # PatchCore's local aggregation: the 3 x 3 mean inside the map
+    i, j = 5, 0
+    want = raw[:, :, i - 1 : i + 2, j : j + 2].mean(axis=(2, 3))
+    np.testing.assert_allclose(feats[:, :, i, j], want, rtol=1e-5, atol=1e-6)
+    det.build()
+    again = detector_from_config(det.to_config(), det.get_arrays())
+    assert isinstance(again, PatchCoreDetector) and again.stages == (2, 3, 5)
+    with pytest.raises(FedadError, match="'stages'"):
+        detector_from_config({"class": "patchcore", "params": {"stages": [9]}}, {})

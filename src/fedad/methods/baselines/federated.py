@@ -210,6 +210,7 @@ class TorchBaseline(Algorithm):
                 "backbone": p.backbone or "efficientnet-lite0",
                 "backbone_path": p.backbone_path,
                 "coreset": DEFAULT_CORESET if p.coreset is None else p.coreset,
+                "stages": p.stages,
                 # by default the backbone reads images at their own side, kept in 64..224
                 "image_size": p.image_size or min(224, max(64, max(shape[1:], default=64))),
             }

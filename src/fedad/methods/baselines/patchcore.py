@@ -49,7 +49,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from torch import nn
 
 from fedad.data.types import Features, dense
@@ -57,7 +57,8 @@ from fedad.detector import DEFAULT_CONTAMINATION, register_detector
 from fedad.errors import ConfigError
 from fedad.methods.baselines.detectors import MAX_FEATURES, TorchDetector, TorchDetectorParams
 from fedad.nn.patchscore import anomaly_maps, image_scores, knn_distances
-from fedad.resources.multilevel import MultiLevelFeatures, check_backbone
+from fedad.resources.base import check_stages
+from fedad.resources.multilevel import MultiLevelFeatures, check_backbone, stage_channels
 from fedad.seeding import rng as seeded_rng
 
 PATCHCORE = "patchcore"
@@ -110,6 +111,14 @@ def clear_feature_cache() -> None:
 
 
 Backbone = Literal["efficientnet-lite0", "wide_resnet50_2"]
+BACKBONE: Backbone = "efficientnet-lite0"
+DEFAULT_STAGES: dict[str, tuple[int, ...]] = {
+    "efficientnet-lite0": (3, 5),
+    "wide_resnet50_2": (2, 3),
+}
+"""Fused stages by default: stride 8 and 16 (PatchCore's WRN-50 ``layer2`` and ``layer3``).
+``stages`` picks others, e.g. stride 4: ``[2, 3, 5]`` (EfficientNet-Lite0) or ``[1, 2, 3]``
+(WRN-50, the FedDyMem paper's levels)."""
 DEFAULT_CORESET = 0.1
 MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 32, 1024
 """Bounds of the ``image_size`` method key (the ``pretrained`` detector's too)."""
@@ -136,6 +145,10 @@ class PatchCoreOptions(BaseModel):
     coreset: float | None = Field(
         default=None, gt=0.0, le=1.0,
         description=f"share of training patches kept in the bank (default {DEFAULT_CORESET})",
+    )  # fmt: skip
+    stages: list[int] | None = Field(
+        default=None, min_length=1, max_length=7,
+        description="backbone stages fused (default: stride 8 and 16; [2, 3, 5]: stride 4)",
     )  # fmt: skip
     image_size: int | None = Field(
         default=None, ge=MIN_IMAGE_SIZE, le=MAX_IMAGE_SIZE,
@@ -172,6 +185,16 @@ def check_patchcore(method: str, detector: str | None, takes: tuple[str, ...], p
         return
     backbone = getattr(params, "backbone", None) or "efficientnet-lite0"
     check_backbone(method, backbone, getattr(params, "backbone_path", None))
+    stages = getattr(params, "stages", None)
+    if stages is not None:
+        count = len(stage_channels(backbone))
+        try:
+            check_stages(tuple(stages), count)
+        except ValueError as err:
+            raise ConfigError(
+                f"parameter 'stages' of method '{method}': {err} for {backbone}",
+                f"give increasing stage numbers in 1..{count}, e.g. [3, 5]",
+            ) from None
 
 
 class PatchCoreParams(TorchDetectorParams):
@@ -185,6 +208,14 @@ class PatchCoreParams(TorchDetectorParams):
     backbone_path: str | None = Field(default=None, max_length=4096)
     image_size: int = Field(default=128, ge=8, le=1024)
     coreset: float = Field(default=DEFAULT_CORESET, gt=0.0, le=1.0)
+    stages: tuple[int, ...] | None = Field(default=None, min_length=1, max_length=7)
+
+    @field_validator("stages")
+    @classmethod
+    def _stages(cls, v: tuple[int, ...] | None, info: ValidationInfo) -> tuple[int, ...] | None:
+        if v is not None:
+            check_stages(tuple(v), len(stage_channels(info.data.get("backbone", BACKBONE))))
+        return v
 
     @field_validator("kind")
     @classmethod
@@ -271,6 +302,7 @@ class PatchCoreDetector(TorchDetector):
         backbone_path: str | None = None,
         image_size: int = 128,
         coreset: float = DEFAULT_CORESET,
+        stages: tuple[int, ...] | list[int] | None = None,
     ) -> None:
         super().__init__(
             kind, input_shape, latent_dim, lr, epochs, batch_size, weight_decay,
@@ -282,6 +314,7 @@ class PatchCoreDetector(TorchDetector):
         self.backbone_path = backbone_path
         self.image_size = image_size
         self.coreset = coreset
+        self.stages = tuple(stages) if stages else DEFAULT_STAGES[backbone]
         self._version = 0
         """Bumped whenever the projection or the bank changes (invalidates the map memo)."""
         self._memo: tuple[tuple[Any, ...], np.ndarray] | None = None
@@ -293,13 +326,13 @@ class PatchCoreDetector(TorchDetector):
             "backbone_path": self.backbone_path,
             "image_size": self.image_size,
             "coreset": self.coreset,
+            "stages": list(self.stages),
         }
 
     def extractor(self) -> MultiLevelFeatures:
         return MultiLevelFeatures(
-            self.backbone, (3, 5) if self.backbone == "efficientnet-lite0" else (2, 3),
-            self.image_size, self.backbone_path, self.device,
-        )  # fmt: skip
+            self.backbone, self.stages, self.image_size, self.backbone_path, self.device
+        )
 
     def build(self) -> Self:
         super().build()
@@ -325,7 +358,7 @@ class PatchCoreDetector(TorchDetector):
     # -- features ------------------------------------------------------------------------------
     def _key(self, xs: np.ndarray) -> tuple[Any, ...]:
         digest = hashlib.blake2b(xs.tobytes(), digest_size=16).digest()
-        return (self.backbone, self.backbone_path, self.image_size, xs.shape, digest)
+        return (self.backbone, self.stages, self.backbone_path, self.image_size, xs.shape, digest)
 
     def features(self, x: Features) -> np.ndarray:
         """Frozen features ``(n, C, h, w)`` after 3x3 average pooling (PatchCore's local
