@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +28,7 @@ from fedad.data.types import Dataset
 from fedad.errors import FedadError
 from fedad.runner import run_experiment
 from fedad.seeds import run_seeds
-from fedad.tracking import MAX_PARAM, flatten, run_name, tracking_uri
+from fedad.tracking import MAX_PARAM, flatten, run_name, start, tracking_uri
 
 mlflow = pytest.importorskip("mlflow", reason="the extra 'tracking' (mlflow-skinny)")
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -181,3 +182,17 @@ def test_a_failure_after_the_start_only_warns(
         run_experiment(parse_config(raw), tmp_path / "out")
     assert (tmp_path / "out" / "report.html").is_file()
     assert any("could not log report.html" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("target", ["a\x00b", "FILE/store", "http://127.0.0.1:9"])
+def test_a_store_that_cannot_be_opened_is_one_line_and_quick(tmp_path: Path, target: str) -> None:
+    """A NUL byte, a folder below a file, a server that refuses (port 9: MLflow's own
+    retries would take about 4 minutes; fedad's defaults about 3 s)."""
+    (tmp_path / "FILE").write_text("a file, not a folder")
+    target = target.replace("FILE", str(tmp_path / "FILE"))
+    cfg = parse_config(_raw(target)).tracking
+    started = time.perf_counter()
+    with pytest.raises(FedadError, match=r"^\[tracking\] mlflow") as err:
+        start(cfg, tmp_path / "out", {"seed": 0})
+    assert "\n" not in str(err.value) and len(str(err.value)) < 600
+    assert time.perf_counter() - started < 60

@@ -45,6 +45,13 @@ MAX_PARAM = 6000
 _BATCH = 100
 _KEY = re.compile(r"[^A-Za-z0-9_\-. :/]")
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+}
+"""MLflow's HTTP retries for fedad's process, unless set: MLflow's own (7 retries, backoff
+factor 2, 120 s timeout) take about 4 minutes to say that a server does not answer."""
 log = logging.getLogger("fedad")
 
 
@@ -64,12 +71,13 @@ def tracking_uri(target: str) -> str:
     ``file://`` URI (created; MLflow's file store)."""
     if _URI.match(target) and not re.match(r"^[A-Za-z]:[\\/]", target):
         return target
-    folder = Path(target).expanduser().resolve()
     try:
+        folder = Path(target).expanduser().resolve()
         folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
+    except (OSError, ValueError, RuntimeError) as err:  # a NUL byte, no home for '~', ...
+        reason = getattr(err, "strerror", None) or str(err) or type(err).__name__
         raise FedadError(
-            f"[tracking] mlflow: cannot create the folder '{folder}': {err.strerror or err}",
+            f"[tracking] mlflow: cannot create the folder {target!r}: {reason}",
             "give a folder you can write to, or a tracking URI",
         ) from None
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
@@ -89,6 +97,13 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, st
         elif value is not None:
             text = json.dumps(value) if isinstance(value, list | bool) else str(value)
             yield name, text if len(text) <= MAX_PARAM else text[: MAX_PARAM - 3] + "..."
+
+
+def _reason(err: BaseException) -> str:
+    """An exception's message on one line, its start and end where it is long (MLflow's
+    HTTP errors name the cause last: '... [Errno 111] Connection refused')."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= 300 else f"{text[:140]} ... {text[-150:]}"
 
 
 def _key(text: str) -> str:
@@ -124,8 +139,7 @@ class Tracker:
         try:
             fn(*args, **kwargs)
         except Exception as err:  # MLflow raises many kinds (HTTP, file store, ...)
-            reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
-            log.warning("tracking: could not log %s to %s: %s", what, self.where, reason)
+            log.warning("tracking: could not log %s to %s: %s", what, self.where, _reason(err))
 
     def _metrics(self, metrics: list[Any]) -> None:
         for i in range(0, len(metrics), 1000):
@@ -178,6 +192,8 @@ def start(cfg: TrackingConfig | None, out: Path, resolved: Mapping[str, Any]) ->
         return None
     client_cls = _client()
     uri = tracking_uri(cfg.mlflow)
+    for name, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
     from mlflow.entities import Param, RunTag
 
     try:
@@ -191,9 +207,8 @@ def start(cfg: TrackingConfig | None, out: Path, resolved: Mapping[str, Any]) ->
         for i in range(0, len(params), _BATCH):
             client.log_batch(run_id, params=params[i : i + _BATCH], tags=tags if i == 0 else [])
     except Exception as err:  # any failure of the backend, before anything trains
-        reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
         raise FedadError(
-            f"[tracking] mlflow '{cfg.mlflow}' cannot start a run: {reason}",
+            f"[tracking] mlflow {cfg.mlflow!r} cannot start a run: {_reason(err)}",
             "check the tracking URI or folder, or remove the [tracking] section",
         ) from None
     return Tracker(client, run_id, cfg.mlflow)
