@@ -459,6 +459,7 @@ PLUS_BASELINES = ("self-train", "fedavg-svdd", "gcfl")
 """The baselines of issue 30's criterion: the best of ``local`` / ``fedavg`` + Deep SVDD and
 ``gcfl`` in the same run."""
 PLUS_ABLATION: list[Method] = [
+    ("plus-without-student-ad", "fgad-plus", {"student_ad": 0.0}, None),
     ("plus-without-distill-on-all", "fgad-plus", {"distill_on": "normal"}, None),
     ("plus-without-sampled-graphs", "fgad-plus", {"fake_graphs": "soft"}, None),
     ("plus-without-degree-features", "fgad-plus", {"fake_features": "real"}, None),

@@ -43,13 +43,13 @@ def _social(per_class: int = 6) -> GraphSet:
 
 
 def test_defaults_are_the_chosen_options_and_fgad_keeps_the_papers() -> None:
-    plus = FGADPlusParams()
+    plus, paper = FGADPlusParams(), FGADParams()
     assert (plus.distill_on, plus.fake_graphs, plus.fake_features) == ("all", "sampled", "auto")
     assert (plus.gen_output, plus.decoder_bias, plus.reconstruction) == (
         "linear", True, "balanced",
     )  # fmt: skip
-    assert (plus.collaboration, plus.distill) == ("head", True)
-    paper = FGADParams()
+    assert (plus.collaboration, plus.distill, plus.student_ad) == ("head", True, 1.0)
+    assert (plus.lr, plus.tau, plus.keep_optimizer) == (paper.lr, paper.tau, False)
     assert FGAD.ParamsModel is FGADParams and FGADPlus.ParamsModel is FGADPlusParams
     assert (paper.distill_on, paper.fake_graphs, paper.gen_output) == ("normal", "soft", "gin")
     assert paper.fake_features == "real" and paper.student_ad == 0.0

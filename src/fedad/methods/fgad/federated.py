@@ -285,6 +285,10 @@ class FGADPlusParams(FGADParams):
         description="generated graphs get the degree features of their own adjacency where "
         "node features are one-hot degrees",
     )
+    student_ad: float = Field(
+        default=1.0, ge=0.0, le=1e6,
+        description="weight of eq. 9 on the student head beside eq. 12",
+    )  # fmt: skip
 
 
 @register
