@@ -115,3 +115,14 @@ def test_the_client_trains_with_the_resolved_augmentation(
     run_inprocess(algo, fed, rounds=1, seed=0)
     assert calls and all(c == augmentation(fed.feature_shape) for c in calls)
     assert fed.feature_shape[0] == 1 and not calls[0][0]
+
+
+@pytest.mark.parametrize(("n", "p"), [(50, 200), (300, 20)])
+def test_gaussian_head_is_scikit_learns_ledoit_wolf(n: int, p: int) -> None:
+    from sklearn.covariance import LedoitWolf
+
+    z = np.random.default_rng(n).normal(size=(n, p)) @ np.diag(np.linspace(0.5, 3.0, p))
+    mean, precision = det_mod._ledoit_wolf(z)
+    lw = LedoitWolf().fit(z)
+    np.testing.assert_allclose(mean, lw.location_)
+    np.testing.assert_allclose(precision, lw.precision_, rtol=1e-8, atol=1e-10)

@@ -148,6 +148,8 @@ def protofl(det: BaseDetector, shape: tuple[int, ...]) -> Core:
     assert isinstance(det, ProtoFLDetector)
     if not hasattr(det, "shift_"):
         raise NotExportable("the 'protofl' detector has no fitted head to export")
+    if det.trunk_input == "efficientnet":
+        raise NotExportable("the 'protofl' detector's efficientnet trunk is not exportable yet")
     features = None
     if det.trunk_input == "pretrained":
         from fedad.resources import get_resource

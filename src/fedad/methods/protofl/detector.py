@@ -34,8 +34,15 @@ from fedad.detector import (
 )
 from fedad.methods.baselines.ocsvm import fit_rbf_ocsvm, rbf_ocsvm_score
 from fedad.methods.protofl.augment import Auto, augmentation
-from fedad.methods.protofl.features import embed, view_features
-from fedad.methods.protofl.model import Encoder, Trunk, flow_nll, make_flow
+from fedad.methods.protofl.features import (
+    embed,
+    prefix_maps,
+    prefix_shape,
+    tail_start,
+    view_features,
+    view_prefix_maps,
+)
+from fedad.methods.protofl.model import Encoder, PretrainedTail, Trunk, flow_nll, make_flow
 from fedad.methods.protofl.train import (
     choose_flow_epochs,
     represent,
@@ -88,13 +95,16 @@ class ProtoFLDetectorParams(BaseModel):
     nu: float = Field(default=0.1, gt=0.0, le=1.0)
     contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
     seed: int = Field(default=0, ge=-(1 << 63), lt=1 << 63)
-    trunk_input: Literal["raw", "pretrained"] = "raw"
+    trunk_input: Literal["raw", "pretrained", "efficientnet"] = "raw"
+    tune_stages: int = Field(default=1, ge=0, le=7)
     backbone: str = Field(default="efficientnet-lite0", max_length=64)
     feature_size: int = Field(default=64, ge=32, le=1024)
     feature_views: int = Field(default=4, ge=2, le=64)
 
     @model_validator(mode="after")
     def _shape(self) -> ProtoFLDetectorParams:
+        if self.trunk_input == "efficientnet" and self.kind != "image":
+            raise ValueError("an efficientnet trunk takes images")
         if self.trunk_input == "pretrained":
             from fedad.resources import resource_names
 
@@ -145,6 +155,7 @@ class ProtoFLDetector(BaseDetector):
         contamination: float = DEFAULT_CONTAMINATION,
         seed: int = 0,
         trunk_input: str = "raw",
+        tune_stages: int = 1,
         backbone: str = "efficientnet-lite0",
         feature_size: int = 64,
         feature_views: int = 4,
@@ -175,6 +186,7 @@ class ProtoFLDetector(BaseDetector):
         self.nu = nu
         self.seed = seed
         self.trunk_input = trunk_input
+        self.tune_stages = tune_stages
         self.backbone = backbone
         self.feature_size = feature_size
         self.feature_views = feature_views
@@ -208,6 +220,7 @@ class ProtoFLDetector(BaseDetector):
             "contamination": self.contamination,
             "seed": self.seed,
             "trunk_input": self.trunk_input,
+            "tune_stages": self.tune_stages,
             "backbone": self.backbone,
             "feature_size": self.feature_size,
             "feature_views": self.feature_views,
@@ -216,7 +229,10 @@ class ProtoFLDetector(BaseDetector):
     # -- networks ---------------------------------------------------------------------------
     @property
     def trunk_shape(self) -> tuple[int, ...]:
-        """The trunk's input: the data's shape, or the backbone's feature width."""
+        """The trunk's input: the data's shape, the backbone's feature width, or the shape
+        of EfficientNet-Lite0's frozen prefix maps (``efficientnet``)."""
+        if self.trunk_input == "efficientnet":
+            return prefix_shape(self.tune_stages, self.feature_size)
         if self.trunk_input == "pretrained":
             from fedad.resources import resource_info
 
@@ -229,28 +245,57 @@ class ProtoFLDetector(BaseDetector):
         shape = tuple(self.input_shape) if self.kind == "image" else ()
         return augmentation(shape, self.flip, self.crop)  # type: ignore[arg-type]
 
+    @property
+    def h_dim(self) -> int:
+        """The dimension of :math:`h = f(x)`: ``rep_dim``, or 1280 for the efficientnet trunk."""
+        return 1280 if self.trunk_input == "efficientnet" else self.rep_dim
+
     def features(self, x: np.ndarray) -> np.ndarray:
-        """What the trunk takes: ``x`` itself, or its frozen backbone features."""
+        """What the trunk takes: ``x`` itself, its frozen backbone features, or the frozen
+        prefix maps of EfficientNet-Lite0 (``efficientnet``)."""
+        if self.trunk_input == "efficientnet":
+            return prefix_maps(x, self.tune_stages, self.feature_size, self.device)
         if self.trunk_input == "pretrained":
             return embed(self.backbone, x, self.feature_size, self.device)
         return x
 
     def view_features(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
-        """``(feature_views, N, D)`` features of augmented views (pretrained trunk), else None."""
+        """``(feature_views, N, ...)`` trunk inputs of augmented views (a frozen backbone in
+        front of the trunk: ``pretrained``, ``efficientnet``), else None."""
+        flip, crop = self.augmentation()
+        if self.trunk_input == "efficientnet":
+            return view_prefix_maps(x, self.feature_views, self.tune_stages, self.feature_size,
+                                    rng, flip, crop, self.device)  # fmt: skip
         if self.trunk_input != "pretrained":
             return None
-        flip, crop = self.augmentation()
         return view_features(self.backbone, x, self.feature_views, self.feature_size, rng,
                              flip, self.device, crop)  # fmt: skip
 
-    def make_trunk(self) -> Trunk:
+    def _new_trunk(self) -> torch.nn.Module:
+        """The trunk's architecture, untrained (seeded) or, for ``efficientnet``, random."""
+        if self.trunk_input == "efficientnet":
+            return PretrainedTail(tail_start(self.tune_stages))
+        return Trunk(self.trunk_shape, self.rep_dim, self.width)
+
+    def make_trunk(self) -> torch.nn.Module:
+        """The initial trunk: seeded weights, or EfficientNet-Lite0's shipped ones."""
         with seeded(self.seed):
-            trunk = Trunk(self.trunk_shape, self.rep_dim, self.width)
+            trunk = self._new_trunk()
+        if isinstance(trunk, PretrainedTail):
+            trunk.load_pretrained()
         return trunk.to(self.device).eval()
+
+    def make_encoder(self, proto_dim: int) -> Encoder:
+        r""":math:`\phi = g \circ f` around :meth:`make_trunk`, seeded, on the CPU."""
+        if self.trunk_input != "efficientnet":
+            with seeded(self.seed):
+                return Encoder(self.trunk_shape, self.rep_dim, proto_dim, self.width)
+        return Encoder(self.trunk_shape, self.rep_dim, proto_dim, self.width,
+                       self.make_trunk().cpu())  # fmt: skip
 
     def make_flow(self) -> torch.nn.Module:
         with seeded(self.seed + 1):
-            flow = make_flow(self.rep_dim, self.flow_layers, self.flow_hidden)
+            flow = make_flow(self.h_dim, self.flow_layers, self.flow_hidden)
         out: torch.nn.Module = flow.to(self.device).eval()
         return out
 
@@ -272,8 +317,7 @@ class ProtoFLDetector(BaseDetector):
     def check_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """The trunk the parameters declare (its size follows ``input_shape``), measured on
         torch's meta device, must be in ``arrays`` (before :meth:`set_arrays` builds it)."""
-        shape = self.trunk_shape
-        check_network_arrays(lambda: Trunk(shape, self.rep_dim, self.width), arrays, "trunk.")
+        check_network_arrays(self._new_trunk, arrays, "trunk.")
 
     def set_trunk(self, arrays: dict[str, np.ndarray]) -> Self:
         """Load the trunk's state dict (the global model's ``trunk.*`` arrays, unprefixed)."""
@@ -292,10 +336,7 @@ class ProtoFLDetector(BaseDetector):
     def fit(self, x: np.ndarray) -> Self:
         self.build()
         if self.epochs > 0:
-            with seeded(self.seed):
-                enc = Encoder(self.trunk_shape, self.rep_dim, self.rep_dim, self.width)
-            enc.trunk.load_state_dict(self.trunk_.state_dict())
-            enc.to(self.device)
+            enc = self.make_encoder(self.h_dim).to(self.device)
             rng = np.random.default_rng(self.seed)
             views = self.view_features(x, rng)
             flip, crop = self.augmentation()
@@ -324,11 +365,7 @@ class ProtoFLDetector(BaseDetector):
             self.train_ = z
             self.bandwidth_ = float(_scott(len(z), z.shape[1]))
         elif self.head == "gaussian":
-            from sklearn.covariance import LedoitWolf
-
-            lw = LedoitWolf().fit(z)
-            self.mean_ = np.asarray(lw.location_, dtype=np.float64)
-            self.precision_ = np.asarray(lw.precision_, dtype=np.float64)
+            self.mean_, self.precision_ = _ledoit_wolf(z)
         else:
             gamma = 1.0 / (z.shape[1] * max(float(z.var()), 1e-12))
             self.sv_, self.coef_, self.intercept_ = fit_rbf_ocsvm(z, self.nu, gamma)
@@ -370,8 +407,8 @@ class ProtoFLDetector(BaseDetector):
 
     def _standardise(self, h: np.ndarray) -> np.ndarray:
         """Set ``shift_``/``scale_`` from ``h`` (a floor keeps constant features finite)."""
-        self.shift_ = h.mean(0) if len(h) else np.zeros(self.rep_dim)
-        sd = h.std(0) if len(h) > 1 else np.ones(self.rep_dim)
+        self.shift_ = h.mean(0) if len(h) else np.zeros(self.h_dim)
+        sd = h.std(0) if len(h) > 1 else np.ones(self.h_dim)
         floor = 1e-3 * float(np.mean(sd)) + 1e-6
         self.scale_ = np.maximum(sd, floor)
         return np.asarray((h - self.shift_) / self.scale_, dtype=np.float64)
@@ -395,7 +432,7 @@ class ProtoFLDetector(BaseDetector):
             return np.asarray(-kde.score_samples(z), dtype=np.float64)
         if self.head == "gaussian":
             d = z - self.mean_
-            return np.asarray(np.einsum("ij,jk,ik->i", d, self.precision_, d), dtype=np.float64)
+            return np.asarray(((d @ self.precision_) * d).sum(1), dtype=np.float64)
         return rbf_ocsvm_score(z, self.sv_, self.coef_, self.intercept_, self.gamma_)
 
     # -- persistence ------------------------------------------------------------------------
@@ -423,8 +460,8 @@ class ProtoFLDetector(BaseDetector):
         self.set_trunk({k[6:]: v for k, v in arrays.items() if k.startswith("trunk.")})
         self.shift_ = np.asarray(arrays["shift"], dtype=np.float64).reshape(-1)
         self.scale_ = np.asarray(arrays["scale"], dtype=np.float64).reshape(-1)
-        if self.shift_.shape != (self.rep_dim,) or self.scale_.shape != (self.rep_dim,):
-            raise ValueError(f"shift and scale must have {self.rep_dim} entries")
+        if self.shift_.shape != (self.h_dim,) or self.scale_.shape != (self.h_dim,):
+            raise ValueError(f"shift and scale must have {self.h_dim} entries")
         if not np.all(self.scale_ > 0):
             raise ValueError("scale must be positive")
         if self.head == "flow":
@@ -451,6 +488,22 @@ class ProtoFLDetector(BaseDetector):
         """Everything but the trunk (what a client keeps of its own after phase 2)."""
         return {k: v for k, v in self.get_arrays().items()
                 if not k.startswith("trunk.") and k != "threshold_"}  # fmt: skip
+
+
+def _ledoit_wolf(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and precision of scikit-learn's Ledoit-Wolf Gaussian of the rows of ``z``,
+    the precision built from the eigenvectors of the smaller Gram matrix
+    (:class:`fedad.methods.baselines.pretrained.ShrinkageGaussian`): with 1280 features and
+    a few hundred samples (the efficientnet trunk) that is an ``n x n`` problem, not a
+    ``p x p`` pseudo-inverse."""
+    from fedad.methods.baselines.pretrained import ShrinkageGaussian
+
+    g = ShrinkageGaussian(z)
+    precision = (g.vec * g.inv) @ g.vec.T
+    if g.rest:  # outside the span of the data the covariance is c * I
+        p = z.shape[1]
+        precision += (np.eye(p) - g.vec @ g.vec.T) / g.c
+    return np.asarray(g.mean, dtype=np.float64), np.asarray(precision, dtype=np.float64)
 
 
 def _scott(n: int, d: int) -> float:

@@ -60,3 +60,70 @@ def pick_two(
     second = (first + rng.integers(1, v, size=len(idx))) % v  # never equal to first
     i = idx.numpy()
     return views[first, i], views[second, i]
+
+
+TAIL_STAGES = 7
+"""EfficientNet-Lite0's MBConv stages (:data:`fedad.resources.efficientnet_lite0.STAGES`)."""
+
+
+def tail_start(tune_stages: int) -> int:
+    """The first stage (1-based) of the trainable tail when the last ``tune_stages`` stages
+    of EfficientNet-Lite0 are trained (stage ``TAIL_STAGES + 1`` means the head conv only)."""
+    return TAIL_STAGES + 1 - tune_stages
+
+
+def prefix_shape(tune_stages: int, size: int) -> tuple[int, int, int]:
+    """``(C, H, W)`` of the frozen prefix's output for ``size`` px inputs."""
+    from fedad.resources.efficientnet_lite0 import STAGES
+
+    stage = tail_start(tune_stages) - 1
+    side = -(-size // 2)  # the stem's stride (TensorFlow's SAME padding: ceil)
+    for _r, _k, stride, _e, _ci, _co in STAGES[:stage]:
+        side = -(-side // stride)
+    channels = STAGES[stage - 1][5] if stage >= 1 else 32
+    return (channels, side, side)
+
+
+@torch.inference_mode()
+def prefix_maps(
+    x: np.ndarray, tune_stages: int, size: int, device: str | torch.device, batch: int = 128
+) -> np.ndarray:
+    """``(N, C, H, W)`` float32 outputs of EfficientNet-Lite0's frozen stages (the stem and
+    the stages before the trainable tail) for images ``x`` ``(N, C, H, W)`` in [0, 1]."""
+    from fedad.resources import get_resource
+
+    net = get_resource("efficientnet-lite0", device)
+    stage = tail_start(tune_stages) - 1
+    shape = prefix_shape(tune_stages, size)
+    out = np.empty((len(x), *shape), dtype=np.float32)
+    dev = next(net.parameters()).device
+    for i in range(0, len(x), batch):
+        xt = torch.from_numpy(np.ascontiguousarray(x[i : i + batch], dtype=np.float32))
+        prepared = net.prepare(xt.to(dev), size)
+        if stage >= 1:
+            maps = net.stage_maps(prepared, (stage,))[0]
+        else:  # the stem only
+            maps = torch.nn.functional.relu6(net.bn0(net.conv_stem(prepared)))  # type: ignore[operator]
+        out[i : i + batch] = maps.float().cpu().numpy()
+    return out
+
+
+def view_prefix_maps(
+    x: np.ndarray,
+    views: int,
+    tune_stages: int,
+    size: int,
+    rng: np.random.Generator,
+    flip: bool,
+    crop: float,
+    device: str | torch.device,
+) -> np.ndarray:
+    """``(views, N, C, H, W)``: :func:`prefix_maps` of ``views`` augmented copies of ``x``."""
+    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    aug = image_augmenter(int(xt.shape[2]), int(xt.shape[3]), flip, crop)
+    out = []
+    for _ in range(views):
+        with torch_seeded(int(rng.integers(0, 2**62))):
+            view = aug(xt).clamp(0.0, 1.0).numpy()
+        out.append(prefix_maps(view, tune_stages, size, device))
+    return np.stack(out)

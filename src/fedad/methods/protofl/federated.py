@@ -61,7 +61,7 @@ from fedad.fl.fedavg import log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.validate import spec_of
 from fedad.methods.protofl.augment import Auto
-from fedad.methods.protofl.detector import Head, HeadData, ProtoFLDetector, seeded
+from fedad.methods.protofl.detector import Head, HeadData, ProtoFLDetector
 from fedad.methods.protofl.model import Encoder
 from fedad.methods.protofl.train import train_encoder
 from fedad.seeding import rng as seeded_rng
@@ -118,9 +118,13 @@ class ProtoFLParams(Params):
         default="federated",
         description="'local': each client trains its own encoder, no FedAvg (the baseline)",
     )
-    trunk: Literal["cnn", "pretrained"] = Field(
+    trunk: Literal["cnn", "pretrained", "efficientnet"] = Field(
         default="cnn",
-        description="'pretrained': the trunk is an MLP on frozen backbone features (a variant)",
+        description="'pretrained': an MLP on frozen backbone features; 'efficientnet': "
+        "EfficientNet-Lite0's last stages, initialised from its shipped weights",
+    )
+    tune_stages: int = Field(
+        default=1, ge=0, le=7, description="efficientnet: last stages trained (0: head conv)"
     )
     trunk_size: int = Field(default=64, ge=32, le=1024, description="backbone input side")
     trunk_views: int = Field(default=4, ge=2, le=64, description="cached augmented views")
@@ -182,9 +186,10 @@ class ProtoFL(Algorithm):
                 "no client receives a model it did not train)",
                 "drop new_clients or phase1",
             )
-        if self.params.trunk == "pretrained" and setup.kind != "image":
+        if self.params.trunk != "cnn" and setup.kind != "image":
             raise ConfigError(
-                f'protofl: trunk = "pretrained" needs image data, this run\'s is {setup.kind}',
+                f"protofl: trunk = {self.params.trunk!r} needs image data, this run's is "
+                f"{setup.kind}",
                 'drop trunk or use trunk = "cnn"',
             )
         if self.params.new_clients >= setup.num_clients:
@@ -223,11 +228,7 @@ class ProtoFL(Algorithm):
 
     def make_encoder(self) -> Encoder:
         """The initial global encoder :math:`\\phi(\\cdot; \\theta_g^0)` (seeded, on the CPU)."""
-        p = self.params
-        shape = self.make_detector().trunk_shape
-        with seeded(self.setup.seed):
-            enc = Encoder(shape, p.rep_dim, self.proto_dim, p.width)
-        return enc
+        return self.make_detector().make_encoder(self.proto_dim)
 
     def make_detector(self) -> ProtoFLDetector:
         p = self.params
@@ -256,7 +257,8 @@ class ProtoFL(Algorithm):
             nu=p.nu,
             contamination=self.contamination,
             seed=self.setup.seed,
-            trunk_input="pretrained" if p.trunk == "pretrained" else "raw",
+            trunk_input="raw" if p.trunk == "cnn" else p.trunk,
+            tune_stages=p.tune_stages,
             backbone=p.backbone,
             feature_size=p.trunk_size,
             feature_views=p.trunk_views,
@@ -299,8 +301,9 @@ class ProtoFL(Algorithm):
         return Message(PROTOTYPE, {}, {"num_examples": data.n_train})
 
     def _views(self, state: ClientState, data: ClientData) -> np.ndarray | None:
-        """The pretrained trunk's augmented-view features, computed once and kept at home."""
-        if self.params.trunk != "pretrained":
+        """A frozen backbone's outputs for augmented views (``pretrained``: features,
+        ``efficientnet``: prefix maps), computed once and kept at home."""
+        if self.params.trunk == "cnn":
             return None
         if "feature_views" not in state:
             rng = client_rng(self.setup.seed, 0, data.client_id, 0xF3)

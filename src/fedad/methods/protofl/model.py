@@ -79,14 +79,26 @@ class Encoder(nn.Module):
     the prototype dimension :math:`D` ([ProtoFL Sec. 4.3]: :math:`\\phi` and the off-the-shelf
     :math:`\\mathcal{F}` both map to :math:`\\mathbb{R}^D`). ``g`` is ReLU then a linear layer;
     the phase-1 losses act on :math:`r = \\phi(x) \\in \\mathbb{R}^D`, the phase-2 head on
-    :math:`h = f(x)` (see ``docs/methods/protofl.md``). FedAvg averages both."""
+    :math:`h = f(x)` (see ``docs/methods/protofl.md``). FedAvg averages both. ``trunk``: a
+    ready trunk instead of the CNN/MLP (:class:`PretrainedTail`, whose 1280 features already
+    live in the prototypes' space: no projection then)."""
 
     def __init__(
-        self, input_shape: tuple[int, ...], rep_dim: int, proto_dim: int, width: int = 32
+        self,
+        input_shape: tuple[int, ...],
+        rep_dim: int,
+        proto_dim: int,
+        width: int = 32,
+        trunk: nn.Module | None = None,
     ) -> None:
         super().__init__()
-        self.trunk = Trunk(input_shape, rep_dim, width)
-        self.proj = nn.Sequential(nn.ReLU(), nn.Linear(rep_dim, proto_dim))
+        self.trunk = Trunk(input_shape, rep_dim, width) if trunk is None else trunk
+        rep_dim = int(getattr(self.trunk, "rep_dim", rep_dim))
+        self.proj: nn.Module
+        if isinstance(self.trunk, PretrainedTail) and rep_dim == proto_dim:
+            self.proj = nn.Identity()  # phi starts as the off-the-shelf model itself
+        else:
+            self.proj = nn.Sequential(nn.ReLU(), nn.Linear(rep_dim, proto_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """:math:`r = \\phi(x)` [ProtoFL eq. 4]."""
@@ -181,3 +193,61 @@ def phase2_loss(
     )
     reg = positive_cosine_loss(z, z_hat)
     return mle + lam * reg, mle, reg
+
+
+class PretrainedTail(nn.Module):
+    """The trainable tail of EfficientNet-Lite0, initialised from the shipped ImageNet
+    weights (the off-the-shelf model :math:`\\mathcal{F}` of [ProtoFL eq. 6] itself): the
+    MBConv blocks of stages ``start..7``, the head convolution and its batch norm, global
+    average pooling; its input is the frozen prefix's output
+    (:func:`fedad.methods.protofl.features.prefix_maps`), its output the 1280 features of
+    :math:`\\mathcal{F}`, so :math:`\\phi` starts as :math:`\\mathcal{F}` and the prototypes
+    live in its own space. Batch norm stays in eval mode (ImageNet statistics, frozen):
+    FedAvg of per-client batch statistics would describe no client's data (the reason the
+    CNN trunk uses group norm); its affine weights train. Built without weights (on torch's
+    meta device): :meth:`load_pretrained` (or a state dict loaded with ``assign``) gives them."""
+
+    def __init__(self, start: int) -> None:
+        super().__init__()
+        import itertools
+
+        from fedad.resources.efficientnet_lite0 import STAGES, EfficientNetLite0
+
+        first = [0, *itertools.accumulate(s[0] for s in STAGES)][start - 1]
+        with torch.device("meta"):  # no random draws: the weights come from load_pretrained
+            net = EfficientNetLite0()
+        self.blocks = nn.ModuleList(list(net.blocks)[first:])
+        self.conv_head = net.conv_head
+        self.bn1 = net.bn1
+        self.rep_dim = int(net.bn1.num_features)
+        self.first_block = first
+
+    def load_pretrained(self) -> PretrainedTail:
+        """Copy the shipped weights' entries of these layers (the full network's keys; the
+        network is loaded and checked once per process by :mod:`fedad.resources`)."""
+        from fedad.resources import get_resource
+
+        full = get_resource("efficientnet-lite0", "cpu").state_dict()
+        own = {}
+        for key in self.state_dict():
+            if key.startswith("blocks."):
+                i, rest = key[len("blocks.") :].split(".", 1)
+                own[key] = full[f"blocks.{int(i) + self.first_block}.{rest}"].clone()
+            else:
+                own[key] = full[key].clone()
+        self.load_state_dict(own, strict=True, assign=True)
+        return self
+
+    def train(self, mode: bool = True) -> PretrainedTail:
+        """Batch norm never leaves eval mode (see the class docstring)."""
+        super().train(mode)
+        for m in self.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.eval()
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        out: torch.Tensor = F.relu6(self.bn1(self.conv_head(x))).mean(dim=(2, 3))
+        return out
