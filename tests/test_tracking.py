@@ -28,7 +28,7 @@ from fedad.data.types import Dataset
 from fedad.errors import FedadError
 from fedad.runner import run_experiment
 from fedad.seeds import run_seeds
-from fedad.tracking import MAX_PARAM, flatten, run_name, start, tracking_uri
+from fedad.tracking import MAX_PARAM, experiment_id, flatten, run_name, start, tracking_uri
 
 mlflow = pytest.importorskip("mlflow", reason="the extra 'tracking' (mlflow-skinny)")
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -196,3 +196,29 @@ def test_a_store_that_cannot_be_opened_is_one_line_and_quick(tmp_path: Path, tar
         start(cfg, tmp_path / "out", {"seed": 0})
     assert "\n" not in str(err.value) and len(str(err.value)) < 600
     assert time.perf_counter() - started < 60
+
+
+def test_an_experiment_another_seed_created_meanwhile_is_used() -> None:
+    """Seeds in parallel (--jobs): both find the experiment missing, one creation fails."""
+
+    class Exp:
+        experiment_id = "7"
+
+    class Client:
+        looked = 0
+
+        def get_experiment_by_name(self, name: str) -> Exp | None:
+            self.looked += 1
+            return None if self.looked == 1 else Exp()
+
+        def create_experiment(self, name: str) -> str:
+            raise RuntimeError("RESOURCE_ALREADY_EXISTS")
+
+    assert experiment_id(Client(), "tests") == "7"
+
+    class Broken(Client):
+        def get_experiment_by_name(self, name: str) -> Exp | None:
+            return None
+
+    with pytest.raises(RuntimeError, match="ALREADY"):
+        experiment_id(Broken(), "tests")

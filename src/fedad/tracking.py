@@ -185,6 +185,21 @@ class Tracker:
         self._safely("the end of the run", self.client.set_terminated, self.run_id, status)
 
 
+def experiment_id(client: Any, name: str) -> str:
+    """The id of MLflow experiment ``name``, created when missing. Seeds run in parallel
+    (``--jobs``) may both find it missing: the one whose creation fails reads it again."""
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return str(exp.experiment_id)
+    try:
+        return str(client.create_experiment(name))
+    except Exception:
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return str(exp.experiment_id)
+
+
 def start(cfg: TrackingConfig | None, out: Path, resolved: Mapping[str, Any]) -> Tracker | None:
     """Open the MLflow run of ``cfg`` (``None``: tracking is off) and log the resolved
     config as params; a one-line :class:`FedadError` when it cannot."""
@@ -198,9 +213,7 @@ def start(cfg: TrackingConfig | None, out: Path, resolved: Mapping[str, Any]) ->
 
     try:
         client = client_cls(tracking_uri=uri)
-        exp = client.get_experiment_by_name(cfg.experiment)
-        exp_id = exp.experiment_id if exp is not None else client.create_experiment(cfg.experiment)
-        run = client.create_run(exp_id, run_name=run_name(cfg, out))
+        run = client.create_run(experiment_id(client, cfg.experiment), run_name=run_name(cfg, out))
         run_id = run.info.run_id
         params = [Param(k, v) for k, v in flatten(resolved)]
         tags = [RunTag("fedad.version", __version__), RunTag("fedad.out", str(Path(out)))]
