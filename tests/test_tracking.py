@@ -84,11 +84,32 @@ def tracked(toy: None, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, 
     return root / "run", client, client.search_runs([exp.experiment_id])
 
 
-def test_one_finished_mlflow_run_per_seed(tracked: tuple[Path, Any, list[Any]]) -> None:
+def test_one_finished_mlflow_run_per_seed_and_the_aggregate(
+    tracked: tuple[Path, Any, list[Any]],
+) -> None:
     _, _, runs = tracked
-    assert sorted(r.info.run_name for r in runs) == ["run/seed-0", "run/seed-1"]
+    assert sorted(r.info.run_name for r in runs) == ["run", "run/seed-0", "run/seed-1"]
     assert {r.info.status for r in runs} == {"FINISHED"}
-    assert {r.data.params["seed"] for r in runs} == {"0", "1"}
+    seeds = [r for r in runs if r.info.run_name != "run"]
+    assert {r.data.params["seed"] for r in seeds} == {"0", "1"}
+
+
+def test_the_aggregate_logs_means_spreads_and_the_report(
+    tracked: tuple[Path, Any, list[Any]],
+) -> None:
+    import json
+
+    out, client, runs = tracked
+    top = next(r for r in runs if r.info.run_name == "run")
+    assert top.data.params["seeds"] == "[0, 1]"
+    methods = json.loads((out / "metrics.json").read_text())["methods"]
+    for label in ("ae", "svm"):
+        assert top.data.metrics[f"{label}/auroc"] == pytest.approx(methods[label]["auroc"])
+        spread = methods[label]["std"]["auroc"]
+        assert top.data.metrics[f"{label}/std/auroc"] == pytest.approx(spread)
+    local = client.download_artifacts(top.info.run_id, "report.html", str(out.parent))
+    assert Path(local).read_bytes() == (out / "report.html").read_bytes()
+    assert "Answer" in Path(local).read_text()
 
 
 def test_params_are_the_resolved_config(tracked: tuple[Path, Any, list[Any]]) -> None:

@@ -46,6 +46,7 @@ import numpy as np
 from fedad.config import ExperimentConfig, dump_toml
 from fedad.errors import FedadError, Interrupted
 from fedad.outdir import RUN_FILE, STATE_DIR, RunDir, anchored, write_text
+from fedad.tracking import track_seeds
 
 log = logging.getLogger("fedad")
 
@@ -294,6 +295,7 @@ def run_seeds(
                 raise Interrupted(int(signum), kept, str(out)) from None
             raise
         data = agg.write()
+        track_seeds(cfg, out, data)  # [tracking]: the aggregate as one more MLflow run
         rd.set_state("finished" if not agg.failed else "failed")
     if agg.failed:
         s, why = next(iter(sorted(agg.failed.items())))

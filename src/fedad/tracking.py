@@ -8,7 +8,9 @@ method's per-round history as metrics with ``step`` = round (``LABEL/round/KEY``
 final metrics (``LABEL/KEY``, per client ``LABEL/client-i/KEY``); :meth:`Tracker.finish`
 logs ``report.html``, ``metrics.json``, ``config.toml``, ``history.csv`` and ``inputs.json``
 as artifacts and ends the run. A run over several seeds logs one MLflow run per seed (named
-``OUT/seed-N``).
+``OUT/seed-N``) and, once the seeds are aggregated, one for ``OUT`` (:func:`track_seeds`:
+each method's means over seeds as ``LABEL/KEY`` and their spreads as ``LABEL/std/KEY``,
+``OUT``'s report.html, metrics.json, config.toml and history.csv as artifacts).
 
 ``mlflow`` is a folder (MLflow's local file store there; MLflow 3 keeps that store in
 maintenance mode behind ``MLFLOW_ALLOW_FILE_STORE``, which fedad sets for its own process
@@ -34,9 +36,9 @@ from fedad import __version__
 from fedad.errors import FedadError
 
 if TYPE_CHECKING:
-    from fedad.config import TrackingConfig
+    from fedad.config import ExperimentConfig, TrackingConfig
 
-__all__ = ["ARTIFACTS", "EXTRA", "Tracker", "flatten", "start", "tracking_uri"]
+__all__ = ["ARTIFACTS", "EXTRA", "Tracker", "flatten", "start", "track_seeds", "tracking_uri"]
 
 EXTRA = "tracking"
 ARTIFACTS = ("report.html", "metrics.json", "config.toml", "history.csv", "inputs.json")
@@ -161,6 +163,11 @@ class Tracker:
             f = _number(v)
             if f is not None:
                 rows.append(Metric(_key(f"{label}/{k}"), f, now, 0))
+        spread = metrics.get("std")  # a several-seed aggregate: the seeds' spread
+        for k, v in spread.items() if isinstance(spread, dict) else ():
+            f = _number(v)
+            if f is not None:
+                rows.append(Metric(_key(f"{label}/std/{k}"), f, now, 0))
         for client in metrics.get("per_client") or []:
             if not isinstance(client, dict):
                 continue
@@ -225,3 +232,22 @@ def start(cfg: TrackingConfig | None, out: Path, resolved: Mapping[str, Any]) ->
             "check the tracking URI or folder, or remove the [tracking] section",
         ) from None
     return Tracker(client, run_id, cfg.mlflow)
+
+
+def track_seeds(cfg: ExperimentConfig, out: Path, data: Mapping[str, Any]) -> None:
+    """A several-seed run's aggregate (``data``: ``OUT/metrics.json``'s) as one more MLflow
+    run named after ``OUT``; the seeds have finished, so a failure here only warns."""
+    if cfg.tracking is None:
+        return
+    try:
+        tracker = start(cfg.tracking, out, cfg.model_dump(mode="json", exclude_none=True))
+    except FedadError as err:
+        log.warning("tracking: the aggregate over seeds was not logged: %s", err)
+        return
+    if tracker is None:
+        return
+    methods = data.get("methods")
+    for label, entry in methods.items() if isinstance(methods, dict) else ():
+        if isinstance(entry, dict):
+            tracker.method(str(label), [], entry)
+    tracker.finish(out)
