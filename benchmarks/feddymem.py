@@ -204,6 +204,7 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=0, help="pooled AUROC every N rounds")
     ap.add_argument("--work", type=Path, default=None, help="keep (and resume) the run here")
     ap.add_argument("--summarise-only", action="store_true")
+    ap.add_argument("--name", default=None, help="results/<name>.json (default from the suite)")
     args = ap.parse_args()
 
     first = args.first_seed if args.first_seed is not None else (100 if args.suite == "dev" else 0)
@@ -213,8 +214,8 @@ def main() -> None:
     )  # fmt: skip
     suffix = ("_only" if args.only else "") + ("_shared" if args.local_test == "shared" else "")
     rows = run_suite(
-        text, f"feddymem_{args.suite}{suffix}", summarise, work=args.work, jobs=args.jobs,
-        summarise_only=args.summarise_only, suite=args.suite,
+        text, args.name or f"feddymem_{args.suite}{suffix}", summarise, work=args.work,
+        jobs=args.jobs, summarise_only=args.summarise_only, suite=args.suite,
     )  # fmt: skip
     print(f"```toml\n{text}```\n")
     print(table(rows))
