@@ -182,3 +182,30 @@ def test_untrusted_labels_are_escaped(tmp_path: Path) -> None:
     answer = _answer(render_report(run))
     assert "<img src=x" not in answer and "&lt;img src=x onerror=alert(1)&gt;" in answer
     assert "<b>m</b>" not in answer
+
+
+def test_a_crafted_metrics_json_renders_with_notes(tmp_path: Path) -> None:
+    """Wrong types everywhere, odd seeds, a seed's metrics.json that is a folder or not
+    JSON: the answer is still written, escaped, and nothing raises."""
+    run = tmp_path / "run"
+    (run / "seed-0" / "metrics.json").mkdir(parents=True)
+    (run / "seed--1").mkdir()
+    (run / "seed--1" / "metrics.json").write_text("{not json")
+    methods = {
+        "a": {"auroc": "0.9", "std": [1], "per_client": {"x": 1}, "events": "stuck",
+              "privacy": {"epsilon": "x", "note": ["<i>"]}, "nonfinite_scores": True,
+              "method": ["local"]},
+        "b": {"auroc": float("nan"), "per_client": [{"auroc": 2e308}, "x", {"auroc": 0.5}]},
+        "c": {"auroc": 0.7, "method": "fedavg", "std": {"auroc": "wide"}},
+    }  # fmt: skip
+    experiment = {"seeds": [0, "1", True, 10**30, -1], "clients": {"x": 1}, "dataset": "<s>"}
+    text = json.dumps({"methods": methods, "experiment": experiment})
+    (run / "metrics.json").write_text(text)  # NaN: Python writes and reads it
+    html = render_report(run)
+    answer = _answer(html)
+    assert "Best on &lt;s&gt;" in answer and "c (fedavg)" in answer
+    assert "a has no ε under [privacy]: [&#x27;&lt;i&gt;&#x27;]" in answer
+    assert "seed 0: " in html and "seed -1: " in html
+    many = {"methods": methods, "experiment": {"seeds": list(range(2000))}}
+    (run / "metrics.json").write_text(json.dumps(many))
+    assert "more than a run can have" in render_report(run)

@@ -42,6 +42,9 @@ ROLES = {
 """Methods that are references rather than candidates, by method name."""
 LOWER = ("local",)
 """Reference methods a federated method should beat."""
+MAX_SEEDS = 1000
+"""The most seeds a config may list (:mod:`fedad.config`); a metrics.json listing more was
+not written by fedad, and its seed folders are not read."""
 
 
 @dataclass
@@ -93,6 +96,10 @@ def client_mean_auroc(entry: Mapping[str, Any]) -> float | None:
 def seed_methods(run: Path, seeds: Sequence[Any], notes: list[str]) -> dict[int, dict[str, Any]]:
     """``{seed: metrics.json's methods}`` of each readable ``seed-N/metrics.json``."""
     out: dict[int, dict[str, Any]] = {}
+    if len(seeds) > MAX_SEEDS:
+        notes.append(f"metrics.json lists {len(seeds)} seeds, more than a run can have: "
+                     "the seeds' folders are not read")  # fmt: skip
+        return out
     for s in seeds:
         if isinstance(s, bool) or not isinstance(s, int):
             continue
