@@ -243,3 +243,15 @@ def test_an_experiment_another_seed_created_meanwhile_is_used() -> None:
 
     with pytest.raises(RuntimeError, match="ALREADY"):
         experiment_id(Broken(), "tests")
+
+
+def test_a_file_uri_opens_the_file_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow 3 refuses its file store unless MLFLOW_ALLOW_FILE_STORE is set: fedad sets it
+    for a file: URI as for a folder."""
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    cfg = parse_config(_raw((tmp_path / "store").as_uri())).tracking
+    tracker = start(cfg, tmp_path / "out", {"seed": 0})
+    assert tracker is not None
+    tracker.abort(interrupted=True)
+    run = MlflowClient(tracking_uri=(tmp_path / "store").as_uri()).get_run(tracker.run_id)
+    assert run.info.status == "KILLED" and run.data.params == {"seed": "0"}

@@ -14,10 +14,11 @@ each method's means over seeds as ``LABEL/KEY`` and their spreads as ``LABEL/std
 
 ``mlflow`` is a folder (MLflow's local file store there; MLflow 3 keeps that store in
 maintenance mode behind ``MLFLOW_ALLOW_FILE_STORE``, which fedad sets for its own process
-when it writes to a folder) or any tracking URI (``http://...``, ``sqlite:///...``,
-``databricks``). Needs the optional extra ``tracking`` (``mlflow-skinny``): without it, a
-one-line error before anything trains. A tracking server that cannot be reached at the start
-is a one-line error too; one that fails later costs a warning, never the run's own files.
+when it writes to a folder or a ``file:`` URI) or any tracking URI (``http://...``,
+``databricks``; ``sqlite:///...`` needs the full ``mlflow`` package). Needs the optional
+extra ``tracking`` (``mlflow-skinny``): without it, a one-line error before anything trains.
+A tracking server that cannot be reached at the start is a one-line error too; one that
+fails later costs a warning, never the run's own files.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ def tracking_uri(target: str) -> str:
     """The MLflow tracking URI of ``tracking.mlflow``: a URI as it is, a folder as its
     ``file://`` URI (created; MLflow's file store)."""
     if _URI.match(target) and not re.match(r"^[A-Za-z]:[\\/]", target):
+        if target.lower().startswith("file:"):  # the file store, given as a URI
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         return target
     try:
         folder = Path(target).expanduser().resolve()
