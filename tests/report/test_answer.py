@@ -209,3 +209,16 @@ def test_a_crafted_metrics_json_renders_with_notes(tmp_path: Path) -> None:
     many = {"methods": methods, "experiment": {"seeds": list(range(2000))}}
     (run / "metrics.json").write_text(json.dumps(many))
     assert "more than a run can have" in render_report(run)
+
+
+def test_one_vs_rest_reports_the_client_mean_once(tmp_path: Path) -> None:
+    """Overlapping local test sets (one-vs-rest): the pooled metrics are already the
+    client mean (fedad.evaluation.evaluate_replies), so the answer shows one AUROC."""
+    run = tmp_path / "run"
+    run.mkdir()
+    methods = {"fedavg-ae": _entry("fedavg-ae", 0), "local-ae": _entry("local-ae", 0)}
+    experiment = {"dataset": "digits", "clients": 2, "pooled": "client-mean"}
+    (run / "metrics.json").write_text(json.dumps({"methods": methods, "experiment": experiment}))
+    answer = _answer(render_report(run))
+    assert "fedavg-ae (fedavg / autoencoder), AUROC 0.900 (the mean over clients)." in answer
+    assert "<th>AUROC (client mean)</th>" in answer and "pooled AUROC</th>" not in answer
