@@ -263,3 +263,32 @@ def test_resume_refuses_linked_or_damaged_seed_dirs(two_seeds: Path, tmp_path: P
     with pytest.raises(FedadError, match="is a symbolic link"):
         run_seeds(_cfg(seeds=[4, 5]), out, resume=True)
     assert list(outside.iterdir()) == []
+
+
+def test_workers_and_top_config_get_the_config_as_given(tmp_path: Path) -> None:
+    """``--jobs`` workers rebuild the config from :func:`fedad.seeds.as_given`: a dump with
+    every default filled in named ``partition.clients = 10`` and failed every seed of a
+    natural federation of 3 sites ("data.client_column 'site' names 3 clients")."""
+    from fedad.data import build_federation
+    from fedad.seeds import as_given, top_config_text
+    import tomllib
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "t.csv"
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["site", "a", "b", "y"])
+        for i in range(90):
+            w.writerow([f"s{i % 3}", *rng.normal(size=2).round(3), "bad" if i % 9 == 0 else "ok"])
+    cfg = parse_config({
+        "seeds": [0, 1],
+        "data": {"name": "table", "path": str(path), "label_column": "y", "normal": ["ok"],
+                 "anomaly": ["bad"], "client_column": "site"},
+        "partition": {"scheme": "natural"},
+        "methods": [{"name": "local", "detector": "ocsvm"}],
+    })  # fmt: skip
+    for raw in (as_given(cfg), tomllib.loads(top_config_text(cfg))):
+        again = parse_config(raw)
+        assert again.model_dump() == cfg.model_dump()
+        assert len(build_federation(again.for_seed(1)).clients) == 3
+    assert "clients" not in as_given(cfg)["partition"]

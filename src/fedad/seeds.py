@@ -176,11 +176,21 @@ def history_with_seeds(texts: Sequence[tuple[int, str]]) -> str:
 # -- running ---------------------------------------------------------------------------------
 
 
+def as_given(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The keys the config was given (with ``seeds``, no ``seed``), as plain data.
+
+    Defaults stay out: some checks read whether a key was given (``partition.clients``
+    under the natural scheme must equal the data's clients only when it is named), so a
+    config rebuilt from a dump with every default filled in would fail them.
+    """
+    raw = cfg.model_dump(mode="json", exclude_none=True, exclude_unset=True)
+    raw.pop("seed", None)
+    return raw
+
+
 def top_config_text(cfg: ExperimentConfig) -> str:
     """``OUT/config.toml``: the config as given, with ``seeds`` (no ``seed``)."""
-    raw = cfg.model_dump(mode="json", exclude_none=True)
-    raw.pop("seed", None)
-    return dump_toml(raw)
+    return dump_toml(as_given(cfg))
 
 
 def _finished(d: Path) -> dict[str, Any] | None:
@@ -412,8 +422,7 @@ def _parallel(
 ) -> None:
     jobs = min(jobs, len(todo))
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    raw = cfg.model_dump(mode="json", exclude_none=True)
-    raw.pop("seed", None)  # the config has seeds; each worker runs cfg.for_seed(s)
+    raw = as_given(cfg)  # the config has seeds; each worker runs cfg.for_seed(s)
     ctx = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_worker_init, initargs=(threads,))
     running: dict[Future[tuple[str, Any]], int] = {}
