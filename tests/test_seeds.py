@@ -269,9 +269,10 @@ def test_workers_and_top_config_get_the_config_as_given(tmp_path: Path) -> None:
     """``--jobs`` workers rebuild the config from :func:`fedad.seeds.as_given`: a dump with
     every default filled in named ``partition.clients = 10`` and failed every seed of a
     natural federation of 3 sites ("data.client_column 'site' names 3 clients")."""
+    import tomllib
+
     from fedad.data import build_federation
     from fedad.seeds import as_given, top_config_text
-    import tomllib
 
     rng = np.random.default_rng(0)
     path = tmp_path / "t.csv"
