@@ -95,7 +95,16 @@ Dirichlet 0.1 over 5 clients, default parameters, own local tests, 10 rounds wit
 from 20 rounds and seeds 0-4 for both protocols when a first start showed 40 s a FedDyMem
 round on the shared machine (one number was seen then: seed 0, ``feddymem`` after 5
 rounds, pooled image AUROC 0.829; nothing was changed after it)."""
-SUITES = {"table": TABLE, "ablation": ABLATION, "norm": NORM, "dev": DEV, "eval": EVAL}
+DEV2: list[Method] = [
+    ("feddymem-paper", "feddymem", PAPER, None),
+    ("feddymem", "feddymem", {}, None),
+    ("feddymem-nb1", "feddymem", {"neighbourhood": 1}, None),
+]
+"""Development rows after the scale floor moved from the features' norm to their spread
+(issue 29): dev seed 100 only, 10 rounds, ``--eval-every 5``."""
+SUITES = {
+    "table": TABLE, "ablation": ABLATION, "norm": NORM, "dev": DEV, "eval": EVAL, "dev2": DEV2,
+}  # fmt: skip
 
 
 def config_text(

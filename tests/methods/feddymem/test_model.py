@@ -52,13 +52,17 @@ def test_metric_loss_is_eq_12() -> None:
     assert float(metric_loss(torch.zeros(1, 3, 1, 1), torch.zeros(3, 3), th=0.01)) == 0.0
 
 
-def test_the_scale_floor_is_a_hinge_below_the_reference_scale() -> None:
+def test_the_scale_floor_is_a_hinge_on_the_spread_below_the_reference() -> None:
     m = torch.zeros(2, 3, 2, 2)
-    m[:, 0] = 3.0
-    m[:, 1] = 4.0  # every patch feature has norm 5: s = 5
-    assert scale_floor(m, 4.0) == 0.0 and scale_floor(m, 5.0) == 0.0
-    assert torch.isclose(scale_floor(m, 7.0), torch.tensor(2.0))
-    assert torch.isclose(scale_floor(m / 2, 5.0), torch.tensor(2.5))  # shrinking costs
+    m[0, 0] = 3.0
+    m[1, 0] = -3.0
+    m[:, 1] = 4.0  # a constant offset: the patches sit 3 from their mean (0, 4, 0): s = 3
+    assert scale_floor(m, 2.0) == 0.0 and scale_floor(m, 3.0) == 0.0
+    assert torch.isclose(scale_floor(m, 5.0), torch.tensor(2.0))
+    assert torch.isclose(scale_floor(m / 2, 3.0), torch.tensor(1.5))  # shrinking costs
+    offset = m.clone()
+    offset[:, 2] = 100.0  # a larger norm does not help: the spread is unchanged
+    assert torch.isclose(scale_floor(offset, 5.0), torch.tensor(2.0))
     m.requires_grad_(True)
-    scale_floor(m, 7.0).backward()  # type: ignore[no-untyped-call]
-    assert m.grad is not None and float((m.grad * m.detach()).sum()) < 0  # the gradient grows m
+    scale_floor(m, 5.0).backward()  # type: ignore[no-untyped-call]
+    assert m.grad is not None and float((m.grad * m.detach()).sum()) < 0  # the gradient spreads m

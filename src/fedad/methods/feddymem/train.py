@@ -36,10 +36,14 @@ def memory_features(
 
 
 def feature_scale(memories: np.ndarray) -> float:
-    """The memory features' scale: the root mean square of their patch features' norms,
-    ``sqrt(mean_{i,k} ||m_{i,k}||^2)`` over ``(n, K, C)`` (the collapse monitor)."""
+    """The memory features' spread: the root mean square distance of their patch features
+    from their mean, ``sqrt(mean_{i,k} ||m_{i,k} - mean(m)||^2)`` over ``(n, K, C)`` (the
+    collapse monitor; the scale floor's reference)."""
     m = np.asarray(memories, dtype=np.float64)
-    return float(np.sqrt((m**2).sum(axis=-1).mean())) if m.size else 0.0
+    if not m.size:
+        return 0.0
+    p = m.reshape(-1, m.shape[-1])
+    return float(np.sqrt(((p - p.mean(axis=0)) ** 2).sum(axis=1).mean()))
 
 
 def train_epoch(
