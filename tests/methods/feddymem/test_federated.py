@@ -118,7 +118,7 @@ def test_score_norm_rescales_each_client_by_its_own_training_scores() -> None:
 def test_the_feature_scale_stays_bounded_over_rounds() -> None:
     fed = make_federation("image", clients=3, masks=True)
     scales = {}
-    for keep in (1.0, 0.0):  # the default scale floor, and eq. 12 alone
+    for keep in (1.0, 0.0):  # the scale floor, and eq. 12 alone (the default)
         _, out = _run(fed, rounds=4, keep_scale=keep)
         scales[keep] = [row["scale"] for row in out.history if "scale" in row]
         assert len(scales[keep]) == 4

@@ -85,7 +85,7 @@ class FedDyMemDetectorParams(BaseModel):
     projection: bool = True
     generator: bool = True
     score_norm: ScoreNorm = "none"
-    keep_scale: float = Field(default=1.0, ge=0.0, le=1e6)
+    keep_scale: float = Field(default=0.0, ge=0.0, le=1e6)
     neighbourhood: int = Field(default=1, ge=1, le=7)
     contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
@@ -151,7 +151,7 @@ class FedDyMemDetector(BaseDetector):
         projection: bool = True,
         generator: bool = True,
         score_norm: ScoreNorm = "none",
-        keep_scale: float = 1.0,
+        keep_scale: float = 0.0,
         neighbourhood: int = 1,
         contamination: float = DEFAULT_CONTAMINATION,
         seed: int = 0,

@@ -64,7 +64,7 @@ from fedad.seeding import rng as seeded_rng
 INIT = "init"
 TRAIN = "train"
 OWN = "own"
-DEFAULT_KEEP_SCALE = 1.0
+DEFAULT_KEEP_SCALE = 0.0
 DEFAULT_NEIGHBOURHOOD = 3
 FEATURES = "features"
 """Client state: the frozen backbone's features of the client's training images."""

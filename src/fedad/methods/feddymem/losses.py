@@ -25,6 +25,8 @@ Shrinking every feature by a factor :math:`1 - \\epsilon` lowers eq. 12 by at mo
 :math:`\\epsilon` times the mean distance to the bank and raises :math:`\\ell_{scale}` by
 :math:`\\epsilon s_0`; the nearest bank entries are closer to a feature than the
 features' mean typically is, so with weight 1 uniform shrinking no longer pays.
+Off by default (``keep_scale = 0``): on a development federation it kept the spread but
+ruined detection (docs/methods/feddymem.md).
 
 Shapes: memory features ``(B, C, H, W)``, bank ``(D, C)`` -> scalar.
 """
