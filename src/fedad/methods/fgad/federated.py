@@ -134,7 +134,10 @@ class FGAD(Algorithm):
     """FGAD: self-boosted graph distillation, only the student head is shared."""
 
     name = "fgad"
-    summary = "FGAD: VGAE-generated anomalies, teacher-student distillation, head-only FL"
+    summary = (
+        "FGAD as published (for reproduction; below chance on our graphs: use fgad-plus): "
+        "VGAE-generated anomalies, teacher-student distillation, head-only FL"
+    )
     kinds = ("graph",)
     personalized = True
     ParamsModel = FGADParams
@@ -295,12 +298,14 @@ class FGADPlusParams(FGADParams):
 class FGADPlus(FGAD):
     """FGAD that works (ours): the generator learns the graphs, the detector sees 0/1
     generated graphs whose node features agree with them, and the student distils the
-    teacher on the generated graphs too; still only the student head travels."""
+    teacher on the generated graphs too and learns eq. 9 itself; still only the student head
+    travels. Options chosen on training data only (:mod:`fedad.methods.fgad.select`);
+    docs/methods/fgad.md, "fgad-plus", has the pre-registered results and their limits."""
 
     name = "fgad-plus"
     summary = (
-        "FGAD that works (ours): learnt VGAE, 0/1 generated graphs, the student distils on "
-        "them too; student head only"
+        "FGAD that works (ours): learnt VGAE, 0/1 generated graphs with their own degree "
+        "features, the student trained on them too; student head only"
     )
     ParamsModel = FGADPlusParams
     params: FGADPlusParams
