@@ -117,3 +117,31 @@ def test_efficientnet_trunk_needs_images() -> None:
     with pytest.raises(ConfigError, match="efficientnet"):
         build_algorithm("protofl", {"trunk": "efficientnet"}, setup)
     assert prefix_maps(np.zeros((0, 1, 8, 8), np.float32), 1, 32, "cpu").shape == (0, 192, 1, 1)
+
+
+def test_per_sample_distillation_targets_each_images_own_features(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fedad.methods.protofl import federated, train
+
+    seen: list[np.ndarray] = []
+    real = train.train_encoder
+
+    def spy(*args: Any) -> dict[str, float]:
+        seen.append(np.asarray(args[2]))
+        return real(*args)
+
+    monkeypatch.setattr(federated, "train_encoder", spy)
+    fed = make_federation("image", clients=2)
+    _, out = _run(fed, distill="sample")
+    assert failures(out.events) == []
+    net = get_resource("efficientnet-lite0", "cpu")
+    want = [net.embed(dense(c.x_train), size=32) for c in fed.clients]
+    assert len(seen) == 2
+    for got in seen:  # one target per training image: F(x_i), not one prototype
+        assert any(got.shape == w.shape and np.allclose(got, w, atol=1e-6) for w in want)
+    from fedad.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="image"):
+        setup = Setup("vector", (6,), rounds=1, seed=0, contamination=0.1, num_clients=2)
+        build_algorithm("protofl", {"distill": "sample"}, setup)

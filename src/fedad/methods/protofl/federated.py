@@ -114,6 +114,11 @@ class ProtoFLParams(Params):
     )
     noise: float = Field(default=0.1, ge=0.0, le=10.0, description="vector augmentation")
     new_clients: int = Field(default=0, ge=0, description="last N clients skip phase 1")
+    distill: Literal["prototype", "sample"] = Field(
+        default="prototype",
+        description="eq. 7's target: the client's prototype, or 'sample': the off-the-shelf "
+        "model's features of each training image (a variant)",
+    )
     phase1: Literal["federated", "local"] = Field(
         default="federated",
         description="'local': each client trains its own encoder, no FedAvg (the baseline)",
@@ -191,6 +196,11 @@ class ProtoFL(Algorithm):
                 f"protofl: trunk = {self.params.trunk!r} needs image data, this run's is "
                 f"{setup.kind}",
                 'drop trunk or use trunk = "cnn"',
+            )
+        if self.params.distill == "sample" and setup.kind != "image":
+            raise ConfigError(
+                f'protofl: distill = "sample" needs image data, this run\'s is {setup.kind}',
+                'drop distill or use distill = "prototype"',
             )
         if self.params.new_clients >= setup.num_clients:
             raise ConfigError(
@@ -312,6 +322,20 @@ class ProtoFL(Algorithm):
             state["feature_views"] = views
         return state["feature_views"]
 
+    def _targets(self, state: ClientState, data: ClientData) -> np.ndarray | None:
+        """Eq. 7's target: the client's prototype, or (``distill = "sample"``) the frozen
+        off-the-shelf features F(x_i) of each of its training images, computed once and kept
+        at home."""
+        if self.params.distill == "prototype":
+            return state.get("prototype")
+        if "targets" not in state:
+            from fedad.resources import get_resource
+
+            net = get_resource(self.params.backbone, resolve_device(self.setup.device))
+            x = np.ascontiguousarray(dense(data.x_train, self.name), dtype=np.float32)
+            state["targets"] = net.embed(x, size=self.params.proto_size)
+        return state["targets"]
+
     def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         """CLIENT_TRAINING of [ProtoFL Alg. 1]: ``local_epochs`` of eq. 8 from the global model."""
         if "prototype" in msg.arrays:
@@ -325,7 +349,7 @@ class ProtoFL(Algorithm):
         rng = client_rng(self.setup.seed, int(msg.get("round", 0)), data.client_id, 0xF1)
         flip, crop = self.make_detector().augmentation()
         losses = train_encoder(
-            enc, dense(data.x_train, self.name), state.get("prototype"), p.local_epochs,
+            enc, dense(data.x_train, self.name), self._targets(state, data), p.local_epochs,
             p.batch_size, p.lr, rng, p.alpha, p.temperature, p.weight_decay, flip, p.noise,
             p.optimizer, self._views(state, data), crop,
         )  # fmt: skip

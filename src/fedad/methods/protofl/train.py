@@ -49,12 +49,15 @@ def train_encoder(
     ``views`` ``(V, N, D)``: precomputed views (the ``pretrained`` trunk's cached features,
     :mod:`.features`); each pair is two of them, and ``x`` is not used.
     Returns the last epoch's mean total, :math:`L_{pd}` and :math:`L_p` (keys ``loss``,
-    ``l_pd``, ``l_p``). ``prototype = None`` trains :math:`L_p` alone.
+    ``l_pd``, ``l_p``). ``prototype = None`` trains :math:`L_p` alone; an ``(N, D)``
+    ``prototype`` holds one target per sample (``distill = "sample"``: the off-the-shelf
+    model's features of each training image instead of one prototype per client).
     """
     device = _device(encoder)
     vt = None if views is None else torch.from_numpy(np.ascontiguousarray(views, np.float32))
     xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) if vt is None else vt[0]
     v = None if prototype is None else torch.as_tensor(prototype, dtype=torch.float32).to(device)
+    per_sample = v is not None and v.dim() == 2
     aug = _augmenter(xt, flip, crop) if vt is None else None
     opt: torch.optim.Optimizer
     if optimizer == "radam":
@@ -78,7 +81,8 @@ def train_encoder(
             else:
                 a, b = pick_two(vt, torch.from_numpy(idx), rng)
             r, r_hat = encoder(a.to(device)), encoder(b.to(device))
-            total, lpd, lp = phase1_loss(v, r, r_hat, alpha, temperature)
+            target = v[torch.from_numpy(idx).to(device)] if per_sample and v is not None else v
+            total, lpd, lp = phase1_loss(target, r, r_hat, alpha, temperature)
             opt.zero_grad(set_to_none=True)
             total.backward()  # type: ignore[no-untyped-call]
             opt.step()
