@@ -65,7 +65,7 @@ INIT = "init"
 TRAIN = "train"
 OWN = "own"
 DEFAULT_KEEP_SCALE = 0.0
-DEFAULT_NEIGHBOURHOOD = 3
+DEFAULT_NEIGHBOURHOOD = 1
 FEATURES = "features"
 """Client state: the frozen backbone's features of the client's training images."""
 
