@@ -122,8 +122,8 @@ def test_the_feature_scale_stays_bounded_over_rounds() -> None:
         _, out = _run(fed, rounds=4, keep_scale=keep)
         scales[keep] = [row["scale"] for row in out.history if "scale" in row]
         assert len(scales[keep]) == 4
-    assert min(scales[1.0]) >= 0.85 * max(scales[1.0])
-    assert min(scales[0.0]) < 0.75 * max(scales[0.0])  # eq. 12 alone shrinks them
+    assert min(scales[1.0]) >= 0.75 * max(scales[1.0])
+    assert min(scales[0.0]) < 0.6 * max(scales[0.0])  # eq. 12 alone collapses them
 
 
 def test_score_norm_reads_the_training_images_only() -> None:
