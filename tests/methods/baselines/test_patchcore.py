@@ -15,6 +15,7 @@ from fedad.fl.algorithm import Setup, build_algorithm
 from fedad.fl.engine import run_inprocess
 from fedad.fl.messages import Message
 from fedad.methods.baselines import patchcore
+from fedad.methods.baselines.federated import TrainParams
 from fedad.methods.baselines.patchcore import PatchCoreDetector, greedy_coreset
 from fedad.resources import efficientnet_lite0 as lite0
 from fedad.resources.multilevel import MultiLevelFeatures
@@ -157,9 +158,15 @@ def test_maps_follow_the_current_bank(images: np.ndarray) -> None:
 
 def test_patchcore_batches_ten_images_unless_configured() -> None:
     setup = Setup("image", (3, 8, 8), rounds=1, seed=0, contamination=0.1, num_clients=2)
-    assert build_algorithm("fedavg", {}, setup, "patchcore").params.batch_size == 10
-    assert build_algorithm("local", {"batch_size": 4}, setup, "patchcore").params.batch_size == 4
-    assert build_algorithm("fedavg", {}, setup, "autoencoder").params.batch_size == 64
+
+    def batch(method: str, params: dict[str, int], detector: str) -> int:
+        p = build_algorithm(method, params, setup, detector).params
+        assert isinstance(p, TrainParams)
+        return int(p.batch_size)
+
+    assert batch("fedavg", {}, "patchcore") == 10
+    assert batch("local", {"batch_size": 4}, "patchcore") == 4
+    assert batch("fedavg", {}, "autoencoder") == 64
 
 
 def _setup(shape: tuple[int, ...] = (3, 8, 8)) -> Setup:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from typing import Any
 
 import numpy as np
 import pytest
@@ -88,7 +89,7 @@ def test_crafted_score_norm_arrays_are_refused(
     raw_det, x = fitted
     det = FedDyMemDetector(image_size=64, epochs=1, seed=1, score_norm="train").fit(x)
     cfg, arrays = det.to_config(), det.get_arrays()
-    cases = [
+    cases: list[tuple[dict[str, Any], dict[str, Any], str]] = [
         (cfg, {**arrays, "score_scale_": np.float64(0.0)}, "must be positive"),
         (cfg, {**arrays, "score_loc_": np.float64(np.nan)}, "finite"),
         (cfg, {**arrays, "score_loc_": np.zeros(2)}, "single finite numbers"),

@@ -104,7 +104,8 @@ def test_score_norm_rescales_each_client_by_its_own_training_scores() -> None:
     msg = Message("evaluate", raw.result.arrays, raw.result.scalars)
     for cid, m in norm.evaluations.items():
         client = fed.clients[cid]
-        train = raw_algo.client_detector(raw.client_states[cid], client, msg).score(client.x_train)
+        det = raw_algo.client_detector(raw.client_states[cid], client, msg)
+        train = det.score(np.asarray(client.x_train))
         q25, med, q75 = np.quantile(train, [0.25, 0.5, 0.75])
         loc, scale = m.arrays["detector/score_loc_"], m.arrays["detector/score_scale_"]
         assert loc == pytest.approx(med) and scale == pytest.approx(q75 - q25)
