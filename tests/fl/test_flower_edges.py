@@ -463,4 +463,7 @@ def test_sigkilled_fedad_leaves_no_flower_process(tmp_path: Path) -> None:
     left = wait_dead(set(procs), timeout=5)  # Flower's own parent polling takes ~10 s
     print(f"SIGKILL: {time.monotonic() - t0:.1f} s, all gone after {time.monotonic() - t1:.2f} s")
     assert left == set(), {p: procs[p] for p in left}
-    assert processes_with_home(str(tmp_path)) == {}
+    # a process started after the snapshot, or one caught mid-exit (its command line already
+    # empty, its state not yet a zombie), gets the same few seconds to end
+    late = processes_with_home(str(tmp_path))
+    assert wait_dead(set(late), timeout=5) == set(), late
