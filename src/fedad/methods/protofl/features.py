@@ -13,6 +13,8 @@ backbone is frozen, the augmented views' features are computed once per client
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 
@@ -28,6 +30,19 @@ def embed(backbone: str, x: np.ndarray, size: int, device: str | torch.device) -
     return net.embed(np.ascontiguousarray(x, dtype=np.float32), size=size)
 
 
+def augmented_views(
+    x: np.ndarray, views: int, rng: np.random.Generator, flip: bool, crop: float
+) -> Iterator[np.ndarray]:
+    """``views`` independently augmented copies of images ``x`` ``(N, C, H, W)`` in [0, 1]
+    (the image augmentations of :mod:`.augment`, each seeded from ``rng`` in turn)."""
+    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    aug = image_augmenter(int(xt.shape[2]), int(xt.shape[3]), flip, crop)
+    for _ in range(views):
+        with torch_seeded(int(rng.integers(0, 2**62))):
+            view = aug(xt).clamp(0.0, 1.0).numpy()
+        yield view  # outside the seeded block, as before: the caller's work is not seeded
+
+
 def view_features(
     backbone: str,
     x: np.ndarray,
@@ -40,14 +55,9 @@ def view_features(
 ) -> np.ndarray:
     """``(views, N, D)``: the features of ``views`` independently augmented copies of ``x``
     (the image augmentations of :mod:`.augment`, seeded from ``rng``)."""
-    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-    aug = image_augmenter(int(xt.shape[2]), int(xt.shape[3]), flip, crop)
-    out = []
-    for _ in range(views):
-        with torch_seeded(int(rng.integers(0, 2**62))):
-            view = aug(xt).clamp(0.0, 1.0).numpy()
-        out.append(embed(backbone, view, size, device))
-    return np.stack(out)
+    return np.stack(
+        [embed(backbone, v, size, device) for v in augmented_views(x, views, rng, flip, crop)]
+    )
 
 
 def pick_two(
@@ -119,11 +129,9 @@ def view_prefix_maps(
     device: str | torch.device,
 ) -> np.ndarray:
     """``(views, N, C, H, W)``: :func:`prefix_maps` of ``views`` augmented copies of ``x``."""
-    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-    aug = image_augmenter(int(xt.shape[2]), int(xt.shape[3]), flip, crop)
-    out = []
-    for _ in range(views):
-        with torch_seeded(int(rng.integers(0, 2**62))):
-            view = aug(xt).clamp(0.0, 1.0).numpy()
-        out.append(prefix_maps(view, tune_stages, size, device))
-    return np.stack(out)
+    return np.stack(
+        [
+            prefix_maps(v, tune_stages, size, device)
+            for v in augmented_views(x, views, rng, flip, crop)
+        ]
+    )
