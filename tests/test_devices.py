@@ -10,7 +10,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from fedad.cli import app
+from fedad.cli.app import app
 from fedad.config import dump_toml, parse_config
 from fedad.devices import resolve_device
 from fedad.errors import ConfigError

@@ -439,7 +439,7 @@ def test_run_writes_columns_maps_and_overlays(maps_run: Path) -> None:
 def test_cli_table_shows_the_pixel_columns(maps_run: Path) -> None:
     from rich.console import Console
 
-    from fedad.cli import results_table
+    from fedad.cli.summary import results_table
 
     console = Console(width=200, record=True)
     console.print(results_table(json.loads((maps_run / "metrics.json").read_text())))

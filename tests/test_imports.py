@@ -37,9 +37,9 @@ def test_every_module_imports_first() -> None:
 def test_cli_errors_keep_brackets(text: str, capsys: pytest.CaptureFixture[str]) -> None:
     import typer
 
-    from fedad.cli import _fail
+    from fedad.cli.options import fail
     from fedad.errors import FedadError
 
     with pytest.raises(typer.Exit):
-        _fail(FedadError(text))
+        fail(FedadError(text))
     assert "[flower]" in capsys.readouterr().err

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 import fedad
-from fedad.cli import app
+from fedad.cli.app import app
 from fedad.errors import FedadError
 from fedad.inputs import read_inputs
 from tests.data.test_table import frame

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import fedad
-from fedad.cli import app
+from fedad.cli.app import app
 from fedad.config import parse_config
 from fedad.errors import ConfigError, FedadError
 from fedad.runner import TIMING_KEYS, run_experiment

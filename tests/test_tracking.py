@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from fedad.cli import app
+from fedad.cli.app import app
 from fedad.config import dump_toml, parse_config
 from fedad.data.registry import register_dataset, unregister_dataset
 from fedad.data.types import Dataset

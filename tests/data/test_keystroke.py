@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from fedad.cli import app
+from fedad.cli.app import app
 from fedad.data import keystroke
 from fedad.data.keystroke import FILENAME, TIMING_COLUMNS, load_keystroke, parse_keystroke_csv
 from fedad.data.registry import list_datasets, load_dataset

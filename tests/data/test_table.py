@@ -286,7 +286,7 @@ def test_a_repeated_column_name_is_named(tmp_path: Path, suffix: str, sep: str) 
 def test_fedad_run_on_a_bad_table_exits_2_with_one_line(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from fedad.cli import app
+    from fedad.cli.app import app
 
     path = write(frame(), tmp_path / "t.csv")
     for extra, needle in (('label_column = "nope"', "data.label_column 'nope' is not a column"),

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedad.cli import app
+from fedad.cli.app import app
 from fedad.export.check import session
 from tests.hostile.conftest import one_line_error, runner
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedad.cli import app
+from fedad.cli.app import app
 from tests.export.test_cli import export
 from tests.hostile.conftest import runner
 

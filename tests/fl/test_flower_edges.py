@@ -159,7 +159,7 @@ def test_port_check(taken_port: int) -> None:
 @needs_flwr
 @pytest.mark.parametrize("command", ["superlink", "supernode"])
 def test_cli_busy_port_is_one_line(command: str, taken_port: int, tmp_path: Path) -> None:
-    from fedad.cli import app
+    from fedad.cli.app import app
 
     args = ["flower", command, "--insecure", "--port", str(taken_port), "--home", str(tmp_path)]
     if command == "superlink":
@@ -180,7 +180,7 @@ def test_cli_busy_port_is_one_line(command: str, taken_port: int, tmp_path: Path
 @pytest.mark.parametrize("command", ["supernode", "run"])
 @pytest.mark.parametrize("address", ["nonsense", "http://127.0.0.1:9093", "nothing-listening"])
 def test_cli_bad_superlink_is_one_line(command: str, address: str, tmp_path: Path) -> None:
-    from fedad.cli import app
+    from fedad.cli.app import app
 
     if address == "nothing-listening":
         address = f"127.0.0.1:{fd.free_port()}"
@@ -206,7 +206,7 @@ def test_cli_bad_superlink_is_one_line(command: str, address: str, tmp_path: Pat
 
 def test_foreground_start_failure_is_one_line(capfd: pytest.CaptureFixture[str]) -> None:
     """A Flower process that stops while starting: one line; its output is not printed."""
-    from fedad.fl.flower_cli import run_foreground
+    from fedad.cli.flower import run_foreground
 
     def fake(output: str, code: int) -> list[str]:
         return [sys.executable, "-c", f"print({output!r}); print('noise ' * 5); exit({code})"]

@@ -279,7 +279,7 @@ def test_method_label_names_the_configured_method() -> None:
 
 
 def test_supernode_gets_its_models_dir_in_node_config(tmp_path: Path) -> None:
-    from fedad.fl.flower_cli import check_models_dir
+    from fedad.cli.flower import check_models_dir
     from fedad.fl.flower_deploy import supernode_argv
 
     argv = supernode_argv("h:1", 0, 2, 9, models_dir="/srv/models")

@@ -36,7 +36,7 @@ def test_without_flwr_a_one_line_config_error(
     with pytest.raises(ConfigError, match=r"needs Flower .*flower extra"):
         run_method(cfg, alg, fed)
 
-    from fedad.cli import app
+    from fedad.cli.app import app
 
     path = tmp_path / "c.toml"
     path.write_text(
@@ -64,7 +64,7 @@ def test_without_ray_simulation_is_a_one_line_error(monkeypatch: pytest.MonkeyPa
 
 def test_flower_commands_without_flwr(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(flower, "flwr_available", lambda: False)
-    from fedad.cli import app
+    from fedad.cli.app import app
 
     res = CliRunner().invoke(app, ["flower", "superlink", "--insecure"])
     assert res.exit_code == 2 and "flower extra" in res.output

@@ -333,7 +333,7 @@ def test_supernode_command_keeps_its_clientapp_process(
 ) -> None:
     """``run_foreground`` with a companion: started once the main process listens, started
     again when it dies (a line each time), and stopped with the main process."""
-    from fedad.fl.flower_cli import run_foreground
+    from fedad.cli.flower import run_foreground
 
     port = fd.free_port()
     main = [
@@ -354,7 +354,7 @@ def test_supernode_command_keeps_its_clientapp_process(
 def test_supernode_command_rejects_an_unknown_mode(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from fedad.fl.flower_cli import app
+    from fedad.cli.flower import app
 
     res = CliRunner().invoke(
         app,

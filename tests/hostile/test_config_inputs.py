@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedad.cli import app
+from fedad.cli.app import app
 from fedad.errors import FedadError
 from fedad.inputs import read_inputs
 from tests.hostile.conftest import one_line_error, runner

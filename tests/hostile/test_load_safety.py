@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 import fedad
-from fedad.cli import app
+from fedad.cli.app import app
 from fedad.detector import detector_classes, detector_from_config
 from fedad.errors import FedadError
 from tests.hostile.conftest import one_line_error, runner
 
 ATTACKS = [
     # the hole of issue 8: a fedad function that starts a process from its parameters
-    ("fedad.fl.flower_cli:run_foreground", {"argv": ["touch", "{sentinel}"]}),
+    ("fedad.cli.flower:run_foreground", {"argv": ["touch", "{sentinel}"]}),
     ("os:system", {"command": "touch {sentinel}"}),
     ("subprocess:Popen", {"args": ["touch", "{sentinel}"]}),
     ("builtins:eval", {"source": "open('{sentinel}', 'w')"}),

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedad.cli import app
+from fedad.cli.app import app
 from fedad.config import dump_toml
 from tests.hostile.conftest import one_line_error, runner
 

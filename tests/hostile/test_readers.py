@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedad.cli import app
+from fedad.cli.app import app
 from fedad.data.cifar import read_cifar_batch
 from fedad.data.idx import parse_idx, read_idx
 from fedad.data.registry import load_dataset

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import fedad.outdir as outdir
-from fedad.cli import app
+from fedad.cli.app import app
 from fedad.config import dump_toml
 from fedad.errors import FedadError
 from fedad.outdir import RunDir, staged_dir, write_text

@@ -27,7 +27,7 @@ from PIL import Image
 
 import fedad
 import fedad.outdir as outdir
-from fedad.cli import app
+from fedad.cli.app import app
 from fedad.errors import FedadError
 from tests.hostile.conftest import one_line_error, runner
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import fedad
-from fedad.cli import app
+from fedad.cli.app import app
 from fedad.config import dump_toml, parse_config
 from fedad.errors import FedadError, Interrupted, RunError
 from fedad.outdir import RunDir

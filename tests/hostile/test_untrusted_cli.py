@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-import fedad.cli as cli
+import fedad.cli.app as cli_app
+from fedad.cli import options
 from fedad.config import dump_toml
 from tests.hostile.conftest import SMALL_RUN
 
@@ -33,7 +34,7 @@ def _fedad(
     """``fedad ARGS`` as the console script runs it (``python -m fedad.cli`` would differ
     after a Ctrl-C inside some imports: Python's ``-m`` then exits by the signal, whatever
     the program did; users run the script)."""
-    script = "import sys; from fedad.cli import main; sys.argv[0] = 'fedad'; main()"
+    script = "import sys; from fedad.cli.app import main; sys.argv[0] = 'fedad'; main()"
     return subprocess.Popen(
         [sys.executable, "-c", script, *args],
         stdout=stdout,
@@ -98,7 +99,7 @@ def restored_sigint() -> Iterator[None]:
 def test_ctrl_c_after_the_first_only_says_so(
     restored_sigint: None, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    handler = cli._CtrlC()
+    handler = options.CtrlC()
     assert handler.install()
     assert id(signal.getsignal(signal.SIGINT)) == id(handler)
     with pytest.raises(KeyboardInterrupt):
@@ -107,7 +108,7 @@ def test_ctrl_c_after_the_first_only_says_so(
     handler(signal.SIGINT, None)
     assert capfd.readouterr().err.count("stopping after Ctrl-C") == 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # ignored (a background job): left alone
-    assert not cli._CtrlC().install()
+    assert not options.CtrlC().install()
 
 
 def _ctrl_c() -> None:
@@ -125,12 +126,12 @@ def test_main_says_when_a_command_did_not(
     capsys: pytest.CaptureFixture[str],
     command: Callable[[], None],
 ) -> None:
-    fresh = cli._CtrlC()
+    fresh = options.CtrlC()
     fresh.count = 1  # the Ctrl-C that came
-    monkeypatch.setattr(cli, "_CTRL_C", fresh)
-    monkeypatch.setattr(cli, "app", command)
+    monkeypatch.setattr(options, "CTRL_C", fresh)
+    monkeypatch.setattr(cli_app, "app", command)
     with pytest.raises(SystemExit) as done:
-        cli.main()
+        cli_app.main()
     assert done.value.code == 130
     assert "interrupted by SIGINT" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # as Python exits

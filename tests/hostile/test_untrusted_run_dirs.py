@@ -17,7 +17,7 @@ import pytest
 from numpy.lib import format as npy_format
 
 import fedad
-from fedad.cli import app
+from fedad.cli.app import app
 from fedad.detector import InputMismatch, detector_from_config
 from fedad.errors import FedadError
 from fedad.report.rundir import npz_shapes, read_npz

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import fedad
-from fedad.cli import app
+from fedad.cli.app import app
 from fedad.runner import TIMING_KEYS
 
 SMALL = """
@@ -95,7 +95,7 @@ def test_outputs_follow_the_contract(run_dir: Path) -> None:
 
 
 def test_columns_listed_and_the_table_renders_from_them(run_dir: Path) -> None:
-    from fedad.cli import results_table
+    from fedad.cli.summary import results_table
 
     m = json.loads((run_dir / "metrics.json").read_text())
     assert m["columns"] == {

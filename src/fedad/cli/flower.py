@@ -34,6 +34,17 @@ from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
+from fedad.cli.options import (
+    ConfigFile,
+    ForceRun,
+    OutDir,
+    Quiet,
+    Resume,
+    SetValues,
+    fail,
+    interrupted,
+)
+from fedad.cli.running import run_with_progress
 from fedad.errors import FedadError, Interrupted
 
 if TYPE_CHECKING:
@@ -54,12 +65,6 @@ Home = Annotated[
     Path | None,
     typer.Option("--home", help="Flower's home directory (FLWR_HOME) for this process"),
 ]
-
-
-def _fail(err: Exception) -> None:
-    from fedad.cli import _fail as fail
-
-    fail(err)
 
 
 def _require_flwr() -> None:
@@ -280,7 +285,7 @@ def superlink(
             superlink_argv(host, port, tls), _env(home), "the SuperLink", port=port, host=host
         )
     except FedadError as err:
-        _fail(err)
+        fail(err)
     raise typer.Exit(code)
 
 
@@ -357,7 +362,7 @@ def supernode(
             env = _env(home, {"FEDAD_FLOWER_CACHE": str(Path(cache).resolve())})
             code = run_foreground(argv, env, "the SuperNode", port=port, companion=worker)
     except FedadError as err:
-        _fail(err)
+        fail(err)
     raise typer.Exit(code)
 
 
@@ -378,32 +383,21 @@ def check_models_dir(path: Path) -> Path:
 
 @app.command("run")
 def run_cmd(
-    config: Annotated[Path, typer.Argument(help="experiment TOML file")],
+    config: ConfigFile,
     superlink: Annotated[str, typer.Option(help="the SuperLink's HOST:PORT")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="output directory")] = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="override a config value: key=value (dotted keys)"),
-    ] = None,
+    out: OutDir = None,
+    set_: SetValues = None,
     root_certificates: RootCert = None,
     insecure: Insecure = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+    quiet: Quiet = False,
     connect_timeout: ConnectTimeout = 30.0,
-    force: Annotated[
-        bool, typer.Option("--force", help="replace the fedad run already in --out")
-    ] = False,
-    resume: Annotated[
-        bool,
-        typer.Option("--resume", help="complete an interrupted run in --out (same config)"),
-    ] = False,
+    force: ForceRun = False,
+    resume: Resume = False,
 ) -> None:
     """Run an experiment on a running SuperLink and its SuperNodes (engine flower-deployment).
 
     The output directory follows `fedad run`'s rules (docs/runs.md): --force, --resume.
     """
-    from fedad.cli import _interrupted, _run
-    from fedad.errors import Interrupted
-
     try:
         _require_flwr()
         from fedad.config import load_config
@@ -424,8 +418,10 @@ def run_cmd(
         )
         out_dir = out or Path("runs") / config.stem
         with remote_superlink(link):
-            _run(cfg, out_dir, cfg.engine.progress and not quiet, force=force, resume=resume)
+            run_with_progress(
+                cfg, out_dir, cfg.engine.progress and not quiet, force=force, resume=resume
+            )
     except FedadError as err:
-        _fail(err)
+        fail(err)
     except Interrupted as stop:
-        _interrupted(stop, config)
+        interrupted(stop, config)

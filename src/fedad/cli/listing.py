@@ -1,0 +1,62 @@
+"""``fedad list methods | datasets | partitions``.
+
+The methods come from :func:`method_rows`, the one place that reads the method registry's
+names, data kinds, detectors and descriptions.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from fedad.cli.options import fail, show
+from fedad.errors import FedadError
+
+PARTITIONS = {
+    "iid": "normal training data shuffled and split evenly",
+    "dirichlet": "per class, shares over clients ~ Dir(alpha); small alpha = very non-IID",
+    "dominant": "each client mostly one normal class (dominant_fraction), the rest mixed",
+    "one-class": "each client exactly one normal class",
+    "by-source": "each client one data source (data.sources)",
+    "one-vs-rest": "each client one normal class; the other classes are its anomalies",
+    "natural": "one client per value of data.client_column (or the image folder's clients)",
+}
+
+
+def method_rows() -> list[tuple[str, str, str, str]]:
+    """One row per registered method: name, detectors (``own`` if none), data kinds, what
+    it is."""
+    from fedad.fl.algorithm import registry
+
+    return [
+        (name, ", ".join(cls.detectors) or "own", ", ".join(cls.kinds), cls.summary)
+        for name, cls in registry().items()
+    ]
+
+
+def list_(
+    what: Annotated[str, typer.Argument(help="methods | datasets | partitions")],
+) -> None:
+    """List registered methods, datasets or partition schemes."""
+    from fedad.data.registry import list_datasets
+
+    if what == "methods":
+        t = Table("method", "detectors", "data", "what it is")
+        for row in method_rows():
+            t.add_row(*row)
+    elif what == "datasets":
+        t = Table("dataset", "description")
+        for name, desc in list_datasets():
+            t.add_row(name, desc)
+    elif what == "partitions":
+        t = Table("scheme", "what it does")
+        for name, desc in PARTITIONS.items():
+            t.add_row(name, desc)
+    else:
+        fail(FedadError(f"cannot list '{what}'", "choose methods, datasets or partitions"))
+    try:
+        show(t)
+    except FedadError as err:
+        fail(err)

@@ -1,0 +1,21 @@
+"""``fedad report RUN``: rebuild a run directory's report.html."""
+
+from __future__ import annotations
+
+from fedad.cli.options import RunDir, fail, show
+from fedad.errors import FedadError
+
+
+def report(run_dir: RunDir) -> None:
+    """Rebuild report.html of a run directory."""
+    from fedad.report.html import write_report
+
+    try:
+        if not (run_dir / "metrics.json").is_file():
+            raise FedadError(
+                f"'{run_dir}' has no metrics.json", "give a directory written by fedad run"
+            )
+        path = write_report(run_dir)
+        show(f"wrote {path}")
+    except FedadError as err:
+        fail(err)

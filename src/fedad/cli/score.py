@@ -1,0 +1,49 @@
+"""``fedad score RUN DATA --method LABEL``: score new data with a trained detector."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fedad.cli.options import MethodLabel, RunDir, errors, fail, write_file, write_stdout
+from fedad.errors import FedadError
+
+
+def score(
+    run_dir: RunDir,
+    data: Annotated[Path, typer.Argument(help="a .csv/.tsv/.parquet file or an image folder")],
+    method: MethodLabel,
+    client: Annotated[
+        str | None,
+        typer.Option(help="the client whose detector scores (number or natural id value)"),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="write the CSV here (default: stdout)")
+    ] = None,
+    id_column: Annotated[
+        str | None, typer.Option("--id-column", help="table column giving each row's id")
+    ] = None,
+    skip_bad_files: Annotated[
+        bool, typer.Option("--skip-bad-files", help="skip unreadable images, and count them")
+    ] = False,
+    force: Annotated[bool, typer.Option("--force", help="replace the file at --out")] = False,
+) -> None:
+    """Score new data with a trained detector, preprocessed as in training."""
+    from fedad.scoring import score_data, scores_csv
+
+    try:
+        if out is not None and out.exists() and not force:
+            raise FedadError(f"'{out}' exists", "choose another --out, or add --force")
+        scored = score_data(run_dir, data, method, client, id_column, skip_bad_files)
+        text = scores_csv(scored)
+        if out is not None:
+            write_file(out, text)
+        else:
+            write_stdout(text)
+    except (FedadError, OSError) as err:
+        fail(err)
+    n, k = len(scored.ids), int(scored.flags.sum())
+    where = f" to {out}" if out is not None else ""
+    errors.print(f"scored {n} inputs with '{method}'{where}: {k} flagged as anomalies")
