@@ -21,7 +21,7 @@ process per :class:`Supervisor` holds a pipe from fedad; when fedad dies in any 
 by SIGKILL, the pipe closes and the reaper SIGKILLs those process groups and every process
 with the marker. The parent-death signal fires when the *thread* that started the child
 exits: the thread that starts the processes is the one that waits for them and stops them
-(:func:`run_deployment`, :func:`fedad.fl.flower_cli.run_foreground`), so it outlives them.
+(:func:`run_deployment`, :func:`fedad.cli.flower.run_foreground`), so it outlives them.
 
 **Console.** A SuperNode that exits or is stopped (SIGSTOP) during a run is logged as a
 warning naming its client (= partition id), and so are the ServerApp's own warnings (``node
