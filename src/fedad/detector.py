@@ -11,18 +11,32 @@ Loading is safe by construction: a saved config names a detector by its *registe
 (:func:`register_detector`, applied where the class is defined), never by an import path,
 and its parameters are validated by the class's own ``ParamsModel`` before ``__init__`` runs.
 A checkpoint is untrusted input; it can pick one of the registered classes and nothing else.
+
+Each hyperparameter is declared once, as a field of the detector's ``ParamsModel`` (a
+:class:`DetectorParams`): ``__init__`` takes those fields as keyword arguments and stores them
+in ``self.params``, and :meth:`BaseDetector.get_params` reads them back.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, TypeVar, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Protocol,
+    Self,
+    TypeVar,
+    cast,
+    runtime_checkable,
+)
 
 import numpy as np
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fedad.errors import FedadError
 
@@ -43,11 +57,44 @@ def quantile_threshold(train_scores: np.ndarray, contamination: float) -> float:
     return float(np.quantile(s, 1.0 - contamination))
 
 
+class DetectorParams(BaseModel):
+    """Base of every detector's ``ParamsModel``: its hyperparameters, declared once.
+
+    Frozen, and unknown keys are errors. The fields are the detector's keyword arguments,
+    what :meth:`BaseDetector.get_params` gives and what a checkpoint stores (in field order);
+    their bounds are tight enough that a crafted checkpoint cannot make ``__init__`` or
+    ``set_arrays`` do anything but build that detector. A method's params reuse a field with
+    :func:`shared_field` rather than declaring it again.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ContaminationParams(DetectorParams):
+    """The parameters of a detector that declares none of its own: the contamination."""
+
+    contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
+
+
+def shared_field(model: type[BaseModel], name: str, description: str | None = None) -> Any:
+    """A copy of field ``name`` of ``model`` (its default, bounds and description), with
+    its own ``description`` where given: a method's params declare ``hidden: int =
+    shared_field(FGADDetectorParams, "hidden")`` and so take the detector's declaration
+    instead of writing it again (the contract test checks that the types agree)."""
+    info = copy.deepcopy(model.model_fields[name])
+    if description is not None:
+        info.description = description
+    return info
+
+
 class BaseDetector(ABC):
     """Base class of every detector.
 
-    ``registry_name`` is set by :func:`register_detector`; ``ParamsModel`` validates the
-    ``__init__`` arguments when a saved detector is rebuilt (:func:`detector_from_config`).
+    ``registry_name`` is set by :func:`register_detector`; ``ParamsModel`` (a
+    :class:`DetectorParams`) declares the hyperparameters: the keyword arguments of
+    ``__init__``, stored as given (not validated, as in scikit-learn) in ``self.params``
+    with the model's defaults for the rest, and validated when a saved detector is rebuilt
+    (:func:`detector_from_config`).
 
     Optional: ``score_maps(x) -> (N, H, W)`` float, a per-pixel anomaly map of each image of
     ``x`` ``(N, C, H, W)`` at the images' resolution, higher = more anomalous
@@ -63,10 +110,40 @@ class BaseDetector(ABC):
     with it, ``score`` and ``predict`` also accept a pandas DataFrame of raw table rows,
     which are preprocessed exactly as the run's training data were."""
     registry_name: ClassVar[str] = ""
-    ParamsModel: ClassVar[type[BaseModel]]
+    ParamsModel: ClassVar[type[BaseModel]] = ContaminationParams
+    params: BaseModel
+    """The hyperparameters, an instance of ``ParamsModel`` (replace it, never mutate it)."""
 
-    def __init__(self, contamination: float = DEFAULT_CONTAMINATION) -> None:
-        self.contamination = contamination
+    def __init__(self, contamination: float | None = None, /, **params: Any) -> None:
+        """Store ``params``, keyword arguments named as the fields of ``ParamsModel`` (its
+        defaults for the others), in ``self.params``; a ``TypeError`` for any other name.
+        ``contamination`` may also be given positionally."""
+        model = type(self).ParamsModel
+        if contamination is not None:
+            params["contamination"] = contamination
+        for key in params:
+            if key not in model.model_fields:
+                raise TypeError(
+                    f"{type(self).__name__}() got an unexpected keyword argument '{key}'"
+                )
+        self.params = model.model_construct().model_copy(update=params)
+
+    @classmethod
+    def configured(cls, source: BaseModel, /, **values: Any) -> Self:
+        """A detector with ``values`` and, for its other parameters, the fields of the same
+        name in ``source`` (a method's validated params; its ``contamination`` is never
+        taken: give the resolved one), its defaults for the rest: how a method's
+        ``make_detector`` forwards the fields it shares with its detector."""
+        fields = cls.ParamsModel.model_fields
+        shared = {
+            k: v for k, v in source if k in fields and k not in values and k != "contamination"
+        }
+        return cls(**shared, **values)
+
+    @property
+    def contamination(self) -> float:
+        """The threshold quantile (:meth:`set_threshold`): ``params.contamination``."""
+        return cast(float, getattr(self.params, "contamination", DEFAULT_CONTAMINATION))
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Every detector's own ``score`` accepts raw table rows once ``inputs_`` is set.
@@ -136,9 +213,10 @@ class BaseDetector(ABC):
         return flag(self.score(x), self.threshold_)
 
     # -- persistence ----------------------------------------------------------------------
-    @abstractmethod
     def get_params(self) -> dict[str, Any]:
-        """The ``__init__`` arguments (JSON-able)."""
+        """The ``__init__`` arguments (JSON-able): the fields of ``self.params`` in their
+        declared order, as given."""
+        return dict(self.params)
 
     @abstractmethod
     def get_arrays(self) -> dict[str, np.ndarray]:
@@ -244,7 +322,7 @@ def register_detector(name: str) -> Callable[[D], D]:
     def add(cls: D) -> D:
         if name in _DETECTORS and _DETECTORS[name] is not cls:
             raise ValueError(f"detector class '{name}' registered twice")
-        if not isinstance(getattr(cls, "ParamsModel", None), type):
+        if cls.ParamsModel is ContaminationParams and "ParamsModel" not in cls.__dict__:
             raise TypeError(f"{cls.__qualname__} needs a ParamsModel to be registered")
         cls.registry_name = name
         _DETECTORS[name] = cls

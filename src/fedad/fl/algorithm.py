@@ -41,9 +41,15 @@ log = logging.getLogger("fedad")
 
 
 class Params(BaseModel):
-    """Base of every method's ``[methods.params]`` model: unknown keys are errors."""
+    """Base of every method's ``[methods.params]`` model: frozen, unknown keys are errors.
 
-    model_config = ConfigDict(extra="forbid")
+    A field the method shares with its detector is declared once, in the detector's
+    :class:`~fedad.detector.DetectorParams`, and taken here with
+    :func:`~fedad.detector.shared_field`; ``make_detector`` forwards the shared fields with
+    :meth:`~fedad.detector.BaseDetector.configured`.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     contamination: float | None = Field(
         default=None,

@@ -67,7 +67,7 @@ def test_teacher_config_is_the_pre_registered_variant_and_runs_a_round() -> None
     setup = Setup("graph", fed.feature_shape, rounds=1, seed=0, contamination=0.05,
                   num_clients=len(fed.clients))  # fmt: skip
     algo = build_algorithm("fgad", {**variant.params, "pretrain_epochs": 1}, setup)
-    assert isinstance(algo, FGAD) and algo.make_detector().head == "teacher"
+    assert isinstance(algo, FGAD) and algo.make_detector().params.head == "teacher"
     out = run_inprocess(algo, fed, rounds=1, seed=0)
     assert out.events == [] and len(out.evaluations) == 4
     assert out.result.arrays and all(k.startswith("teacher.") for k in out.result.arrays)

@@ -104,7 +104,7 @@ def test_without_distillation_the_averaged_teacher_head_scores(
     fed = make_federation("graph", clients=2)
     algo, out = _run(fed, rounds=2, distill=False, **VGAE_SAMPLED)
     assert out.events == []
-    assert algo.make_detector().head == "teacher"
+    assert algo.make_detector().params.head == "teacher"
     last = [(m, r) for _, m, r in delivered if m.kind == "train" and m.get("round") == 2]
     assert len(last) == 2
     n = np.array([r.scalars["num_examples"] for _, r in last if r is not None], dtype=float)

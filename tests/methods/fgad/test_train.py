@@ -68,13 +68,13 @@ def test_the_teacher_head_scores_when_asked_and_the_choice_survives_a_checkpoint
     det.fit(graphs)  # type: ignore[arg-type]
     np.testing.assert_array_equal(det.score(graphs), det.teacher_score(graphs))  # type: ignore[arg-type]
     again = detector_from_config(det.to_config(), det.get_arrays())
-    assert isinstance(again, FGADDetector) and again.head == "teacher"
+    assert isinstance(again, FGADDetector) and again.params.head == "teacher"
     np.testing.assert_allclose(again.score(graphs), det.score(graphs))  # type: ignore[arg-type]
     # a configuration written before ``head`` existed still scores with the student
     old = det.to_config()
     del old["params"]["head"]
     student = detector_from_config(old, det.get_arrays())
-    assert isinstance(student, FGADDetector) and student.head == "student"
+    assert isinstance(student, FGADDetector) and student.params.head == "student"
     assert not np.allclose(student.score(graphs), det.score(graphs))  # type: ignore[arg-type]
     with pytest.raises(Exception, match="head"):
         detector_from_config({**old, "params": {**old["params"], "head": "both"}}, det.get_arrays())

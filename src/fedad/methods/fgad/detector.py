@@ -19,9 +19,14 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
+from fedad.detector import (
+    DEFAULT_CONTAMINATION,
+    BaseDetector,
+    DetectorParams,
+    register_detector,
+)
 from fedad.devices import resolve_device
 from fedad.methods.fgad.model import NORMAL, FGADNet, Generator
 from fedad.methods.fgad.train import degree_cap, train_epoch
@@ -38,10 +43,10 @@ MAX_WIDTH = 1 << 16
 SCORE_BATCH = 256
 
 
-class FGADDetectorParams(BaseModel):
+class FGADDetectorParams(DetectorParams):
     """The ``__init__`` arguments of :class:`FGADDetector`, as a checkpoint may give them."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     in_dim: int = Field(default=1, ge=1, le=MAX_WIDTH)
     hidden: int = Field(default=64, ge=1, le=1024)
@@ -75,106 +80,29 @@ class FGADDetector(BaseDetector):
     """GIN backbone, teacher and student heads, VGAE generator [FGAD Sec. 3]."""
 
     ParamsModel = FGADDetectorParams
+    params: FGADDetectorParams
 
-    def __init__(
-        self,
-        in_dim: int = 1,
-        hidden: int = 64,
-        layers: int = 3,
-        gen_hidden: int = 32,
-        gen_layers: int = 2,
-        epochs: int = 20,
-        pretrain_epochs: int = 10,
-        lr: float = 1e-3,
-        weight_decay: float = 5e-4,
-        batch_size: int = 16,
-        lam: float = 1.0,
-        gamma: float = 10.0,
-        tau: float = 1.0,
-        kl_weight: float = 1e-3,
-        distill_on: Literal["normal", "all"] = "normal",
-        decoder: Literal["dot", "scaled"] = "dot",
-        decoder_bias: bool = False,
-        gen_output: Literal["gin", "linear"] = "gin",
-        reconstruction: Literal["eq8", "balanced"] = "eq8",
-        fake_graphs: Literal["soft", "sampled"] = "soft",
-        fake_features: Literal["real", "auto"] = "real",
-        student_ad: float = 0.0,
-        head: Literal["student", "teacher"] = "student",
-        contamination: float = DEFAULT_CONTAMINATION,
-        seed: int = 0,
-        device: str = "cpu",
-    ) -> None:
-        super().__init__(contamination=contamination)
-        self.in_dim = in_dim
-        self.hidden = hidden
-        self.layers = layers
-        self.gen_hidden = gen_hidden
-        self.gen_layers = gen_layers
-        self.epochs = epochs
-        self.pretrain_epochs = pretrain_epochs
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.batch_size = batch_size
-        self.lam = lam
-        self.gamma = gamma
-        self.tau = tau
-        self.kl_weight = kl_weight
-        self.distill_on = distill_on
-        self.decoder = decoder
-        self.decoder_bias = decoder_bias
-        self.gen_output = gen_output
-        self.reconstruction = reconstruction
-        self.fake_graphs = fake_graphs
-        self.fake_features = fake_features
-        self.student_ad = student_ad
-        self.head = head
-        self.seed = seed
+    def __init__(self, *, device: str = "cpu", **params: Any) -> None:
+        """``params``: fields of :class:`FGADDetectorParams`; ``device`` is where it trains
+        and scores (not saved)."""
+        super().__init__(**params)
         self.device = device
-
-    def get_params(self) -> dict[str, Any]:
-        return {
-            "in_dim": self.in_dim,
-            "hidden": self.hidden,
-            "layers": self.layers,
-            "gen_hidden": self.gen_hidden,
-            "gen_layers": self.gen_layers,
-            "epochs": self.epochs,
-            "pretrain_epochs": self.pretrain_epochs,
-            "lr": self.lr,
-            "weight_decay": self.weight_decay,
-            "batch_size": self.batch_size,
-            "lam": self.lam,
-            "gamma": self.gamma,
-            "tau": self.tau,
-            "kl_weight": self.kl_weight,
-            "distill_on": self.distill_on,
-            "decoder": self.decoder,
-            "decoder_bias": self.decoder_bias,
-            "gen_output": self.gen_output,
-            "reconstruction": self.reconstruction,
-            "fake_graphs": self.fake_graphs,
-            "fake_features": self.fake_features,
-            "student_ad": self.student_ad,
-            "head": self.head,
-            "contamination": self.contamination,
-            "seed": self.seed,
-        }
 
     # -- networks ---------------------------------------------------------------------------
     def build(self, in_dim: int | None = None) -> Self:
         """``net_`` and ``gen_`` with seeded initial weights for ``in_dim`` node features
         (default: the configured width; on the CPU, so equal on every device)."""
         if in_dim is not None:
-            self.in_dim = int(in_dim)
-        if not 1 <= self.in_dim <= MAX_WIDTH:
-            raise ValueError(f"node-feature width {self.in_dim} is not in [1, {MAX_WIDTH}]")
+            self.params = self.params.model_copy(update={"in_dim": int(in_dim)})
+        if not 1 <= self.params.in_dim <= MAX_WIDTH:
+            raise ValueError(f"node-feature width {self.params.in_dim} is not in [1, {MAX_WIDTH}]")
         dev = resolve_device(self.device)
-        with torch_seeded(self.seed):
-            net = FGADNet(self.in_dim, self.hidden, self.layers)
+        p = self.params
+        with torch_seeded(p.seed):
+            net = FGADNet(p.in_dim, p.hidden, p.layers)
             gen = Generator(
-                self.in_dim, self.gen_hidden, self.gen_layers, output=self.gen_output,
-                logit_bias=self.decoder_bias, scaled=self.decoder == "scaled",
+                p.in_dim, p.gen_hidden, p.gen_layers, output=p.gen_output,
+                logit_bias=p.decoder_bias, scaled=p.decoder == "scaled",
             )  # fmt: skip
         self.net_ = net.to(dev).eval()
         self.gen_ = gen.to(dev).eval()
@@ -220,7 +148,7 @@ class FGADDetector(BaseDetector):
         """Adam over every parameter of the client [FGAD Sec. 4.1: lr 0.001]."""
         self._ensure_built()
         params = [*self.net_.parameters(), *self.gen_.parameters()]
-        return torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
+        return torch.optim.Adam(params, lr=self.params.lr, weight_decay=self.params.weight_decay)
 
     def optimizer_arrays(self, opt: torch.optim.Optimizer) -> dict[str, np.ndarray]:
         """Adam's moments and step count per parameter of :meth:`optimizer`'s order, as named
@@ -271,15 +199,16 @@ class FGADDetector(BaseDetector):
         """``epochs`` of eq. 13 (``distill``) or eq. 10; the last epoch's mean losses."""
         self._check_width(graphs)
         opt = opt or self.optimizer()
-        cap = degree_cap(graphs) if self.fake_features == "auto" else None
+        p = self.params
+        cap = degree_cap(graphs) if p.fake_features == "auto" else None
         last: dict[str, float] = {}
         for _ in range(epochs):
             last = train_epoch(
-                self.net_, self.gen_, graphs, opt, batch_size=self.batch_size, rng=rng,
-                lam=self.lam, gamma=self.gamma, tau=self.tau, kl_weight=self.kl_weight,
-                distill=distill, distill_on=self.distill_on,
-                reconstruction=self.reconstruction, fake_graphs=self.fake_graphs,
-                fake_degree_cap=cap, student_ad=self.student_ad,
+                self.net_, self.gen_, graphs, opt, batch_size=p.batch_size, rng=rng,
+                lam=p.lam, gamma=p.gamma, tau=p.tau, kl_weight=p.kl_weight,
+                distill=distill, distill_on=p.distill_on,
+                reconstruction=p.reconstruction, fake_graphs=p.fake_graphs,
+                fake_degree_cap=cap, student_ad=p.student_ad,
                 device=next(self.net_.parameters()).device,
             )  # fmt: skip
         self.net_.eval()
@@ -289,18 +218,22 @@ class FGADDetector(BaseDetector):
     def fit(self, x: GraphSet) -> Self:  # type: ignore[override]
         """Pre-train (eq. 10) then train (eq. 13) on ``x`` alone; threshold from ``x``."""
         self.build(_width(x))
-        rng = seeded_rng(self.seed, 0xF6AD)
+        rng = seeded_rng(self.params.seed, 0xF6AD)
         opt = self.optimizer()
-        self.train_epochs(x, self.pretrain_epochs, distill=False, rng=rng, opt=opt)
-        self.train_epochs(x, self.epochs, distill=self.head == "student", rng=rng, opt=opt)
+        self.train_epochs(x, self.params.pretrain_epochs, distill=False, rng=rng, opt=opt)
+        self.train_epochs(
+            x, self.params.epochs, distill=self.params.head == "student", rng=rng, opt=opt
+        )
         return self.set_threshold(x)  # type: ignore[arg-type]
 
     # -- scoring ----------------------------------------------------------------------------
     def _check_width(self, x: GraphSet) -> None:
         self._ensure_built()
         w = _width(x)
-        if w != self.in_dim:
-            raise ValueError(f"graphs with {w} node features; this detector takes {self.in_dim}")
+        if w != self.params.in_dim:
+            raise ValueError(
+                f"graphs with {w} node features; this detector takes {self.params.in_dim}"
+            )
 
     def _probabilities(self, x: GraphSet, head: str) -> np.ndarray:
         self._check_width(x)
@@ -318,9 +251,9 @@ class FGADDetector(BaseDetector):
     def score(self, x: GraphSet) -> np.ndarray:  # type: ignore[override]
         """The scoring head's (``head``: the student's by default) probability of
         "generated", per graph (higher = anomalous)."""
-        if self.head not in ("student", "teacher"):
-            raise ValueError(f"head must be 'student' or 'teacher', not {self.head!r}")
-        return self._probabilities(x, self.head)
+        if self.params.head not in ("student", "teacher"):
+            raise ValueError(f"head must be 'student' or 'teacher', not {self.params.head!r}")
+        return self._probabilities(x, self.params.head)
 
     def teacher_score(self, x: GraphSet) -> np.ndarray:
         """The teacher head's probability of "generated", per graph."""

@@ -36,7 +36,7 @@ import numpy as np
 from pydantic import Field
 
 from fedad.data.types import ClientData, GraphSet
-from fedad.detector import BaseDetector
+from fedad.detector import BaseDetector, shared_field
 from fedad.evaluation import MetricFamily, ranking_scores
 from fedad.fl.algorithm import (
     Algorithm,
@@ -51,7 +51,7 @@ from fedad.fl.context import ServerContext
 from fedad.fl.fedavg import log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.validate import spec_of
-from fedad.methods.fgad.detector import GENERATOR, FGADDetector
+from fedad.methods.fgad.detector import GENERATOR, FGADDetector, FGADDetectorParams
 from fedad.methods.fgad.train import LOSS_KEYS
 from fedad.metrics import auroc
 from fedad.seeding import rng as seeded_rng
@@ -73,48 +73,64 @@ class FGADParams(Params):
 
     local_epochs: int = Field(default=1, ge=1, le=10_000, description="eq. 13 epochs per round")
     pretrain_epochs: int = Field(default=10, ge=0, le=10_000, description="eq. 10, once")
-    batch_size: int = Field(default=16, ge=1, le=1 << 16)
-    lr: float = Field(default=1e-3, gt=0.0, le=10.0, description="Adam")
-    weight_decay: float = Field(default=5e-4, ge=0.0, le=10.0)
-    hidden: int = Field(default=64, ge=1, le=1024, description="GIN width")
-    layers: int = Field(default=3, ge=1, le=16, description="GIN depth K")
-    gen_hidden: int = Field(default=32, ge=1, le=1024, description="generator GIN width")
-    gen_layers: int = Field(default=2, ge=1, le=16, description="generator GIN depth")
-    lam: float = Field(default=1.0, ge=0.0, le=1e6, description="lambda of eq. 13")
-    gamma: float = Field(default=10.0, ge=0.0, le=1e6, description="gamma of eq. 13")
-    tau: float = Field(default=1.0, gt=0.0, le=1e6, description="temperature of eq. 12")
-    kl_weight: float = Field(default=1e-3, ge=0.0, le=1e6, description="VGAE KL term")
+    batch_size: int = shared_field(FGADDetectorParams, "batch_size")
+    lr: float = shared_field(FGADDetectorParams, "lr", description="Adam")
+    weight_decay: float = shared_field(FGADDetectorParams, "weight_decay")
+    hidden: int = shared_field(FGADDetectorParams, "hidden", description="GIN width")
+    layers: int = shared_field(FGADDetectorParams, "layers", description="GIN depth K")
+    gen_hidden: int = shared_field(
+        FGADDetectorParams, "gen_hidden", description="generator GIN width"
+    )
+    gen_layers: int = shared_field(
+        FGADDetectorParams, "gen_layers", description="generator GIN depth"
+    )
+    lam: float = shared_field(FGADDetectorParams, "lam", description="lambda of eq. 13")
+    gamma: float = shared_field(FGADDetectorParams, "gamma", description="gamma of eq. 13")
+    tau: float = shared_field(FGADDetectorParams, "tau", description="temperature of eq. 12")
+    kl_weight: float = shared_field(FGADDetectorParams, "kl_weight", description="VGAE KL term")
     collaboration: Literal["head", "none", "all"] = Field(
         default="head", description="Table 3: 'none' = FGAD_v1, 'all' = FGAD_v2"
     )
     distill: bool = Field(default=True, description="false = FGAD_v3 (teacher travels)")
-    decoder: Literal["dot", "scaled"] = Field(
-        default="dot", description="eq. 7 logits Z Z^T, or Z Z^T / sqrt(d) (ours)"
+    decoder: Literal["dot", "scaled"] = shared_field(
+        FGADDetectorParams, "decoder", description="eq. 7 logits Z Z^T, or Z Z^T / sqrt(d) (ours)"
     )
-    decoder_bias: bool = Field(default=False, description="a learnt bias on eq. 7's logits (ours)")
-    gen_output: Literal["gin", "linear"] = Field(
-        default="gin", description="mu, log sigma: the GINs' outputs (eq. 5) or linear on them"
+    decoder_bias: bool = shared_field(
+        FGADDetectorParams, "decoder_bias", description="a learnt bias on eq. 7's logits (ours)"
     )
-    reconstruction: Literal["eq8", "balanced"] = Field(
-        default="eq8", description="eq. 8, or its edge/non-edge balanced form (VGAE pos_weight)"
+    gen_output: Literal["gin", "linear"] = shared_field(
+        FGADDetectorParams,
+        "gen_output",
+        description="mu, log sigma: the GINs' outputs (eq. 5) or linear on them",
     )
-    fake_graphs: Literal["soft", "sampled"] = Field(
-        default="soft", description="the detector sees A~ itself, or a 0/1 sample of it (ours)"
+    reconstruction: Literal["eq8", "balanced"] = shared_field(
+        FGADDetectorParams,
+        "reconstruction",
+        description="eq. 8, or its edge/non-edge balanced form (VGAE pos_weight)",
     )
-    distill_on: Literal["normal", "all"] = Field(
-        default="normal", description="eq. 12 on real graphs (paper) or also generated ones"
+    fake_graphs: Literal["soft", "sampled"] = shared_field(
+        FGADDetectorParams,
+        "fake_graphs",
+        description="the detector sees A~ itself, or a 0/1 sample of it (ours)",
     )
-    student_ad: float = Field(
-        default=0.0, ge=0.0, le=1e6,
+    distill_on: Literal["normal", "all"] = shared_field(
+        FGADDetectorParams,
+        "distill_on",
+        description="eq. 12 on real graphs (paper) or also generated ones",
+    )
+    student_ad: float = shared_field(
+        FGADDetectorParams,
+        "student_ad",
         description="weight of eq. 9 on the student head beside eq. 12 (ours)",
-    )  # fmt: skip
+    )
     keep_optimizer: bool = Field(
         default=False,
         description="Adam's moments persist in the client's state between rounds (ours); "
         "false: a fresh Adam every round",
     )
-    fake_features: Literal["real", "auto"] = Field(
-        default="real",
+    fake_features: Literal["real", "auto"] = shared_field(
+        FGADDetectorParams,
+        "fake_features",
         description="generated graphs keep the real node features, or ('auto') get the degree "
         "features of their own adjacency where the node features are one-hot degrees (ours)",
     )
@@ -152,19 +168,12 @@ class FGAD(Algorithm):
         return Requirements(fields=("x", "graph"), update_phases=("train",) if shared else ())
 
     def make_detector(self, seed: int | None = None) -> FGADDetector:
-        p = self.params
         width = self.setup.feature_shape[-1] if self.setup.feature_shape else 1
-        return FGADDetector(
-            in_dim=max(int(width), 1), hidden=p.hidden, layers=p.layers,
-            gen_hidden=p.gen_hidden, gen_layers=p.gen_layers, epochs=p.local_epochs,
-            pretrain_epochs=p.pretrain_epochs, lr=p.lr, weight_decay=p.weight_decay,
-            batch_size=p.batch_size, lam=p.lam, gamma=p.gamma, tau=p.tau,
-            kl_weight=p.kl_weight, distill_on=p.distill_on, decoder=p.decoder,
-            decoder_bias=p.decoder_bias, gen_output=p.gen_output,
-            reconstruction=p.reconstruction, fake_graphs=p.fake_graphs,
-            fake_features=p.fake_features, student_ad=p.student_ad,
-            head="student" if p.distill else "teacher", contamination=self.contamination,
-            seed=self.setup.seed if seed is None else seed, device=self.setup.device,
+        return FGADDetector.configured(
+            self.params, in_dim=max(int(width), 1), epochs=self.params.local_epochs,
+            head="student" if self.params.distill else "teacher",
+            contamination=self.contamination, device=self.setup.device,
+            seed=self.setup.seed if seed is None else seed,
         )  # fmt: skip
 
     def shared_arrays(self, det: FGADDetector) -> dict[str, np.ndarray]:

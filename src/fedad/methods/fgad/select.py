@@ -92,7 +92,7 @@ def generated_graphs(
     drawn adjacency where the real ones are one-hot degrees and the detector is configured
     so (``fake_features = "auto"``)."""
     det._check_width(graphs)
-    cap = degree_cap(graphs) if det.fake_features == "auto" else None
+    cap = degree_cap(graphs) if det.params.fake_features == "auto" else None
     noise = torch.Generator().manual_seed(int(rng.integers(2**62)))
     out: list[tuple[np.ndarray, np.ndarray]] = []
     dev = next(det.net_.parameters()).device
@@ -104,7 +104,7 @@ def generated_graphs(
             mu, logstd = det.gen_.encode(b.x, b.edge_index)
             z = Generator.sample(mu, logstd, noise)
             logits = det.gen_.logits(dense_nodes(z, b.batch, n, x.shape[1]))
-            if det.reconstruction == "balanced":
+            if det.params.reconstruction == "balanced":
                 logits = logits - edge_prior_shift(adj, mask)
             fake = sample_adjacency(Generator.adjacency(logits, mask), noise)
             feats = x if cap is None else degree_features(fake, mask, cap)
