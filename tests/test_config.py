@@ -296,7 +296,7 @@ def test_oversized_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 def test_privacy_noise_settings_imply_the_gaussian_mechanism(
     privacy: dict[str, Any], mechanism: str
 ) -> None:
-    """DESIGN.md's "[privacy] Gaussian mechanism (clip, noise_multiplier)": a config that
+    """docs/outputs.md's "[privacy] Gaussian mechanism (clip, noise_multiplier)": a config that
     names the noise and not the switch gets the noise; an explicit switch wins."""
     c = parse_config(cfg(privacy=privacy))
     assert c.privacy.mechanism == mechanism

@@ -1,4 +1,4 @@
-"""Experiment configuration: the TOML contract of DESIGN.md, validated with pydantic.
+"""Experiment configuration: the TOML contract of docs/config.md, validated with pydantic.
 
 Every section forbids unknown keys, so a typo is an error that names the key, never a
 silently ignored setting. :func:`load_config` turns any validation problem into a one-line
@@ -214,7 +214,7 @@ class PrivacyConfig(_Strict):
             return data
         noise_keys = sorted({"clip", "noise_multiplier", "target_epsilon"} & set(data))
         if noise_keys and "mechanism" not in data:
-            # DESIGN.md's contract reads "[privacy] Gaussian mechanism (clip,
+            # docs/outputs.md's contract reads "[privacy] Gaussian mechanism (clip,
             # noise_multiplier)": a config that sets the noise and not the switch means the
             # noise; running it silently without noise would be the worse reading.
             return {**data, "mechanism": "gaussian"}
@@ -405,7 +405,10 @@ def _format_error(err: ValidationError) -> str:
     loc = ".".join(parts)
     msg = first["msg"] + (_other_arms(err, parts) if arm else "")
     if kind == "extra_forbidden":
-        return f"unknown key '{loc}' in the config (remove it or check its spelling; see DESIGN.md)"
+        return (
+            f"unknown key '{loc}' in the config "
+            "(remove it or check its spelling; see docs/config.md)"
+        )
     if kind == "missing":
         return f"missing key '{loc}' in the config (add it; see configs/quickstart.toml)"
     msg = msg.removeprefix("Value error, ")

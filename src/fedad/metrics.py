@@ -5,7 +5,7 @@ Conventions used throughout:
 * the anomaly is the **positive class** (label ``1``), normal data are label ``0``;
 * a **higher score means more anomalous**;
 * a prediction ``pred`` is the detector's own 0/1 decision (its ``threshold_`` comes from
-  training data only, see DESIGN.md "Evaluation protocol").
+  training data only, see docs/architecture.md "Evaluation").
 
 Every function returns plain Python ``float``/``int`` values (JSON-serialisable) and ``None``
 where a metric is undefined: a ranking metric on a set with only one class, or a ratio whose

@@ -1,4 +1,4 @@
-"""Run an experiment: one federation, every configured method, the outputs of DESIGN.md.
+"""Run an experiment: one federation, every configured method, the outputs of docs/outputs.md.
 
 ``run_experiment`` claims the output directory (:mod:`fedad.outdir`: refused when it holds
 other files or another run, locked while the run writes), builds the federation once,

@@ -1,4 +1,4 @@
-"""The command line: runs, outputs of the DESIGN.md contract, one-line errors."""
+"""The command line: runs, outputs of the docs/outputs.md contract, one-line errors."""
 
 from __future__ import annotations
 

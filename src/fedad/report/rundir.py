@@ -1,4 +1,4 @@
-"""Readers for the files of a run directory (DESIGN.md, "Experiment config and outputs").
+"""Readers for the files of a run directory (docs/outputs.md, "The run directory").
 
 Each reader is tolerant of the optional pieces: a missing ``history.csv`` gives an empty
 history, a method without arrays in ``scores.npz`` is simply absent from the result, and

@@ -1,8 +1,7 @@
 """ONLAD (OS-ELM autoencoders on edge clients) with selective model aggregation.
 
 Paper label ``ONLAD``: Qin, Matsutani, Kondo, *A Selective Model Aggregation Approach in
-Federated Learning for Online Anomaly Detection*
-(``../shared/seeds/selective-aggregation-onlad.txt``). Code in this package cites it as
+Federated Learning for Online Anomaly Detection*. Code in this package cites it as
 ``[ONLAD eq. N]``, ``[ONLAD Alg. 1 l. N]`` (Algorithm 1, line N) and ``[ONLAD Sec. X]``,
 always with the label, so that an equation number is never read against another method's
 paper (FADngs, FedDyMem, FGAD, ProtoFL). The numbers are that paper's own: its eqs. 1-5

@@ -1,9 +1,8 @@
 """ProtoFL: prototypical representation distillation and local normalizing flows.
 
 Paper label ``ProtoFL``: Kim, Kwak, Jung, Shin, Kim, Kim, *ProtoFL: Unsupervised Federated
-Learning via Prototypical Distillation*, ICCV 2023 (``../shared/seeds/protofl.txt``). Code
-in this package cites it as ``[ProtoFL eq. N]``, ``[ProtoFL Alg. N]`` and
-``[ProtoFL Sec. X]``, always with the label.
+Learning via Prototypical Distillation*, ICCV 2023. Code in this package cites it as
+``[ProtoFL eq. N]``, ``[ProtoFL Alg. N]`` and ``[ProtoFL Sec. X]``, always with the label.
 
 The paper's equations and algorithm steps, and what implements each (module paths relative
 to ``fedad.methods.protofl``):
