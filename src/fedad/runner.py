@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from fedad.accounting import calibrate_noise_multiplier, client_level_guarantee, default_delta
 from fedad.blas import one_blas_thread
+from fedad.claim import Done, RunDir
 from fedad.config import ExperimentConfig, PrivacyConfig, dump_toml
 from fedad.data.federation import build_federation, plan_federation
 from fedad.data.types import Federation
@@ -54,7 +55,7 @@ from fedad.fl.node import update_phases
 from fedad.fl.server_inputs import check_requirements, supplied_fields
 from fedad.fl.workers import WorkerPool, resolve_workers
 from fedad.inputs import INPUTS_FILE, Inputs
-from fedad.outdir import Done, RunDir, staged_dir, write_npz, write_text
+from fedad.outdir import staged_dir, write_npz, write_text
 from fedad.tracking import start as start_tracking
 
 HISTORY_COLUMNS = [
@@ -184,9 +185,9 @@ def _clean(v: Any) -> Any:
 
 
 MAPS_PREFIX = "maps:"
-"""Arrays of a method's :class:`~fedad.outdir.Done` that go to ``maps.npz`` (not scores.npz)."""
+"""Arrays of a method's :class:`~fedad.claim.Done` that go to ``maps.npz`` (not scores.npz)."""
 EMBED_PREFIX = "embeddings:"
-"""Arrays of a method's :class:`~fedad.outdir.Done` that go to ``embeddings.npz``."""
+"""Arrays of a method's :class:`~fedad.claim.Done` that go to ``embeddings.npz``."""
 EMBEDDINGS_FILE = "embeddings.npz"
 
 
@@ -450,7 +451,7 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Run every method of ``cfg``, write all outputs to ``out``; return metrics.json's data.
 
-    ``out`` is claimed first (:meth:`RunDir.claim <fedad.outdir.RunDir.claim>`): ``force``
+    ``out`` is claimed first (:meth:`RunDir.claim <fedad.claim.RunDir.claim>`): ``force``
     replaces a run already there, ``resume`` keeps its finished methods and runs the rest.
     On KeyboardInterrupt or :class:`~fedad.errors.Interrupted` the outputs of the finished
     methods are written and :class:`~fedad.errors.Interrupted` is raised, naming them.

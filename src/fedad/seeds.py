@@ -43,9 +43,10 @@ from typing import Any
 
 import numpy as np
 
+from fedad.claim import RunDir
 from fedad.config import ExperimentConfig, dump_toml
 from fedad.errors import FedadError, Interrupted
-from fedad.outdir import RUN_FILE, STATE_DIR, RunDir, anchored, write_text
+from fedad.outdir import RUN_FILE, STATE_DIR, anchored, write_text
 from fedad.tracking import track_seeds
 
 log = logging.getLogger("fedad")

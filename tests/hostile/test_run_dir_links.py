@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 
 import fedad.outdir as outdir
+from fedad.claim import RunDir
 from fedad.cli.app import app
 from fedad.config import dump_toml
 from fedad.errors import FedadError
-from fedad.outdir import RunDir, staged_dir, write_text
+from fedad.outdir import staged_dir, write_text
 from tests.hostile.conftest import SMALL_RUN, one_line_error, runner
 
 LINK_ERROR = "is a symbolic link; fedad does not follow links inside a run directory"

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import fedad
+from fedad.claim import RunDir
 from fedad.cli.app import app
 from fedad.config import dump_toml, parse_config
 from fedad.errors import FedadError, Interrupted, RunError
-from fedad.outdir import RunDir
 from fedad.report.rundir import read_history
 from fedad.runner import TIMING_KEYS, run_experiment
 from tests.hostile.conftest import SMALL_RUN, one_line_error, runner

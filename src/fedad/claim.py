@@ -1,0 +1,355 @@
+"""Claiming a run's output directory: the lock, ``--force`` and ``--resume``, the finished
+methods kept for resuming.
+
+Rules (docs/runs.md):
+
+* ``--out DIR`` may be new, empty, or hold a fedad run. A directory that holds anything
+  else is refused, so a run never mixes with or overwrites a user's own files.
+* A directory holding a fedad run with results is refused unless ``--force`` (its fedad
+  files are cleared first; other files are left alone) or ``--resume`` (finished methods are
+  kept, the rest run).
+* While a run writes, it holds an exclusive lock (``.fedad/lock``): a second run into the
+  same directory stops at once with a one-line error.
+* Each finished method's results are kept in ``.fedad/done/LABEL.{json,npz}`` and the
+  standard files rewritten, so results survive Ctrl-C, SIGTERM or a later error, and
+  ``--resume`` continues from them.
+
+Every file is written, locked and removed through :mod:`fedad.outdir`, which never follows a
+symbolic link below the claimed root; :func:`~fedad.outdir.refuse_links` checks the run's
+structure before anything is written. Any OSError is a one-line
+:class:`~fedad.errors.FedadError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import numpy as np
+
+from fedad.errors import FedadError
+from fedad.outdir import (
+    DONE_DIR,
+    FORMAT,
+    LOCK_FILE,
+    RUN_FILE,
+    SEED_DIRS,
+    STATE_DIR,
+    Anchor,
+    claimed_above,
+    is_run_entry,
+    mkdir,
+    open_nofollow,
+    output_error,
+    pop_anchor,
+    push_anchor,
+    read_text,
+    refuse_links,
+    remove,
+    write_npz,
+    write_text,
+)
+
+_LABEL = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
+
+State = Literal["running", "interrupted", "failed", "finished"]
+
+
+@dataclass
+class Done:
+    """One finished method as kept for resuming: its metrics entry, history, score arrays."""
+
+    metrics: dict[str, Any]
+    history: list[dict[str, Any]]
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _user_entries(root: Path) -> list[str]:
+    """Entries of ``root`` that no fedad run writes (our interrupted temporary files aside)."""
+    return sorted(
+        p.name for p in root.iterdir() if not (is_run_entry(p.name, seeds=False) or _seed_run(p))
+    )
+
+
+def _seed_run(p: Path) -> bool:
+    """A seed's folder of a several-seed run (a fedad run itself)."""
+    return bool(SEED_DIRS.fullmatch(p.name)) and p.is_dir() and not p.is_symlink()
+
+
+def _has_results(root: Path) -> bool:
+    done = root / STATE_DIR / DONE_DIR
+    return (
+        (root / "metrics.json").exists()
+        or (done.is_dir() and any(done.iterdir()))
+        or any(_seed_run(p) and _has_results(p) for p in root.iterdir())
+    )
+
+
+class RunDir:
+    """A claimed output directory: use as a context manager around the whole run.
+
+    Claiming resolves ``root`` once; below it no link is followed (:func:`refuse_links`
+    before anything is written, then every write, lock and deletion relative to its
+    folder's descriptor), until the context ends.
+    """
+
+    def __init__(self, root: Path, created: bool) -> None:
+        self.root = root
+        self.created = created
+        self._lock: IO[str] | None = None
+        self._anchors: tuple[Anchor, ...] = ()
+
+    # -- claiming ---------------------------------------------------------------------
+    @classmethod
+    def claim(cls, root: Path, force: bool = False, resume: bool = False) -> RunDir:
+        """Check ``root`` may take this run, lock it, and (``force``) clear the old run."""
+        if force and resume:
+            raise FedadError("--force and --resume exclude each other", "give one of them")
+        if root.exists() and not root.is_dir():
+            raise FedadError(
+                f"--out '{root}' exists and is not a directory", "give a new or empty directory"
+            )
+        created = not (root.exists() or root.is_symlink())
+        if not claimed_above(root):
+            try:  # the root as the user named it: links above it are theirs
+                root.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise output_error(root, err) from None
+        else:  # a seed's run inside a claimed run: not through a link either
+            mkdir(root)
+        run = cls(root, created)
+        run._anchors = push_anchor(root)
+        try:
+            run._check(force, resume)
+        except BaseException:
+            run.close()
+            raise
+        return run
+
+    def _check(self, force: bool, resume: bool) -> None:
+        """:meth:`claim`'s rules, in order: no links, not another's folder, the lock, then
+        (``force``) clearing."""
+        root = self.root
+        refuse_links(root)
+        is_run = (root / STATE_DIR / RUN_FILE).is_file() or (
+            (root / "metrics.json").is_file() and (root / "config.toml").is_file()
+        )  # the second: runs written before .fedad/ existed
+        others = _user_entries(root)
+        if not is_run:  # not a run: anything but our own lock folder is the user's
+            others = sorted(p.name for p in root.iterdir() if p.name != STATE_DIR)
+        if others and not is_run:
+            shown = ", ".join(others[:3]) + (" ..." if len(others) > 3 else "")
+            raise FedadError(
+                f"--out '{root}' is not empty and holds no fedad run ({shown})",
+                "choose a new or empty directory; fedad does not write among other files",
+            )
+        self._acquire()
+        if resume:
+            if not is_run:
+                raise FedadError(
+                    f"--resume: '{root}' holds no fedad run to resume",
+                    "drop --resume to start a new run",
+                )
+        elif _has_results(root):
+            if not force:
+                raise FedadError(
+                    f"--out '{root}' holds a fedad run already",
+                    "add --force to replace it, --resume to complete it, or choose another --out",
+                )
+            self.clear()
+        elif is_run:
+            self.clear()  # a run that ended before any result: nothing to keep
+
+    def _acquire(self) -> None:
+        """Take the lock; creating it is also the check that the directory is writable.
+
+        The lock file is opened without following a link, and must be a plain file with no
+        other name (a hard link would let its truncation reach another file)."""
+        path = mkdir(self.root / STATE_DIR) / LOCK_FILE
+        try:
+            fd = open_nofollow(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        except OSError as err:
+            raise output_error(path, err) from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            os.close(fd)
+            raise FedadError(
+                f"'{path}' is not a plain file of its own (a hard link or a special file)",
+                "remove it or choose another --out",
+            )
+        fh = os.fdopen(fd, "r+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            holder = fh.read(20).strip()
+            fh.close()
+            raise FedadError(
+                f"another fedad run{f' (pid {holder})' if holder else ''} is writing to "
+                f"'{self.root}'",
+                "wait for it to finish or choose another --out",
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self._lock = fh
+
+    def release(self) -> None:
+        """Drop the lock (the lock file stays: it is harmless and reused)."""
+        if self._lock is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock, fcntl.LOCK_UN)
+                self._lock.close()
+            self._lock = None
+
+    def close(self) -> None:
+        """Drop the lock and the claim (paths below the root are no longer guarded)."""
+        self.release()
+        pop_anchor(self._anchors)
+        self._anchors = ()
+
+    def clear(self) -> None:
+        """Remove what a fedad run wrote here (never other files), keeping the lock.
+
+        Nothing is followed: a link among fedad's entries is an error, and folders are
+        removed relative to their parent's descriptor (:func:`shutil.rmtree` with ``dir_fd``,
+        which never descends into a link)."""
+        for name in sorted(os.listdir(self.root)):
+            p = self.root / name
+            seed = bool(SEED_DIRS.fullmatch(name))
+            if name != STATE_DIR and is_run_entry(name, seeds=True) and (_seed_run(p) or not seed):
+                remove(p)
+        state = self.root / STATE_DIR
+        for name in sorted(os.listdir(state)) if state.is_dir() and not state.is_symlink() else []:
+            if name != LOCK_FILE:
+                remove(state / name)
+
+    def discard_if_empty(self) -> None:
+        """After a run that wrote no result: leave no trace (the folder too, if ours).
+
+        Flower logs (``.flower/``) are the exception: they say why a run failed, so they
+        stay, and the folder stays a (resultless) fedad run that the next run may reuse.
+        """
+        if _has_results(self.root):
+            return
+        flower = self.root / ".flower"
+        if flower.is_dir() and any(flower.iterdir()):
+            with contextlib.suppress(FedadError):
+                self.set_state("failed")
+            return
+        with contextlib.suppress(FedadError):
+            self.clear()
+        self.release()
+        with contextlib.suppress(FedadError):
+            remove(self.root / STATE_DIR)
+        with contextlib.suppress(OSError):
+            if self.created and not any(self.root.iterdir()):
+                self.root.rmdir()
+
+    # -- state ------------------------------------------------------------------------
+    def set_state(self, state: State, config_text: str | None = None) -> None:
+        """Record the run's state in ``.fedad/run.json`` (atomically)."""
+        info: dict[str, Any] = {"format": FORMAT, "state": state, "pid": os.getpid()}
+        write_text(self.root / STATE_DIR / RUN_FILE, json.dumps(info))
+        if config_text is not None:
+            write_text(self.root / "config.toml", config_text)
+
+    def check_config(self, config_text: str) -> None:
+        """``--resume``: refuse when the run here started from another config (one line).
+
+        A run without a ``config.toml`` yet (stopped before it wrote one) passes. The file
+        is untrusted: damaged, too large or too deeply nested is a one-line error.
+        """
+        import tomllib
+
+        path = self.root / "config.toml"
+        try:
+            old = tomllib.loads(read_text(path))
+            diff = config_difference(old, tomllib.loads(config_text))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, RecursionError) as err:
+            why = "nested too deeply" if isinstance(err, RecursionError) else str(err)[:120]
+            raise FedadError(
+                f"--resume: '{path}' is damaged ({why})", "run again with --force"
+            ) from None
+        if diff is not None:
+            raise FedadError(
+                f"--resume: the config differs from the run in '{self.root}': {diff}",
+                "resume with the same config and --set values, or start anew with --force",
+            )
+
+    def save_done(self, label: str, done: Done) -> None:
+        """Keep one finished method's results for resuming."""
+        d = mkdir(self.root / STATE_DIR / DONE_DIR)
+        write_npz(d / f"{label}.npz", done.arrays)
+        write_text(
+            d / f"{label}.json", json.dumps({"metrics": done.metrics, "history": done.history})
+        )
+
+    def load_done(self, labels: list[str]) -> dict[str, Done]:
+        """The finished methods among ``labels`` (untrusted files: checked, one-line errors)."""
+        from fedad.runs import read_npz
+
+        d = self.root / STATE_DIR / DONE_DIR
+        out: dict[str, Done] = {}
+        for label in labels:
+            meta, arrays = d / f"{label}.json", d / f"{label}.npz"
+            if not (_LABEL.fullmatch(label) and meta.is_file() and arrays.is_file()):
+                continue
+            try:
+                data = json.loads(read_text(meta))
+            except (OSError, ValueError, RecursionError) as err:
+                raise FedadError(
+                    f"--resume: '{meta}' is damaged ({str(err)[:120]})",
+                    "run again with --force",
+                ) from None
+            if not (
+                isinstance(data, dict)
+                and isinstance(data.get("metrics"), dict)
+                and isinstance(data.get("history"), list)
+                and all(isinstance(r, dict) for r in data["history"])
+            ):
+                raise FedadError(f"--resume: '{meta}' is damaged", "run again with --force")
+            if not (self.root / "checkpoints" / label / "detector.json").is_file():
+                continue  # results without their checkpoint: run the method again
+            out[label] = Done(data["metrics"], data["history"], read_npz(arrays))
+        return out
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def config_difference(old: Any, new: Any, where: str = "") -> str | None:
+    """The first key at which two resolved configs differ, described in words, or None."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for k in sorted(set(old) | set(new), key=str):
+            key = f"{where}.{k}" if where else str(k)
+            if k not in old:
+                return f"'{key}' is new"
+            if k not in new:
+                return f"'{key}' is gone"
+            diff = config_difference(old[k], new[k], key)
+            if diff:
+                return diff
+        return None
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            diff = config_difference(a, b, f"{where}.{i}")
+            if diff:
+                return diff
+        return None
+    if old != new or type(old) is not type(new):
+        return f"'{where}' was {old!r}, now {new!r}"
+    return None
