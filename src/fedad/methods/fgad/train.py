@@ -39,6 +39,8 @@ from fedad.methods.fgad.model import NORMAL, FGADNet, Generator
 from fedad.nn.gin import dense_graphs, dense_nodes
 
 if TYPE_CHECKING:
+    from torch_geometric.data import Batch
+
     from fedad.data.types import GraphSet
 
 __all__ = ["LOSS_KEYS", "degree_cap", "degree_features", "sample_adjacency", "train_epoch"]
@@ -97,6 +99,59 @@ def degree_features(adj: torch.Tensor, mask: torch.Tensor, cap: int) -> torch.Te
     return out * mask.unsqueeze(-1).to(adj.dtype)
 
 
+def _generate(
+    gen: Generator,
+    b: Batch,
+    nodes: int,
+    adj: torch.Tensor,
+    mask: torch.Tensor,
+    noise: torch.Generator,
+    reconstruction: str,
+    fake_graphs: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The generator's part of one :func:`train_epoch` batch [FGAD eq. 5-8]: the logits the
+    detector's adjacency comes from (shifted for ``reconstruction = "balanced"``), the loss
+    the generator trains with, eq. 8 of the adjacency the detector is shown, the KL term,
+    and the detached generated adjacency (``fake_graphs = "sampled"``: drawn 0/1 from it).
+    ``noise`` is drawn from in this order: the latent sample, then the adjacency sample."""
+    n = int(b.num_graphs)
+    mu, logstd = gen.encode(b.x, b.edge_index)
+    z = Generator.sample(mu, logstd, noise)
+    logits = gen.logits(dense_nodes(z, b.batch, n, nodes))
+    if reconstruction == "balanced":
+        train_g = balanced_reconstruction_loss(logits, adj, mask)
+        logits = logits - edge_prior_shift(adj, mask)
+        loss_g = reconstruction_loss(logits.detach(), adj, mask)
+    else:
+        train_g = loss_g = reconstruction_loss(logits, adj, mask)
+    kl = kl_divergence(mu, logstd)
+    fake_adj = Generator.adjacency(logits, mask).detach()
+    if fake_graphs == "sampled":
+        fake_adj = sample_adjacency(fake_adj, noise)
+    return logits, train_g, loss_g, kl, fake_adj
+
+
+def _add(
+    sums: dict[str, float],
+    n: int,
+    losses: tuple[torch.Tensor, ...],
+    logits: torch.Tensor,
+    adj: torch.Tensor,
+    mask: torch.Tensor,
+) -> int:
+    """Add one batch of ``n`` graphs to :func:`train_epoch`'s sums: ``losses`` (the first
+    five terms of :data:`LOSS_KEYS`), the constant predictor's eq. 8 and the edge AUC;
+    returns how many graphs the edge AUC counted (0 when it is undefined)."""
+    const = constant_reconstruction_loss(adj, mask)
+    for key, value in zip(LOSS_KEYS[:-1], (*losses, const), strict=True):
+        sums[key] += float(value.detach()) * n
+    auc = edge_auc(logits, adj, mask)
+    if auc is None:
+        return 0
+    sums["recon_edge_auc"] += auc * n
+    return n
+
+
 def train_epoch(
     net: FGADNet,
     gen: Generator,
@@ -145,19 +200,9 @@ def train_epoch(
         b = graphs.batch(idx).to(device)
         n = int(b.num_graphs)
         x, adj, mask = dense_graphs(b)
-        mu, logstd = gen.encode(b.x, b.edge_index)
-        z = Generator.sample(mu, logstd, noise)
-        logits = gen.logits(dense_nodes(z, b.batch, n, x.shape[1]))
-        if reconstruction == "balanced":
-            train_g = balanced_reconstruction_loss(logits, adj, mask)
-            logits = logits - edge_prior_shift(adj, mask)
-            loss_g = reconstruction_loss(logits.detach(), adj, mask)
-        else:
-            train_g = loss_g = reconstruction_loss(logits, adj, mask)
-        kl = kl_divergence(mu, logstd)
-        fake_adj = Generator.adjacency(logits, mask).detach()
-        if fake_graphs == "sampled":
-            fake_adj = sample_adjacency(fake_adj, noise)
+        logits, train_g, loss_g, kl, fake_adj = _generate(
+            gen, b, x.shape[1], adj, mask, noise, reconstruction, fake_graphs
+        )
         real_z = net.represent(b.x, b.edge_index, b.batch, n)
         fake_x = x if fake_degree_cap is None else degree_features(fake_adj, mask, fake_degree_cap)
         fake_z = net.backbone.forward_dense(fake_x, fake_adj, mask)
@@ -180,15 +225,8 @@ def train_epoch(
         loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
         kd = loss_kd if loss_kd is not None else loss.new_zeros(())
-        const = constant_reconstruction_loss(adj, mask)
-        values = (loss, loss_ad, loss_g, kd, flagged, const)
-        for key, value in zip(LOSS_KEYS[:-1], values, strict=True):
-            sums[key] += float(value.detach()) * n
         count += n
-        auc = edge_auc(logits, adj, mask)
-        if auc is not None:
-            sums["recon_edge_auc"] += auc * n
-            auc_count += n
+        auc_count += _add(sums, n, (loss, loss_ad, loss_g, kd, flagged), logits, adj, mask)
     out = {k: v / max(count, 1) for k, v in sums.items()}
     out["recon_edge_auc"] = sums["recon_edge_auc"] / auc_count if auc_count else 0.5
     return out
