@@ -382,12 +382,7 @@ class _ONLAD(Algorithm):
             det.beta_, det.p_ = beta, p
             observed_scores = det.score(observed)
             tau = quantile_threshold(observed_scores, self.contamination)
-            msgs = {}
-            for i in ctx.sample():
-                arrays = {"beta": beta, "p": p}
-                if i not in have_weights:
-                    arrays.update({k: v for k, v in det.get_arrays().items() if k in FIXED})
-                msgs[i] = Message(TRAIN, arrays, {"round": r, "rounds": ctx.rounds, "tau": tau})
+            msgs = _train_messages(ctx, det, beta, p, have_weights, r, tau)
             scalars = ["num_examples", "learned", *(EXCEEDANCE if self.reports else ())]
             replies = ctx.send(msgs, arrays=spec, scalars=scalars)
             have_weights.update(replies)
@@ -411,12 +406,7 @@ class _ONLAD(Algorithm):
             )
             c = self.weights(losses, n, rnd) if ids else np.zeros(0)
             if self.excludes_unusable():
-                for i, v, ck in zip(ids, losses, c, strict=True):
-                    if not usable([v])[0] and ck == 0:
-                        ctx.event(
-                            f"node {i}: observed loss {v:.6g} is not finite and positive; "
-                            "its update is excluded"
-                        )
+                _note_unusable(ctx, ids, losses, c)
             kept = bool(ids)
             if c.sum() > 0:
                 new = _combine(c, [replies[i].arrays for i in ids])
@@ -463,6 +453,37 @@ class _ONLAD(Algorithm):
         det.beta_, det.p_ = beta, p
         det.threshold_ = quantile_threshold(det.score(observed), self.contamination)
         return ServerResult(arrays=det.get_arrays(), scalars={"threshold": det.threshold_})
+
+
+def _train_messages(
+    ctx: ServerContext,
+    det: OSELMAutoEncoder,
+    beta: np.ndarray,
+    p: np.ndarray,
+    have_weights: set[int],
+    r: int,
+    tau: float,
+) -> dict[int, Message]:
+    """Round ``r``'s train messages to the sampled clients: the global :math:`\beta`, P and
+    the rejection threshold ``tau``, plus the fixed input weights for a client that has not
+    had them yet."""
+    msgs = {}
+    for i in ctx.sample():
+        arrays = {"beta": beta, "p": p}
+        if i not in have_weights:
+            arrays.update({k: v for k, v in det.get_arrays().items() if k in FIXED})
+        msgs[i] = Message(TRAIN, arrays, {"round": r, "rounds": ctx.rounds, "tau": tau})
+    return msgs
+
+
+def _note_unusable(ctx: ServerContext, ids: list[int], losses: list[float], c: np.ndarray) -> None:
+    """An event for each client whose observed loss is unusable and whose update is excluded."""
+    for i, v, ck in zip(ids, losses, c, strict=True):
+        if not usable([v])[0] and ck == 0:
+            ctx.event(
+                f"node {i}: observed loss {v:.6g} is not finite and positive; "
+                "its update is excluded"
+            )
 
 
 def _combine(
