@@ -24,7 +24,7 @@ import time
 import torch
 from suites import fashion_fedavg
 
-from fedad.data.federation import build_federation
+from fedad.federation import build_federation
 from fedad.runner import build_algorithms, run_method
 
 

@@ -31,8 +31,8 @@ from sklearn.metrics import roc_auc_score
 
 from fedad.blas import limit_blas_threads
 from fedad.config import parse_config
-from fedad.data import build_federation
 from fedad.data.types import Federation
+from fedad.federation import build_federation
 from fedad.fl.algorithm import Setup, build_algorithm
 from fedad.fl.engine import run_inprocess
 from fedad.methods.fadngs.density import fit_gaussians, min_mahalanobis

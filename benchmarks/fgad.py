@@ -291,7 +291,7 @@ def by_source(run: Path) -> dict[str, dict[str, float]]:
     """Per method and client source, the mean over the seeds of ``run`` of that source's
     clients' AUROC (descriptive: which domains a method's client mean comes from)."""
     from fedad.config import parse_config
-    from fedad.data.federation import build_federation
+    from fedad.federation import build_federation
     from fedad.runner import with_server_data
     from fedad.runs import read_config
 
@@ -336,8 +336,8 @@ def probe(run: Path) -> dict[str, Any]:
     from scipy.stats import spearmanr
 
     from fedad.config import parse_config
-    from fedad.data.federation import build_federation
     from fedad.data.types import GraphSet
+    from fedad.federation import build_federation
     from fedad.methods.fgad.detector import FGADDetector
     from fedad.methods.fgad.model import NORMAL
     from fedad.metrics import auroc
@@ -533,7 +533,7 @@ def select_run(
     import tomllib
 
     from fedad.config import parse_config
-    from fedad.data.federation import build_federation
+    from fedad.federation import build_federation
     from fedad.methods.fgad.select import choose, validate
     from fedad.metrics import auroc
     from fedad.runner import with_server_data

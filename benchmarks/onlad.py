@@ -39,8 +39,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from fedad.config import ExperimentConfig, apply_overrides, parse_config, read_toml
-from fedad.data.federation import build_federation
 from fedad.data.registry import load_dataset
+from fedad.federation import build_federation
 from fedad.methods.onlad.detector import OSELMAutoEncoder
 from fedad.methods.onlad.federated import observed_loss
 from fedad.runner import build_algorithms, run_method, with_server_data

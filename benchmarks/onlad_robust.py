@@ -50,8 +50,8 @@ import numpy as np
 
 from fedad.attacks import attacked_clients
 from fedad.config import ExperimentConfig, apply_overrides, parse_config, read_toml
-from fedad.data.federation import build_federation
 from fedad.data.types import dense
+from fedad.federation import build_federation
 from fedad.methods.onlad.federated import ONLADRobust
 from fedad.methods.onlad.model import standardizer
 from fedad.metrics import auroc

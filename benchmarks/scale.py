@@ -30,7 +30,7 @@ import psutil
 import torch
 from suites import fashion_fedavg
 
-from fedad.data.federation import build_federation
+from fedad.federation import build_federation
 from fedad.runner import build_algorithms, run_method
 
 SETTINGS = (("inprocess", 1), ("inprocess", 2), ("flower-simulation", 1))

@@ -7,7 +7,7 @@ import pytest
 
 from fedad.attacks import attacked_clients, client_handlers, gaussian_data, poison_update
 from fedad.config import AttackConfig, parse_config
-from fedad.data.federation import build_federation
+from fedad.federation import build_federation
 from fedad.fl.messages import Message
 
 
@@ -170,3 +170,41 @@ def test_a_model_attack_on_centralized_says_it_is_not_applied() -> None:
         "method 'centralized' has no model-update phase: [attack] sign-flip not applied"
         in out.events
     )
+
+
+def test_contamination_attack_with_one_vs_rest_refused_before_loading() -> None:
+    """The attack step's own check runs before the planner loads anything."""
+    from fedad.errors import ConfigError
+
+    raw: dict[str, Any] = {
+        "data": {"name": "no_such_data_set", "normal": [0, 1]},
+        "partition": {"scheme": "one-vs-rest", "clients": 2},
+        "attack": {"kind": "contamination", "clients": 1},
+        "methods": [{"name": "fedavg"}],
+    }
+    with pytest.raises(ConfigError, match=r"not supported with partition\.scheme"):
+        build_federation(parse_config(raw))
+
+
+def test_poison_plan_notes_keep_their_place() -> None:
+    """``attack`` and ``attacked_clients`` follow ``unused_classes`` as when the planner
+    wrote them, and only the attacked clients' training data change."""
+    from fedad.federation import plan_federation
+
+    raw: dict[str, Any] = {
+        "seed": 2,
+        "data": {"name": "digits", "normal": [0, 1, 2], "anomaly": [8, 9]},
+        "partition": {"clients": 4},
+        "attack": {"kind": "contamination", "clients": 1, "fraction": 0.5},
+        "methods": [{"name": "fedavg"}],
+    }
+    plan = plan_federation(parse_config(raw))
+    keys = list(plan.notes)
+    at = keys.index("unused_classes")
+    assert keys[at + 1 : at + 3] == ["attack", "attacked_clients"]
+    (k,) = plan.notes["attacked_clients"]  # type: ignore[misc]
+    clean = plan_federation(parse_config({**raw, "attack": {"kind": "none"}}))
+    for j in range(4):
+        same = np.array_equal(plan.train_ids[j], clean.train_ids[j])
+        assert same != (j == k)
+    assert int(plan.train_anomaly[k].sum()) == round(0.5 * len(plan.train_ids[k]))

@@ -169,7 +169,7 @@ def toy() -> Iterator[None]:
 
 
 def _run(raw: dict[str, Any]) -> tuple[Federation, dict[str, Any]]:
-    from fedad.data.federation import build_federation
+    from fedad.federation import build_federation
 
     cfg = parse_config(raw)
     fed = build_federation(cfg)

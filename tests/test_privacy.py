@@ -93,7 +93,7 @@ SECAGG_CFG: dict = {
 
 def _fedavg(detector: str, secagg: bool) -> tuple[float, dict[str, np.ndarray]]:
     from fedad.config import parse_config
-    from fedad.data.federation import build_federation
+    from fedad.federation import build_federation
     from fedad.runner import build_algorithms, run_method
 
     raw = {
@@ -126,7 +126,7 @@ def test_secagg_results_stay_within_tolerance(detector: str) -> None:
 def test_secagg_on_a_method_without_a_mean_phase_says_so() -> None:
     pytest.importorskip("flwr", reason="SecAgg+ is Flower's")
     from fedad.config import parse_config
-    from fedad.data.federation import build_federation
+    from fedad.federation import build_federation
     from fedad.runner import build_algorithms, run_method
 
     raw = {**SECAGG_CFG, "rounds": 1, "privacy": {"secagg": True}, "methods": [{"name": "local"}]}

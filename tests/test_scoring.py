@@ -208,7 +208,7 @@ def test_resolved_config_names_the_natural_client_count(
     table_run: tuple[Path, pd.DataFrame],
 ) -> None:
     from fedad.config import load_config
-    from fedad.data.federation import build_federation
+    from fedad.federation import build_federation
 
     root, _ = table_run
     cfg = load_config(root / "run" / "config.toml")

@@ -271,7 +271,7 @@ def test_workers_and_top_config_get_the_config_as_given(tmp_path: Path) -> None:
     natural federation of 3 sites ("data.client_column 'site' names 3 clients")."""
     import tomllib
 
-    from fedad.data import build_federation
+    from fedad.federation import build_federation
     from fedad.seeds import as_given, top_config_text
 
     rng = np.random.default_rng(0)

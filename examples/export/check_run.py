@@ -30,8 +30,8 @@ import numpy as np
 
 import fedad
 from fedad.config import load_config
-from fedad.data.federation import build_federation
 from fedad.export import export_run
+from fedad.federation import build_federation
 from fedad.scoring import score_data
 
 HERE = Path(__file__).resolve().parent

@@ -1,7 +1,8 @@
 """Poisoning and faulty-client simulators, configured by the ``[attack]`` section.
 
-Data poisoning (applied when the federation is built, after the test sets are fixed, so the
-test data never change with the attack):
+Data poisoning (a step of its own after the federation is planned, so the test data never
+change with the attack: :func:`poison_plan` on the plan, :func:`poison_data` on the built
+federation; :func:`fedad.federation.build_federation` runs both):
 
 * ``gaussian-data``: a ``fraction`` of an attacked client's training samples is replaced by
   :math:`\\mathcal N(0, 1)` samples in the model's input space (Qin et al., scenario 3);
@@ -28,10 +29,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fedad.config import AttackConfig
+from fedad.data.federation import FederationPlan, mix, streams
+from fedad.data.federation.materialize import dense
+from fedad.data.types import Federation
+from fedad.errors import ConfigError, DataError
 from fedad.fl.messages import Message
 from fedad.seeding import rng as seeded_rng
 
-if TYPE_CHECKING:  # fedad.fl.algorithm imports fedad.data, whose federation imports this module
+if TYPE_CHECKING:  # fedad.fl.algorithm imports this module (through fedad.fl.node)
     from fedad.data.types import ClientData
     from fedad.fl.algorithm import ClientState, Handler
 
@@ -65,6 +70,83 @@ def gaussian_data(
     mask = np.zeros(len(x), dtype=bool)
     mask[idx] = True
     return out, mask
+
+
+def check_attack(attack: AttackConfig, scheme: str) -> None:
+    """Refuse a data attack the partition scheme cannot take (before anything is loaded)."""
+    if scheme == "one-vs-rest" and attack.kind == "contamination":
+        raise ConfigError(
+            "attack.kind = 'contamination' is not supported with partition.scheme = 'one-vs-rest'",
+            "use partition.contamination, or a model attack",
+        )
+
+
+def poison_plan(plan: FederationPlan, attack: AttackConfig, seed: int) -> list[int]:
+    """The data attacks' step on a plan (after the test sets are fixed, so they never
+    change): ``contamination`` replaces a ``fraction`` of each attacked client's training
+    normals by training anomalies that partition.contamination left unused (the plan's
+    ``attack`` stream); ``gaussian-data`` is refused for graphs (it is applied by
+    :func:`poison_data`). Records ``attack`` and ``attacked_clients`` in the plan's notes;
+    returns the attacked clients."""
+    k_clients = len(plan.train_ids)
+    attacked = attacked_clients(attack, k_clients, seed)
+    if attack.kind == "contamination" and attacked:
+        _contaminate(plan, attacked, attack.fraction, streams(seed)["attack"])
+    elif attack.kind == "gaussian-data" and attacked and plan.kind == "graph":
+        raise ConfigError(
+            "attack.kind='gaussian-data' replaces feature rows by noise and does not "
+            "apply to graph data",
+            "use attack.kind = 'contamination' or a model attack",
+        )
+    notes: dict[str, object] = {}
+    for key, value in plan.notes.items():
+        notes[key] = value
+        if key == "unused_classes":  # the place they had when the planner wrote them
+            notes["attack"] = attack.kind
+            notes["attacked_clients"] = attacked
+    plan.notes = notes
+    return attacked
+
+
+def _contaminate(
+    plan: FederationPlan, attacked: list[int], fraction: float, rng: np.random.Generator
+) -> None:
+    """The ``contamination`` attack on ``plan`` (see :func:`poison_plan`)."""
+    train_ids, train_anomaly = plan.train_ids, plan.train_anomaly
+    used = np.concatenate(
+        [ids[flag == 1] for ids, flag in zip(train_ids, train_anomaly, strict=True)]
+    )
+    spare = rng.permutation(np.setdiff1d(plan.anomaly_pool, used))
+    start = 0
+    for k in attacked:
+        normal_ids = train_ids[k][train_anomaly[k] == 0]
+        n_a = min(n_affected(len(train_ids[k]), fraction), len(normal_ids))
+        if start + n_a > len(spare):
+            raise DataError(
+                f"attack.kind='contamination' needs {start + n_a} training anomalies but "
+                f"only {len(spare)} are left after partition.contamination",
+                "lower attack.fraction or attack.clients",
+            )
+        kept = rng.permutation(normal_ids)[: len(normal_ids) - n_a]
+        old_bad = train_ids[k][train_anomaly[k] == 1]
+        train_ids[k], train_anomaly[k] = mix(
+            kept, np.concatenate([old_bad, spare[start : start + n_a]]), rng
+        )
+        start += n_a
+
+
+def poison_data(fed: Federation, attack: AttackConfig, seed: int) -> Federation:
+    """The ``gaussian-data`` attack on a built federation (after standardization): a
+    ``fraction`` of each attacked client's training rows become N(0, 1) noise, marked 1
+    in ``y_train``. Any other attack leaves ``fed`` as it is. Returns ``fed``."""
+    if attack.kind != "gaussian-data":
+        return fed
+    rng = seeded_rng(seed, 0x6A5)
+    for k in attacked_clients(attack, len(fed.clients), seed):
+        c = fed.clients[k]
+        c.x_train, hit = gaussian_data(dense(c.x_train), attack.fraction, rng)
+        c.y_train = np.where(hit, 1, c.y_train).astype(np.int64)
+    return fed
 
 
 def poison_update(

@@ -33,7 +33,6 @@ from fedad.accounting import calibrate_noise_multiplier, client_level_guarantee,
 from fedad.blas import one_blas_thread
 from fedad.claim import Done, RunDir
 from fedad.config import ExperimentConfig, PrivacyConfig, dump_toml
-from fedad.data.federation import build_federation, plan_federation
 from fedad.data.types import Federation
 from fedad.detector import DEFAULT_CONTAMINATION
 from fedad.devices import resolve_device
@@ -48,6 +47,7 @@ from fedad.evaluation import (
     map_sample,
     run_columns,
 )
+from fedad.federation import build_federation, plan_federation
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import unprefixed

@@ -128,7 +128,7 @@ def test_load_gives_working_detectors(run_dir: Path) -> None:
         score = z["again/score"]
         pred = z["again/pred"]
     from fedad.config import load_config
-    from fedad.data.federation import build_federation
+    from fedad.federation import build_federation
 
     fed = build_federation(load_config(run_dir / "config.toml"))
     for c in fed.clients:

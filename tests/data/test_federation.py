@@ -7,6 +7,10 @@ pixel 0), so sample identity survives partitioning; see ``datahelpers.py``.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from dataclasses import field as default
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +21,14 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from fedad.config import parse_config
-from fedad.data.federation import build_federation, plan_federation, pooled_mean_std
+from fedad.data.federation import PartitionSpec, pooled_mean_std
+from fedad.data.federation import plan_federation as plan_sections
 from fedad.data.idx import FASHION_MNIST_DIR
+from fedad.data.missing import MissingPolicy
 from fedad.data.partition import round_half_up
 from fedad.data.types import Federation, GraphSet
 from fedad.errors import ConfigError, DataError, FedadError
+from fedad.federation import build_federation, plan_federation
 from tests.data.datahelpers import SYNTH_PER_CLASS, make_config, write_mnist_like
 
 
@@ -529,3 +536,66 @@ def test_one_vs_rest_errors(data: dict[str, Any], attack: dict[str, Any], match:
     with pytest.raises(FedadError, match=match) as err:
         build(data=data, partition={"scheme": "one-vs-rest", "clients": 2}, attack=attack)
     assert "\n" not in str(err.value)
+
+
+# --------------------------------------------------------------------------- the layer
+
+
+@dataclass(frozen=True)
+class PlainData:
+    """A ``[data]`` section that is no pydantic model: the planner needs only the keys."""
+
+    name: str = "synth_vec"
+    path: str | None = None
+    normal: list[int | str] | None = default(default_factory=lambda: [0, 1, 2])
+    anomaly: list[int | str] | None = default(default_factory=lambda: [3, 4])
+    anomaly_source: str = ""
+    anomaly_source_path: str | None = None
+    sources: list[str] = default(default_factory=list)
+    size: int | None = None
+    max_train_per_client: int | None = None
+    max_test: int | None = None
+    test_anomaly_fraction: float | None = None
+    test_fraction: float = 0.3
+    server_normal: int = 0
+    standardize: bool = True
+    missing: MissingPolicy = "error"
+    client_column: str | None = None
+
+    def loader_options(self) -> dict[str, Any]:
+        return {}
+
+
+@pytest.mark.parametrize("scheme", ["dirichlet", "one-vs-rest"])
+def test_planner_reads_only_its_sections(scheme: str) -> None:
+    """The data layer's planner takes the two sections and the seed; with the same values it
+    plans what the config-level builder plans (no attack configured)."""
+    part = {"scheme": scheme, "clients": 5, "contamination": 0.1}
+    ovr = scheme == "one-vs-rest"
+    data = PlainData(normal=[0, 1, 2, 3, 4], anomaly=None) if ovr else PlainData()
+    raw = make_config(data={k: v for k, v in vars(data).items() if v is not None},
+                      partition=part, seed=3)  # fmt: skip
+    cfg = parse_config(raw)
+    spec = PartitionSpec(
+        **{**cfg.partition.model_dump(), "max_clients": 100, "clients_given": True}
+    )
+    ours = plan_sections(data, spec, 3)
+    theirs = plan_federation(cfg)
+    for a, b in zip(ours.train_ids + ours.test_ids, theirs.train_ids + theirs.test_ids,
+                    strict=True):  # fmt: skip
+        np.testing.assert_array_equal(a, b)
+    assert ours.client_sources == theirs.client_sources
+    assert {k: v for k, v in theirs.notes.items() if k not in ("attack", "attacked_clients")} == (
+        ours.notes
+    )
+
+
+def test_data_layer_imports_neither_config_nor_attacks() -> None:
+    code = (
+        "import sys, fedad.data, fedad.data.federation\n"
+        "names = ('fedad.config', 'fedad.attacks', 'fedad.federation')\n"
+        "bad = [m for m in names if m in sys.modules]\n"
+        "print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from fedad.config import parse_config
-from fedad.data.federation import build_federation
 from fedad.data.registry import dataset_info, load_dataset
+from fedad.federation import build_federation
 
 pytest.importorskip("skimage")
 

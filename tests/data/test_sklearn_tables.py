@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from fedad.config import parse_config
-from fedad.data.federation import build_federation
 from fedad.data.registry import dataset_info, load_dataset
 from fedad.errors import DataError
+from fedad.federation import build_federation
 
 
 def test_breast_cancer_has_a_fixed_definition() -> None:

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from fedad.config import parse_config
-from fedad.data.federation import build_federation
 from fedad.data.registry import load_dataset
 from fedad.errors import ConfigError, DataError, FedadError
+from fedad.federation import build_federation
 
 
 def frame(n: int = 120, seed: int = 0) -> pd.DataFrame:

@@ -22,7 +22,7 @@ flwr = pytest.importorskip("flwr", reason="flwr (the flower extra) is not instal
 from flwr.app import Message as FlowerMessage  # noqa: E402
 from flwr.app import RecordDict  # noqa: E402
 
-from fedad.data.federation import build_federation  # noqa: E402
+from fedad.federation import build_federation  # noqa: E402
 from fedad.fl import flower  # noqa: E402
 from fedad.fl.flower import (  # noqa: E402
     FlowerRunError,

@@ -370,7 +370,7 @@ def test_local_superlink_port_taken_is_one_line(
 
 def _build(tmp_path: Path) -> tuple[object, object, object]:
     from fedad.config import load_config
-    from fedad.data.federation import build_federation
+    from fedad.federation import build_federation
     from fedad.runner import build_algorithms
 
     cfg_path = tmp_path / "c.toml"

@@ -22,7 +22,7 @@ from fedad.fl.messages import Message
 pytest.importorskip("flwr", reason="flwr (the flower extra) is not installed")
 
 from fedad import load
-from fedad.data.federation import build_federation
+from fedad.federation import build_federation
 from fedad.fl.flower import NODE_MODEL, RunSpec, method_label, serve
 from fedad.fl.flower_app import keep_detector_home, node_model_dir
 from fedad.runner import build_algorithms, run_method, save_checkpoint, summarize

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from fedad.config import parse_config
-from fedad.data.federation import build_federation
 from fedad.errors import ConfigError
+from fedad.federation import build_federation
 from fedad.fl import flower
 from fedad.runner import build_algorithms, run_method
 

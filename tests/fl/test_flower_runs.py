@@ -309,7 +309,7 @@ def test_personalised_detectors_stay_on_their_nodes(
     itself (what ``fedad flower run`` does) in this process, to see the replies it gets."""
     from fedad import load
     from fedad.config import load_config
-    from fedad.data.federation import build_federation
+    from fedad.federation import build_federation
     from fedad.fl import flower
     from fedad.fl.flower_deploy import RemoteSuperLink, free_port, port_open, remote_superlink
     from fedad.runner import run_experiment

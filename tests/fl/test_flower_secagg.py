@@ -20,7 +20,7 @@ from fedad.fl.messages import Message
 
 pytest.importorskip("flwr", reason="flwr (the flower extra) is not installed")
 
-from fedad.data.federation import build_federation
+from fedad.federation import build_federation
 from fedad.fl.flower import RunSpec, serve
 from fedad.runner import build_algorithms, run_method
 from tests.fl.fake_flower import FakeFlowerGrid, as_server_app

@@ -165,7 +165,7 @@ def test_public_set_and_resource_reach_the_server_inprocess(toy: None, tmp_path:
 
 def test_same_public_set_on_flower(toy: None, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("flwr")
-    from fedad.data.federation import build_federation
+    from fedad.federation import build_federation
     from fedad.fl.flower import RunSpec
     from fedad.fl.flower_app import serve
     from fedad.runner import build_algorithms, run_method

@@ -266,7 +266,7 @@ MASK_RAW = {
 
 def _flower_equals_inprocess(raw: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Any:
     pytest.importorskip("flwr")
-    from fedad.data.federation import build_federation
+    from fedad.federation import build_federation
     from fedad.fl.flower import RunSpec
     from fedad.fl.flower_app import serve
     from fedad.runner import build_algorithms, run_method

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from fedad.config import AttackConfig, PrivacyConfig, parse_config
-from fedad.data.federation import build_federation
 from fedad.data.types import ClientData
 from fedad.errors import ConfigError
+from fedad.federation import build_federation
 from fedad.fl.algorithm import ClientState, Handler, ServerResult
 from fedad.fl.context import ServerContext
 from fedad.fl.engine import run_inprocess

@@ -3,13 +3,13 @@
 - :func:`load_dataset`, :func:`list_datasets`, :func:`register_dataset` (:mod:`.registry`);
   the built-in loaders are in :mod:`.sources`.
 - :mod:`.partition`: pure, seeded partition functions over index arrays.
-- :func:`build_federation` (:mod:`.federation`): config -> :class:`Federation`, following the
-  protocol in ``docs/data.md``.
+- :mod:`.federation`: the ``[data]`` and ``[partition]`` sections -> a plan ->
+  :class:`Federation`, following the protocol in ``docs/data.md`` (a whole config, attacks
+  included: :func:`fedad.federation.build_federation`).
 """
 
 from __future__ import annotations
 
-from fedad.data.federation import build_federation
 from fedad.data.registry import list_datasets, load_dataset, register_dataset
 from fedad.data.types import ClientData, Dataset, Federation
 
@@ -17,7 +17,6 @@ __all__ = [
     "ClientData",
     "Dataset",
     "Federation",
-    "build_federation",
     "list_datasets",
     "load_dataset",
     "register_dataset",

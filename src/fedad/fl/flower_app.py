@@ -163,7 +163,7 @@ def client_data(cfg: ExperimentConfig, partition_id: int) -> ClientData:
             return _load_client(path)
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, FedadError):
             pass  # a damaged or outdated cache file: rebuild it below
-    from fedad.data.federation import build_federation
+    from fedad.federation import build_federation
 
     clients = build_federation(cfg).clients
     _FEDERATIONS.clear()  # one federation per process is enough
@@ -506,7 +506,7 @@ def server_normal_of(spec: RunSpec) -> Features | None:
     cfg = spec.config()
     if cfg.data.server_normal <= 0:
         return None
-    from fedad.data.federation import build_federation
+    from fedad.federation import build_federation
 
     return build_federation(cfg).server_normal
 

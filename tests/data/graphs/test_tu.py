@@ -218,8 +218,8 @@ def test_too_many_label_values_is_refused(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_a_tu_folder_runs_through_the_federation(tmp_path: Path) -> None:
     from fedad.config import parse_config
-    from fedad.data.federation import build_federation
     from fedad.data.types import GraphSet
+    from fedad.federation import build_federation
 
     rng = np.random.default_rng(0)
     edges, indicator, labels, start = [], [], [], 1
@@ -247,9 +247,9 @@ def test_a_tu_folder_runs_through_the_federation(tmp_path: Path) -> None:
 
 def test_two_tu_folders_as_sources_via_register_tu(tmp_path: Path) -> None:
     from fedad.config import parse_config
-    from fedad.data.federation import build_federation
     from fedad.data.graphs.tu import register_tu
     from fedad.data.registry import unregister_dataset
+    from fedad.federation import build_federation
 
     def folder(name: str, ring_label: int, other: int) -> Path:
         edges, indicator, labels, start = [], [], [], 1

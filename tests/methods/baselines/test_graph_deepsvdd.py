@@ -49,7 +49,7 @@ def _without_ids(width: int, seed: int) -> Dataset:
 @pytest.fixture(scope="module")
 def mixed() -> Iterator[Federation]:
     """Four clients by source: two with node-feature width 3, two with width 5."""
-    from fedad.data.federation import build_federation
+    from fedad.federation import build_federation
 
     register_dataset("bl_graph_w3", lambda path=None, size=None: _without_ids(3, 3), "",
                      "graph", overwrite=True)  # fmt: skip
@@ -256,7 +256,7 @@ def test_mixed_widths_on_flower_equal_inprocess(
     """The same run on Flower's in-memory grid (as a simulation, so the personalised
     detectors come back): the same evaluate replies, the clients' input layers included."""
     pytest.importorskip("flwr")
-    from fedad.data.federation import build_federation
+    from fedad.federation import build_federation
     from fedad.fl.flower import RunSpec
     from fedad.fl.flower_app import serve
     from fedad.runner import build_algorithms, run_method

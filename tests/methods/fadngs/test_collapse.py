@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from fedad.config import parse_config
-from fedad.data import build_federation
 from fedad.data.types import Federation
+from fedad.federation import build_federation
 from fedad.fl.algorithm import Setup, build_algorithm
 from fedad.fl.engine import RunOutcome, run_inprocess
 from tests.conftest import COLLAPSE_WARNING

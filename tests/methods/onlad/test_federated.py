@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedad.config import parse_config
-from fedad.data.federation import build_federation
+from fedad.federation import build_federation
 from fedad.fl.engine import RunOutcome
 from fedad.fl.messages import Message
 from fedad.methods.onlad.federated import stream_chunks

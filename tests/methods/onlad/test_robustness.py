@@ -17,12 +17,12 @@ from sklearn.metrics import roc_auc_score
 import fedad
 from fedad.attacks import attacked_clients, poison_update
 from fedad.config import AttackConfig, parse_config
-from fedad.data.federation import build_federation
 from fedad.data.idx import FASHION_MNIST_DIR
 from fedad.data.types import ClientData, Federation
 from fedad.detector import detector_from_config
 from fedad.errors import FedadError, RunError
 from fedad.evaluation import pooled_arrays
+from fedad.federation import build_federation
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import Message
