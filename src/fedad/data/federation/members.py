@@ -10,7 +10,7 @@ ones. Which classes are normal and which anomalous is decided by the scheme
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
@@ -20,11 +20,22 @@ from fedad.data.types import Dataset
 from fedad.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
-    from fedad.data.federation.schemes.base import Scheme
     from fedad.data.federation.sections import DataSection
 
 Roles = tuple[tuple[int, ...], tuple[int, ...]]
 """A data set's (normal, anomaly) class ids, local to it."""
+
+
+class RoleRule(Protocol):
+    """How a scheme decides class roles (a :class:`~.schemes.base.Scheme` is one)."""
+
+    def roles(self, d: DataSection, ds: Dataset, name: str) -> Roles:
+        """The normal and anomaly classes of a (non-defect) data set."""
+        ...
+
+    def check_defect_set(self, name: str) -> None:
+        """Refuse a defect set if the scheme cannot use one."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -143,7 +154,7 @@ def as_class_set(ds: Dataset) -> tuple[Dataset, dict[int, int]]:
     return out, {t + c: c for c in range(t)}
 
 
-def _defect_roles(d: DataSection, ds: Dataset, name: str, scheme: Scheme) -> Roles:
+def _defect_roles(d: DataSection, ds: Dataset, name: str, scheme: RoleRule) -> Roles:
     """A defect set's roles: ``data.normal`` selects product types (default: all); the
     anomalies are the defective samples of those types; ``data.anomaly`` must be omitted."""
     if d.anomaly is not None:
@@ -184,7 +195,7 @@ def _load_checked(
     return check_missing(ds, name, d.missing)
 
 
-def load_members(d: DataSection, scheme: Scheme) -> list[Member]:
+def load_members(d: DataSection, scheme: RoleRule) -> list[Member]:
     """Load ``data.name``, ``data.sources`` and ``data.anomaly_source`` and check that they
     go together (one kind, one feature shape, no mix of defect and class sets)."""
     main = normalize_name(d.name)
