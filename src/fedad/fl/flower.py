@@ -18,7 +18,7 @@ runs here, unchanged:
   (``train`` -> ``@app.train()``, ``evaluate`` -> ``@app.evaluate()``, any other phase
   ``p`` -> ``@app.query("p")``). Client state (a dict of named arrays) lives in Flower's
   ``context.state`` as an ``ArrayRecord``. A SuperNode builds its data with
-  :func:`fedad.data.federation.build_federation` from the run's config and seed and takes
+  :func:`fedad.federation.build_federation` from the run's config and seed and takes
   client ``partition-id`` of its ``node_config``.
 * **SecAgg+.** With ``privacy.secagg`` a phase the program runs through
   :meth:`ServerContext.mean <fedad.fl.context.ServerContext.mean>` becomes one run of

@@ -18,7 +18,7 @@ message that carries a SecAgg+ stage goes through Flower's ``secaggplus_mod`` in
 (:mod:`fedad.fl.flower_secagg`), which calls the phase's handler in the masked-vectors
 stage.
 
-A node's data: :func:`fedad.data.federation.build_federation` of the run's config (the
+A node's data: :func:`fedad.federation.build_federation` of the run's config (the
 same config and seed as the in-process engine), client ``partition-id``. The federation is
 cached per process (a simulation worker serves many partitions) and, when the environment
 variable ``FEDAD_FLOWER_CACHE`` names a directory, the node's partition is cached there as
