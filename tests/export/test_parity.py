@@ -197,11 +197,11 @@ def test_feddymem_maps(seed: int, generator: bool, calibrated: bool) -> None:
     det.set_bank(rng.normal(0, 1, (25, det.channels)).astype(np.float32))
     norm = (3.0, 0.5) if calibrated else (0.0, 1.0)
     module = FedDyMemScore(torch.nn.Identity(), det.net_, PatchMaps(det.bank_, 25, (20, 20),
-                           det.sigma), norm)  # fmt: skip
+                           det.params.sigma), norm)  # fmt: skip
     score, maps = onnx_of(module, feats, ("score", "map"))
     with torch.no_grad():
         want = anomaly_maps(det.net_(torch.from_numpy(feats)), torch.from_numpy(det.bank_),
-                            (20, 20), det.sigma).numpy()  # fmt: skip
+                            (20, 20), det.params.sigma).numpy()  # fmt: skip
     want = ((want - np.float32(norm[0])) / np.float32(norm[1])).astype(np.float32)
     scale = float(np.abs(want).max()) + norm[0] / norm[1]
     np.testing.assert_allclose(maps, want, rtol=0, atol=1e-5 * scale)

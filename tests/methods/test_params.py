@@ -30,16 +30,17 @@ LEGACY: set[str] = {
     "contrastive",
     "deepsvdd",
     "fadngs",
-    "feddymem",
     "fedstar",
     "feduv",
     "ocsvm",
-    "oselm-autoencoder",
     "patchcore",
     "pretrained",
-    "protofl",
 }
 """Detectors not yet on :class:`DetectorParams` (issue 31: migrated method by method)."""
+OWN_DEFAULTS = {("feddymem", "score_norm")}
+"""A method's default that differs from its detector's on purpose: FedDyMem normalises each
+client's scores by default; a stand-alone detector (and a checkpoint written before
+``score_norm`` existed) does not."""
 
 
 def _setup(kind: str) -> Setup:
@@ -103,7 +104,10 @@ def test_detector_params_are_declared_once(name: str) -> None:
     defaults = {f: i.get_default(call_default_factory=True) for f, i in model.model_fields.items()}
     det = cls()
     assert list(det.get_params()) == list(model.model_fields)
-    assert det.get_params() == defaults
+    # a ``None`` default is resolved by the detector (FedDyMem's stages, from its backbone)
+    assert det.get_params() == {
+        k: det.get_params()[k] if v is None else v for k, v in defaults.items()
+    }
     assert det.contamination == defaults.get("contamination", det.contamination)
     with pytest.raises(TypeError, match="unexpected keyword argument 'no_such_param'"):
         cls(no_such_param=1)
@@ -151,7 +155,9 @@ def test_method_and_detector_defaults_agree(name: str, kind: str, det: str | Non
     for field in _shared(cls, dcls):
         mine = _declaring(cls.ParamsModel, field).model_fields[field]
         theirs = dcls.ParamsModel.model_fields[field]
-        assert mine.annotation == theirs.annotation, field
+        assert repr(mine.annotation) == repr(theirs.annotation), field
+        if (name, field) in OWN_DEFAULTS:
+            continue
         assert mine.get_default(call_default_factory=True) == theirs.get_default(
             call_default_factory=True
         ), field

@@ -200,7 +200,7 @@ def test_default_hidden_width_is_undercomplete(shape: tuple[int, ...], width: in
     algo = build_algorithm("onlad-selective", {}, setup)
     det = algo.make_detector()
     assert isinstance(det, OSELMAutoEncoder)
-    assert det.n_hidden == width == default_hidden(math.prod(shape))
+    assert det.params.n_hidden == width == default_hidden(math.prod(shape))
     assert algo.detector_config()["params"]["n_hidden"] == width
     assert width < math.prod(shape) or width == 1
     explicit = build_algorithm("onlad", {"n_hidden": 64}, setup)

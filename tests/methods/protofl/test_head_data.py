@@ -57,7 +57,7 @@ def test_views_mode_fits_the_flow_on_augmented_pairs(monkeypatch: pytest.MonkeyP
         input_shape=[1, 8, 8], epochs=0, flow_val=0.0, head_data="views", **SMALL
     ).fit(x)
     assert seen["h_hat"] is not None
-    assert len(seen["h"]) == det.flow_views * len(x)
+    assert len(seen["h"]) == det.params.flow_views * len(x)
     clean = (det.represent(x) - det.shift_) / det.scale_
     assert not np.allclose(seen["h"][: len(x)].double().numpy(), clean, atol=1e-3)
 

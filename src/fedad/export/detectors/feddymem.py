@@ -62,13 +62,15 @@ def feddymem(det: BaseDetector, shape: tuple[int, ...]) -> Core:
         raise NotExportable(f"the 'feddymem' detector takes images, not data of shape {shape}")
     ext = det.extractor()
     features: nn.Module = StageFeatures(ext.net(), ext.stages, shape, ext.size)
-    if det.neighbourhood > 1:
-        features = NeighbourhoodMean(features, det.neighbourhood)
-    maps = PatchMaps(det.bank_, ext.side * ext.side, (int(shape[1]), int(shape[2])), det.sigma)
+    if det.params.neighbourhood > 1:
+        features = NeighbourhoodMean(features, det.params.neighbourhood)
+    maps = PatchMaps(
+        det.bank_, ext.side * ext.side, (int(shape[1]), int(shape[2])), det.params.sigma
+    )
     det._ensure_built()
     net = copy.deepcopy(det.net_).cpu().eval()
     norm, scale = (0.0, 1.0), 0.0
-    if det.score_norm == "train" and hasattr(det, "score_scale_"):
+    if det.params.score_norm == "train" and hasattr(det, "score_scale_"):
         norm = (det.score_loc_, det.score_scale_)
         scale = abs(det.score_loc_) / det.score_scale_  # raw maps' size, in normalised units
     module = FedDyMemScore(features, net, maps, norm)

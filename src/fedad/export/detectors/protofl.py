@@ -122,14 +122,14 @@ class ProtoFLScore(nn.Module):
         self.trunk = trunk
         self.register_buffer("shift", _f64(det.shift_))
         self.register_buffer("scale", _f64(det.scale_))
-        self.flow = det.head == "flow"
+        self.flow = det.params.head == "flow"
         self.head: nn.Module
-        if det.head == "flow":
+        if det.params.head == "flow":
             self.head = RealNVPNLL(det.flow_)
             self.log_det = float(np.sum(np.log(det.scale_)))
-        elif det.head == "kde":
+        elif det.params.head == "kde":
             self.head = KDEScore(det.train_, det.bandwidth_)
-        elif det.head == "gaussian":
+        elif det.params.head == "gaussian":
             self.head = GaussianHead(det.mean_, det.precision_)
         else:
             self.head = RBFOneClassSVM(det.sv_, det.coef_, det.intercept_, det.gamma_)
@@ -148,13 +148,15 @@ def protofl(det: BaseDetector, shape: tuple[int, ...]) -> Core:
     assert isinstance(det, ProtoFLDetector)
     if not hasattr(det, "shift_"):
         raise NotExportable("the 'protofl' detector has no fitted head to export")
-    if det.trunk_input == "efficientnet":
+    if det.params.trunk_input == "efficientnet":
         raise NotExportable("the 'protofl' detector's efficientnet trunk is not exportable yet")
     features = None
-    if det.trunk_input == "pretrained":
+    if det.params.trunk_input == "pretrained":
         from fedad.resources import get_resource
 
-        features = PooledFeatures(get_resource(det.backbone, "cpu"), shape, det.feature_size)
+        features = PooledFeatures(
+            get_resource(det.params.backbone, "cpu"), shape, det.params.feature_size
+        )
     trunk = copy.deepcopy(det.trunk_).cpu().eval()
     module = ProtoFLScore(features, trunk, det)
     return Core(module, shape, "float64", scale=_scale(det, module.head))
@@ -163,7 +165,7 @@ def protofl(det: BaseDetector, shape: tuple[int, ...]) -> Core:
 def _scale(det: ProtoFLDetector, head: nn.Module) -> float:
     """The magnitude of the terms the head's score is a difference of (the SVM's offset,
     the log-density's normaliser, the flow's constant and log-determinant)."""
-    if det.head == "ocsvm":
+    if det.params.head == "ocsvm":
         return float(abs(det.intercept_))
     if isinstance(head, KDEScore):
         return abs(float(head.log_norm))

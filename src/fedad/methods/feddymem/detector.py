@@ -33,9 +33,14 @@ from typing import Any, Literal, Self
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
-from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
+from fedad.detector import (
+    DEFAULT_CONTAMINATION,
+    BaseDetector,
+    DetectorParams,
+    register_detector,
+)
 from fedad.devices import resolve_device
 from fedad.methods.feddymem.memory import memory_reduce
 from fedad.methods.feddymem.model import FedDyMemNet
@@ -64,10 +69,10 @@ stride 4 makes it, and every upload, 4 times larger (1,024 entries at 128 pixels
 Backbone = Literal["efficientnet-lite0", "wide_resnet50_2"]
 
 
-class FedDyMemDetectorParams(BaseModel):
+class FedDyMemDetectorParams(DetectorParams):
     """The ``__init__`` arguments of :class:`FedDyMemDetector`, as a checkpoint may give them."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     backbone: Backbone = "efficientnet-lite0"
     backbone_path: str | None = Field(default=None, max_length=4096)
@@ -132,83 +137,41 @@ class FedDyMemDetector(BaseDetector):
     """Frozen multi-level features, projection, memory generator, global memory bank."""
 
     ParamsModel = FedDyMemDetectorParams
+    params: FedDyMemDetectorParams
 
-    def __init__(
-        self,
-        backbone: Backbone = "efficientnet-lite0",
-        backbone_path: str | None = None,
-        stages: tuple[int, ...] | None = None,
-        image_size: int = 224,
-        channels: int | None = None,
-        grid: int = 8,
-        k: int = 3,
-        th: float = 0.01,
-        epochs: int = 10,
-        batch_size: int = 10,
-        lr: float = 1e-3,
-        weight_decay: float = 5e-4,
-        sigma: float = 4.0,
-        projection: bool = True,
-        generator: bool = True,
-        score_norm: ScoreNorm = "none",
-        keep_scale: float = 0.0,
-        neighbourhood: int = 1,
-        contamination: float = DEFAULT_CONTAMINATION,
-        seed: int = 0,
-        device: str = "cpu",
-    ) -> None:
-        super().__init__(contamination=contamination)
-        self.backbone = backbone
-        self.backbone_path = backbone_path
-        self.stages = tuple(stages) if stages else DEFAULT_STAGES[backbone]
-        self.image_size = image_size
-        self.cin = int(sum(stage_channels(backbone)[s - 1] for s in self.stages))
-        self.channels = self.cin if channels is None or not projection else int(channels)
-        self.grid = grid
-        self.k = k
-        self.th = th
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.sigma = sigma
-        self.projection = projection
-        self.generator = generator
-        self.score_norm = score_norm
-        self.keep_scale = keep_scale
-        self.neighbourhood = neighbourhood
-        self.seed = seed
+    def __init__(self, *, device: str = "cpu", **params: Any) -> None:
+        """``params``: fields of :class:`FedDyMemDetectorParams`, with ``stages`` (default:
+        the backbone's) and ``channels`` (default, or without a projection: the input's)
+        resolved; ``device`` is where it runs (not saved)."""
+        super().__init__(**params)
+        p = self.params
+        stages = tuple(p.stages) if p.stages else DEFAULT_STAGES[p.backbone]
+        self.cin = int(sum(stage_channels(p.backbone)[s - 1] for s in stages))
+        channels = self.cin if p.channels is None or not p.projection else int(p.channels)
+        self.params = p.model_copy(update={"stages": stages, "channels": channels})
         self.device = device
         self._cache: dict[bytes, np.ndarray] = {}
 
     def get_params(self) -> dict[str, Any]:
-        return {
-            "backbone": self.backbone,
-            "backbone_path": self.backbone_path,
-            "stages": list(self.stages),
-            "image_size": self.image_size,
-            "channels": self.channels,
-            "grid": self.grid,
-            "k": self.k,
-            "th": self.th,
-            "epochs": self.epochs,
-            "batch_size": self.batch_size,
-            "lr": self.lr,
-            "weight_decay": self.weight_decay,
-            "sigma": self.sigma,
-            "projection": self.projection,
-            "generator": self.generator,
-            "score_norm": self.score_norm,
-            "keep_scale": self.keep_scale,
-            "neighbourhood": self.neighbourhood,
-            "contamination": self.contamination,
-            "seed": self.seed,
-        }
+        """:meth:`BaseDetector.get_params` with ``stages`` as a list (as checkpoints hold it)."""
+        params = super().get_params()
+        params["stages"] = list(self.params.stages or ())
+        return params
+
+    @property
+    def stages(self) -> tuple[int, ...]:
+        """The backbone stages the features come from (resolved: never ``None``)."""
+        return tuple(self.params.stages or DEFAULT_STAGES[self.params.backbone])
+
+    @property
+    def channels(self) -> int:
+        """The memory's channels (resolved: never ``None``)."""
+        return int(self.params.channels or self.cin)
 
     # -- frozen features ---------------------------------------------------------------------
     def extractor(self) -> MultiLevelFeatures:
         return MultiLevelFeatures(
-            self.backbone, self.stages, self.image_size, self.backbone_path,
+            self.params.backbone, self.stages, self.params.image_size, self.params.backbone_path,
             resolve_device(self.device),
         )  # fmt: skip
 
@@ -225,7 +188,7 @@ class FedDyMemDetector(BaseDetector):
         x = np.ascontiguousarray(x, dtype=np.float32)
         hit = self._cache.get(self._key(x))
         if hit is None:
-            hit = neighbourhood_mean(self.extractor()(x), self.neighbourhood)
+            hit = neighbourhood_mean(self.extractor()(x), self.params.neighbourhood)
             self.remember(x, hit)
         return hit
 
@@ -244,8 +207,14 @@ class FedDyMemDetector(BaseDetector):
     # -- networks ----------------------------------------------------------------------------
     def build(self) -> Self:
         """``net_`` with seeded initial weights (on the CPU, so equal on every device)."""
-        with torch_seeded(self.seed):
-            net = FedDyMemNet(self.cin, self.channels, self.grid, self.projection, self.generator)
+        with torch_seeded(self.params.seed):
+            net = FedDyMemNet(
+                self.cin,
+                self.channels,
+                self.params.grid,
+                self.params.projection,
+                self.params.generator,
+            )
         self.net_ = net.to(resolve_device(self.device)).eval()
         if hasattr(self, SCALE_REF):
             del self.scale_ref_  # the reference belongs to the networks it was measured on
@@ -261,7 +230,7 @@ class FedDyMemDetector(BaseDetector):
         params = list(self.net_.parameters())
         if not params:
             return None
-        return torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
+        return torch.optim.Adam(params, lr=self.params.lr, weight_decay=self.params.weight_decay)
 
     def memories(self, features: np.ndarray) -> np.ndarray:
         """Memory features ``(n, K, C)`` of frozen features (Algorithm 1)."""
@@ -286,8 +255,8 @@ class FedDyMemDetector(BaseDetector):
             self.scale_ref_ = feature_scale(self.memories(features))
         for _ in range(epochs):
             loss = train_epoch(
-                self.net_, opt, features, self.bank_, k=self.k, th=self.th,
-                batch_size=self.batch_size, keep_scale=self.keep_scale,
+                self.net_, opt, features, self.bank_, k=self.params.k, th=self.params.th,
+                batch_size=self.params.batch_size, keep_scale=self.params.keep_scale,
                 scale_ref=self.scale_ref_, rng=rng, device=self._dev(),
             )  # fmt: skip
         return loss
@@ -297,8 +266,8 @@ class FedDyMemDetector(BaseDetector):
         feats = self.features(x)
         self.build()
         self.bank_ = memory_reduce(self.memories(feats), None, 0)
-        rng = seeded_rng(self.seed, 0xFD)
-        for t in range(1, self.epochs + 1):
+        rng = seeded_rng(self.params.seed, 0xFD)
+        for t in range(1, self.params.epochs + 1):
             self.train_epochs(feats, 1, rng)
             self.bank_ = memory_reduce(self.memories(feats), self.bank_, t)
         return self.calibrate(x).set_threshold(x)
@@ -311,7 +280,7 @@ class FedDyMemDetector(BaseDetector):
 
         The scale is floored at 1e-6 of the median's magnitude (and at 1e-12), so that a
         client whose training scores are all equal gets a finite transform."""
-        if self.score_norm != "train":
+        if self.params.score_norm != "train":
             return self
         for attr in (LOC, SCALE):
             if hasattr(self, attr):
@@ -339,12 +308,12 @@ class FedDyMemDetector(BaseDetector):
         with torch.no_grad():
             for s in range(0, len(feats), 32):
                 m = self.net_(torch.as_tensor(feats[s : s + 32]).to(dev))
-                maps = anomaly_maps(m, bank, (int(x.shape[2]), int(x.shape[3])), self.sigma)
+                maps = anomaly_maps(m, bank, (int(x.shape[2]), int(x.shape[3])), self.params.sigma)
                 out.append(maps.float().cpu().numpy())
         if not out:
             return np.zeros((0, int(x.shape[2]), int(x.shape[3])), np.float32)
         result = np.concatenate(out)
-        if self.score_norm == "train" and hasattr(self, SCALE):
+        if self.params.score_norm == "train" and hasattr(self, SCALE):
             result = ((result - self.score_loc_) / self.score_scale_).astype(np.float32)
         return result
 
@@ -415,8 +384,8 @@ class FedDyMemDetector(BaseDetector):
                 raise ValueError("threshold_ must be one finite number")
             self.threshold_ = float(t)
         given = [k for k in (LOC, SCALE) if k in arrays]
-        if given and self.score_norm != "train":
-            raise ValueError(f"'{given[0]}' is given, but score_norm is '{self.score_norm}'")
+        if given and self.params.score_norm != "train":
+            raise ValueError(f"'{given[0]}' is given, but score_norm is '{self.params.score_norm}'")
         if given:
             if len(given) != 2:
                 raise ValueError(f"'{LOC}' and '{SCALE}' come together")
@@ -427,6 +396,6 @@ class FedDyMemDetector(BaseDetector):
             if scale <= 0:
                 raise ValueError(f"'{SCALE}' must be positive")
             self.score_loc_, self.score_scale_ = float(loc), float(scale)
-        elif self.score_norm == "train":
+        elif self.params.score_norm == "train":
             raise ValueError(f"score_norm is 'train', but '{LOC}' and '{SCALE}' are missing")
         return self

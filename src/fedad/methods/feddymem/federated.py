@@ -34,6 +34,7 @@ import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
 from fedad.data.types import ClientData
+from fedad.detector import shared_field
 from fedad.evaluation import MetricFamily
 from fedad.fl.algorithm import (
     Algorithm,
@@ -53,6 +54,7 @@ from fedad.methods.feddymem.detector import (
     BANK,
     SCALE_REF,
     FedDyMemDetector,
+    FedDyMemDetectorParams,
     ScoreNorm,
     check_backbone_stages,
 )
@@ -64,8 +66,6 @@ from fedad.seeding import rng as seeded_rng
 INIT = "init"
 TRAIN = "train"
 OWN = "own"
-DEFAULT_KEEP_SCALE = 0.0
-DEFAULT_NEIGHBOURHOOD = 1
 FEATURES = "features"
 """Client state: the frozen backbone's features of the client's training images."""
 
@@ -73,11 +73,13 @@ FEATURES = "features"
 class FedDyMemParams(Params):
     """``[methods.params]`` of ``feddymem``; every default works on any data set size."""
 
-    backbone: Literal["efficientnet-lite0", "wide_resnet50_2"] = Field(
-        default="efficientnet-lite0", description="frozen feature extractor"
+    backbone: Literal["efficientnet-lite0", "wide_resnet50_2"] = shared_field(
+        FedDyMemDetectorParams, "backbone", description="frozen feature extractor"
     )
-    backbone_path: str | None = Field(
-        default=None, max_length=4096, description="torchvision weights of wide_resnet50_2"
+    backbone_path: str | None = shared_field(
+        FedDyMemDetectorParams,
+        "backbone_path",
+        description="torchvision weights of wide_resnet50_2",
     )
     stages: list[int] | None = Field(
         default=None, min_length=1, max_length=7, description="default: stride 8 and 16"
@@ -85,19 +87,25 @@ class FedDyMemParams(Params):
     image_size: int | None = Field(
         default=None, ge=8, le=1024, description="backbone input side (default: see below)"
     )
-    channels: int | None = Field(
-        default=None, ge=1, le=4096, description="memory channels (default: the input's)"
+    channels: int | None = shared_field(
+        FedDyMemDetectorParams, "channels", description="memory channels (default: the input's)"
     )
-    grid: int = Field(default=8, ge=1, le=256, description="H_G = W_G of the trainable grid")
-    k: int = Field(default=3, ge=1, le=1024, description="nearest bank entries in eq. 12")
-    th: float = Field(default=0.01, ge=0.0, le=1e6, description="margin of eq. 12")
+    grid: int = shared_field(
+        FedDyMemDetectorParams, "grid", description="H_G = W_G of the trainable grid"
+    )
+    k: int = shared_field(FedDyMemDetectorParams, "k", description="nearest bank entries in eq. 12")
+    th: float = shared_field(FedDyMemDetectorParams, "th", description="margin of eq. 12")
     local_epochs: int = Field(default=1, ge=1, le=10_000)
-    batch_size: int = Field(default=10, ge=1, le=1 << 16)
-    lr: float = Field(default=1e-3, gt=0.0, le=10.0, description="Adam")
-    weight_decay: float = Field(default=5e-4, ge=0.0, le=10.0)
-    sigma: float = Field(default=4.0, ge=0.0, le=256.0, description="map smoothing")
-    projection: bool = Field(default=True, description="Table III: false = no projection")
-    generator: bool = Field(default=True, description="Table III: false = no generator")
+    batch_size: int = shared_field(FedDyMemDetectorParams, "batch_size")
+    lr: float = shared_field(FedDyMemDetectorParams, "lr", description="Adam")
+    weight_decay: float = shared_field(FedDyMemDetectorParams, "weight_decay")
+    sigma: float = shared_field(FedDyMemDetectorParams, "sigma", description="map smoothing")
+    projection: bool = shared_field(
+        FedDyMemDetectorParams, "projection", description="Table III: false = no projection"
+    )
+    generator: bool = shared_field(
+        FedDyMemDetectorParams, "generator", description="Table III: false = no generator"
+    )
     aggregation: Literal["kmeans", "mean"] = Field(
         default="kmeans", description="Algorithm 3, or the position-wise mean (Table III)"
     )
@@ -105,14 +113,16 @@ class FedDyMemParams(Params):
         default="train",
         description="train: each client's maps and scores on its training scores' scale",
     )
-    keep_scale: float = Field(
-        default=DEFAULT_KEEP_SCALE, ge=0.0, le=1e6,
+    keep_scale: float = shared_field(
+        FedDyMemDetectorParams,
+        "keep_scale",
         description="weight of the scale floor against feature collapse (0: eq. 12 alone)",
-    )  # fmt: skip
-    neighbourhood: int = Field(
-        default=DEFAULT_NEIGHBOURHOOD, ge=1, le=7,
+    )
+    neighbourhood: int = shared_field(
+        FedDyMemDetectorParams,
+        "neighbourhood",
         description="side of the mean over each patch's neighbours (1: none)",
-    )  # fmt: skip
+    )
     bank_dtype: Literal["float16", "float32"] = Field(
         default="float16", description="dtype of the banks in the messages"
     )
@@ -171,14 +181,9 @@ class FedDyMem(Algorithm):
 
     def make_detector(self, seed: int | None = None) -> FedDyMemDetector:
         p = self.params
-        return FedDyMemDetector(
-            backbone=p.backbone, backbone_path=p.backbone_path,
-            stages=tuple(p.stages) if p.stages else None, image_size=self.image_size(),
-            channels=p.channels, grid=p.grid, k=p.k, th=p.th, epochs=p.local_epochs,
-            batch_size=p.batch_size, lr=p.lr, weight_decay=p.weight_decay, sigma=p.sigma,
-            projection=p.projection, generator=p.generator, score_norm=p.score_norm,
-            keep_scale=p.keep_scale, neighbourhood=p.neighbourhood,
-            contamination=self.contamination,
+        return FedDyMemDetector.configured(
+            p, stages=tuple(p.stages) if p.stages else None, image_size=self.image_size(),
+            epochs=p.local_epochs, contamination=self.contamination,
             seed=self.setup.seed if seed is None else seed, device=self.setup.device,
         )  # fmt: skip
 

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Self
+from typing import Self
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
+from fedad.detector import (
+    DEFAULT_CONTAMINATION,
+    BaseDetector,
+    DetectorParams,
+    register_detector,
+)
 from fedad.methods.onlad.model import (
     default_hidden,
     hidden,
@@ -20,10 +25,10 @@ from fedad.methods.onlad.model import (
 )
 
 
-class OSELMParams(BaseModel):
+class OSELMParams(DetectorParams):
     """The ``__init__`` arguments of :class:`OSELMAutoEncoder`, as a checkpoint may give them."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     n_hidden: int | None = Field(default=None, ge=1, le=1 << 16)
     alpha_scale: float = Field(default=1.0, gt=0.0)
@@ -45,40 +50,14 @@ class OSELMAutoEncoder(BaseDetector):
     """
 
     ParamsModel = OSELMParams
-
-    def __init__(
-        self,
-        n_hidden: int | None = None,
-        alpha_scale: float = 1.0,
-        ridge: float = 1e-3,
-        forgetting: float = 1.0,
-        contamination: float = DEFAULT_CONTAMINATION,
-        seed: int = 0,
-    ) -> None:
-        super().__init__(contamination=contamination)
-        self.n_hidden = n_hidden
-        self.alpha_scale = alpha_scale
-        self.ridge = ridge
-        self.forgetting = forgetting
-        self.seed = seed
-
-    def get_params(self) -> dict[str, Any]:
-        return {
-            "n_hidden": self.n_hidden,
-            "alpha_scale": self.alpha_scale,
-            "ridge": self.ridge,
-            "forgetting": self.forgetting,
-            "contamination": self.contamination,
-            "seed": self.seed,
-        }
+    params: OSELMParams
 
     def init_weights(self, n_inputs: int) -> Self:
         """Draw the fixed :math:`\\alpha, b` (seeded: equal seeds give equal weights)."""
-        if self.n_hidden is None:
-            self.n_hidden = default_hidden(n_inputs)
-        self.alpha_, self.bias_ = init_input_weights(
-            n_inputs, self.n_hidden, self.seed, self.alpha_scale
-        )
+        p = self.params
+        n_hidden = default_hidden(n_inputs) if p.n_hidden is None else p.n_hidden
+        self.params = p.model_copy(update={"n_hidden": n_hidden})
+        self.alpha_, self.bias_ = init_input_weights(n_inputs, n_hidden, p.seed, p.alpha_scale)
         return self
 
     def set_scaling(self, shift: np.ndarray, scale: np.ndarray) -> Self:
@@ -111,7 +90,7 @@ class OSELMAutoEncoder(BaseDetector):
     def fit(self, x: np.ndarray) -> Self:
         z = self.transform(x)
         self.init_weights(z.shape[1])
-        self.beta_, self.p_ = init_phase(self._h(z), z, self.ridge)
+        self.beta_, self.p_ = init_phase(self._h(z), z, self.params.ridge)
         return self.set_threshold(x)
 
     def partial_fit(self, x: np.ndarray) -> Self:
@@ -122,10 +101,10 @@ class OSELMAutoEncoder(BaseDetector):
         if not hasattr(self, "alpha_"):
             self.init_weights(z.shape[1])
         if not hasattr(self, "beta_"):
-            self.beta_, self.p_ = init_phase(self._h(z), z, self.ridge)
+            self.beta_, self.p_ = init_phase(self._h(z), z, self.params.ridge)
         else:
             self.beta_, self.p_ = sequential_phase(
-                self.beta_, self.p_, self._h(z), z, self.forgetting
+                self.beta_, self.p_, self._h(z), z, self.params.forgetting
             )
         return self
 
@@ -153,7 +132,7 @@ class OSELMAutoEncoder(BaseDetector):
         scores = np.asarray(np.mean(residual**2, axis=1))
         keep = np.ones(len(z), dtype=bool) if tau is None else ~(scores > tau)
         self.beta_, self.p_ = sequential_phase_residual(
-            self.beta_, self.p_, h[keep], residual[keep], self.forgetting
+            self.beta_, self.p_, h[keep], residual[keep], self.params.forgetting
         )
         return scores
 
@@ -181,9 +160,11 @@ class OSELMAutoEncoder(BaseDetector):
         self.bias_ = np.asarray(arrays["bias"], dtype=np.float64)
         self.beta_ = np.asarray(arrays["beta"], dtype=np.float64)
         self.p_ = np.asarray(arrays["p"], dtype=np.float64)
-        if self.alpha_.ndim != 2 or self.n_hidden not in (None, self.alpha_.shape[1]):
-            raise ValueError(f"alpha has shape {self.alpha_.shape}, n_hidden is {self.n_hidden}")
-        self.n_hidden = int(self.alpha_.shape[1])
+        if self.alpha_.ndim != 2 or self.params.n_hidden not in (None, self.alpha_.shape[1]):
+            raise ValueError(
+                f"alpha has shape {self.alpha_.shape}, n_hidden is {self.params.n_hidden}"
+            )
+        self.params = self.params.model_copy(update={"n_hidden": int(self.alpha_.shape[1])})
         if ("shift" in arrays) != ("scale" in arrays):
             raise ValueError("shift and scale come together")
         if "shift" in arrays:

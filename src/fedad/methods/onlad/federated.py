@@ -74,7 +74,7 @@ import numpy as np
 from pydantic import Field
 
 from fedad.data.types import ClientData, dense
-from fedad.detector import quantile_threshold
+from fedad.detector import quantile_threshold, shared_field
 from fedad.evaluation import NORMAL_POSITIVE, MetricFamily
 from fedad.fl.algorithm import (
     Algorithm,
@@ -102,7 +102,7 @@ from fedad.methods.onlad.credit import (
     update_effects,
     usable,
 )
-from fedad.methods.onlad.detector import OSELMAutoEncoder
+from fedad.methods.onlad.detector import OSELMAutoEncoder, OSELMParams
 from fedad.methods.onlad.model import default_hidden, standardizer
 from fedad.seeding import rng as seeded_rng
 
@@ -120,9 +120,9 @@ class ONLADParams(Params):
         ge=1,
         description="hidden units of the OS-ELM; default min(64, max(1, n_features // 2))",
     )
-    alpha_scale: float = Field(default=1.0, gt=0.0, description="alpha, b ~ U(-s, s)")
-    ridge: float = Field(default=1e-3, gt=0.0, description="ridge term of [ONLAD eq. 4]")
-    forgetting: float = Field(default=1.0, gt=0.0, le=1.0, description="forgetting factor")
+    alpha_scale: float = shared_field(OSELMParams, "alpha_scale", description="alpha, b ~ U(-s, s)")
+    ridge: float = shared_field(OSELMParams, "ridge", description="ridge term of [ONLAD eq. 4]")
+    forgetting: float = shared_field(OSELMParams, "forgetting", description="forgetting factor")
     init_samples: int = Field(default=200, ge=1, description="server's initial normal set")
     observed: int = Field(default=1000, ge=1, description="server's observed set")
     detect: bool = Field(default=True, description="learn only samples scored <= tau")
@@ -267,12 +267,9 @@ class _ONLAD(Algorithm):
         return default_hidden(math.prod(self.setup.feature_shape))
 
     def make_detector(self) -> OSELMAutoEncoder:
-        p = self.params
-        return OSELMAutoEncoder(
+        return OSELMAutoEncoder.configured(
+            self.params,
             n_hidden=self.n_hidden,
-            alpha_scale=p.alpha_scale,
-            ridge=p.ridge,
-            forgetting=p.forgetting,
             contamination=self.contamination,
             seed=self.setup.seed,
         )

@@ -24,11 +24,12 @@ from typing import Annotated, Any, Literal, Self
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from fedad.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
+    DetectorParams,
     check_network_arrays,
     register_detector,
 )
@@ -64,10 +65,10 @@ def seeded(seed: int) -> AbstractContextManager[None]:
     return torch_seeded(seed % (1 << 63))
 
 
-class ProtoFLDetectorParams(BaseModel):
+class ProtoFLDetectorParams(DetectorParams):
     """The ``__init__`` arguments of :class:`ProtoFLDetector`, as a checkpoint may give them."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     kind: Literal["vector", "image"] = "image"
     input_shape: list[Annotated[int, Field(ge=1, le=MAX_FEATURES)]] = Field(
@@ -127,159 +128,87 @@ class ProtoFLDetector(BaseDetector):
     :meth:`fit_head` [ProtoFL Alg. 2]."""
 
     ParamsModel = ProtoFLDetectorParams
+    params: ProtoFLDetectorParams
 
-    def __init__(
-        self,
-        kind: str = "image",
-        input_shape: tuple[int, ...] | list[int] = (1, 8, 8),
-        rep_dim: int = 64,
-        width: int = 32,
-        head: str = "flow",
-        head_data: str = "clean",
-        flow_layers: int = 8,
-        flow_hidden: int = 64,
-        flow_epochs: int = 100,
-        flow_val: float = 0.2,
-        flow_patience: int = 10,
-        flow_lr: float = 1e-3,
-        flow_views: int = 2,
-        flow_batch: int = 256,
-        lam: float = 0.01,
-        epochs: int = 10,
-        lr: float = 1e-3,
-        batch_size: int = 64,
-        flip: bool | str = "auto",
-        crop: float | str = "auto",
-        noise: float = 0.1,
-        nu: float = 0.1,
-        contamination: float = DEFAULT_CONTAMINATION,
-        seed: int = 0,
-        trunk_input: str = "raw",
-        tune_stages: int = 1,
-        backbone: str = "efficientnet-lite0",
-        feature_size: int = 64,
-        feature_views: int = 4,
-        device: str = "cpu",
-    ) -> None:
-        super().__init__(contamination=contamination)
-        self.kind = kind
-        self.input_shape = [int(s) for s in input_shape]
-        self.rep_dim = rep_dim
-        self.width = width
-        self.head = head
-        self.head_data = head_data
-        self.flow_layers = flow_layers
-        self.flow_hidden = flow_hidden
-        self.flow_epochs = flow_epochs
-        self.flow_val = flow_val
-        self.flow_patience = flow_patience
-        self.flow_lr = flow_lr
-        self.flow_views = flow_views
-        self.flow_batch = flow_batch
-        self.lam = lam
-        self.epochs = epochs
-        self.lr = lr
-        self.batch_size = batch_size
-        self.flip = flip
-        self.crop = crop
-        self.noise = noise
-        self.nu = nu
-        self.seed = seed
-        self.trunk_input = trunk_input
-        self.tune_stages = tune_stages
-        self.backbone = backbone
-        self.feature_size = feature_size
-        self.feature_views = feature_views
+    def __init__(self, *, device: str = "cpu", **params: Any) -> None:
+        """``params``: fields of :class:`ProtoFLDetectorParams` (``input_shape`` is kept as a
+        list of ints); ``device`` is where the networks run: a property of the machine, not
+        of the model (not saved)."""
+        super().__init__(**params)
+        shape = [int(s) for s in self.params.input_shape]
+        self.params = self.params.model_copy(update={"input_shape": shape})
         self.device = device
-        """Where the networks run: a property of the machine, not of the model."""
-
-    def get_params(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "input_shape": list(self.input_shape),
-            "rep_dim": self.rep_dim,
-            "width": self.width,
-            "head": self.head,
-            "head_data": self.head_data,
-            "flow_layers": self.flow_layers,
-            "flow_hidden": self.flow_hidden,
-            "flow_epochs": self.flow_epochs,
-            "flow_val": self.flow_val,
-            "flow_patience": self.flow_patience,
-            "flow_lr": self.flow_lr,
-            "flow_views": self.flow_views,
-            "flow_batch": self.flow_batch,
-            "lam": self.lam,
-            "epochs": self.epochs,
-            "lr": self.lr,
-            "batch_size": self.batch_size,
-            "flip": self.flip,
-            "crop": self.crop,
-            "noise": self.noise,
-            "nu": self.nu,
-            "contamination": self.contamination,
-            "seed": self.seed,
-            "trunk_input": self.trunk_input,
-            "tune_stages": self.tune_stages,
-            "backbone": self.backbone,
-            "feature_size": self.feature_size,
-            "feature_views": self.feature_views,
-        }
 
     # -- networks ---------------------------------------------------------------------------
     @property
     def trunk_shape(self) -> tuple[int, ...]:
         """The trunk's input: the data's shape, the backbone's feature width, or the shape
         of EfficientNet-Lite0's frozen prefix maps (``efficientnet``)."""
-        if self.trunk_input == "efficientnet":
-            return prefix_shape(self.tune_stages, self.feature_size)
-        if self.trunk_input == "pretrained":
+        if self.params.trunk_input == "efficientnet":
+            return prefix_shape(self.params.tune_stages, self.params.feature_size)
+        if self.params.trunk_input == "pretrained":
             from fedad.resources import resource_info
 
-            return (resource_info(self.backbone).feature_dim,)
-        return tuple(self.input_shape)
+            return (resource_info(self.params.backbone).feature_dim,)
+        return tuple(self.params.input_shape)
 
     def augmentation(self) -> tuple[bool, float]:
         """``(flip, crop)`` with ``"auto"`` resolved for this detector's images
         (:func:`.augment.augmentation`: no flip for grey images such as digits)."""
-        shape = tuple(self.input_shape) if self.kind == "image" else ()
-        return augmentation(shape, self.flip, self.crop)  # type: ignore[arg-type]
+        shape = tuple(self.params.input_shape) if self.params.kind == "image" else ()
+        return augmentation(shape, self.params.flip, self.params.crop)
 
     @property
     def h_dim(self) -> int:
         """The dimension of :math:`h = f(x)`: ``rep_dim``, or 1280 for the efficientnet trunk."""
-        return 1280 if self.trunk_input == "efficientnet" else self.rep_dim
+        return 1280 if self.params.trunk_input == "efficientnet" else self.params.rep_dim
 
     def features(self, x: np.ndarray) -> np.ndarray:
         """What the trunk takes: ``x`` itself, its frozen backbone features, or the frozen
         prefix maps of EfficientNet-Lite0 (``efficientnet``)."""
-        if self.trunk_input == "efficientnet":
-            return prefix_maps(x, self.tune_stages, self.feature_size, self.device)
-        if self.trunk_input == "pretrained":
-            return embed(self.backbone, x, self.feature_size, self.device)
+        if self.params.trunk_input == "efficientnet":
+            return prefix_maps(x, self.params.tune_stages, self.params.feature_size, self.device)
+        if self.params.trunk_input == "pretrained":
+            return embed(self.params.backbone, x, self.params.feature_size, self.device)
         return x
 
     def view_features(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
         """``(feature_views, N, ...)`` trunk inputs of augmented views (a frozen backbone in
         front of the trunk: ``pretrained``, ``efficientnet``), else None."""
         flip, crop = self.augmentation()
-        if self.trunk_input == "efficientnet":
-            return view_prefix_maps(x, self.feature_views, self.tune_stages, self.feature_size,
-                                    rng, flip, crop, self.device)  # fmt: skip
-        if self.trunk_input != "pretrained":
+        if self.params.trunk_input == "efficientnet":
+            return view_prefix_maps(
+                x,
+                self.params.feature_views,
+                self.params.tune_stages,
+                self.params.feature_size,
+                rng,
+                flip,
+                crop,
+                self.device,
+            )
+        if self.params.trunk_input != "pretrained":
             return None
-        return view_features(self.backbone, x, self.feature_views, self.feature_size, rng,
-                             flip, self.device, crop)  # fmt: skip
+        return view_features(
+            self.params.backbone,
+            x,
+            self.params.feature_views,
+            self.params.feature_size,
+            rng,
+            flip,
+            self.device,
+            crop,
+        )
 
     def _new_trunk(self) -> torch.nn.Module:
         """The trunk's architecture, untrained (seeded) or, for ``efficientnet``, random."""
-        if self.trunk_input == "efficientnet":
-            return PretrainedTail(tail_start(self.tune_stages))
-        return Trunk(self.trunk_shape, self.rep_dim, self.width)
+        if self.params.trunk_input == "efficientnet":
+            return PretrainedTail(tail_start(self.params.tune_stages))
+        return Trunk(self.trunk_shape, self.params.rep_dim, self.params.width)
 
     def make_trunk(self) -> torch.nn.Module:
         """The initial trunk: seeded weights, or EfficientNet-Lite0's shipped ones."""
-        with seeded(self.seed):
+        with seeded(self.params.seed):
             trunk = self._new_trunk()
         if isinstance(trunk, PretrainedTail):
             trunk.load_pretrained()
@@ -287,32 +216,32 @@ class ProtoFLDetector(BaseDetector):
 
     def make_encoder(self, proto_dim: int) -> Encoder:
         r""":math:`\phi = g \circ f` around :meth:`make_trunk`, seeded, on the CPU."""
-        if self.trunk_input != "efficientnet":
-            with seeded(self.seed):
-                return Encoder(self.trunk_shape, self.rep_dim, proto_dim, self.width)
-        return Encoder(self.trunk_shape, self.rep_dim, proto_dim, self.width,
+        if self.params.trunk_input != "efficientnet":
+            with seeded(self.params.seed):
+                return Encoder(self.trunk_shape, self.params.rep_dim, proto_dim, self.params.width)
+        return Encoder(self.trunk_shape, self.params.rep_dim, proto_dim, self.params.width,
                        self.make_trunk().cpu())  # fmt: skip
 
     def make_flow(self) -> torch.nn.Module:
-        with seeded(self.seed + 1):
-            flow = make_flow(self.h_dim, self.flow_layers, self.flow_hidden)
+        with seeded(self.params.seed + 1):
+            flow = make_flow(self.h_dim, self.params.flow_layers, self.params.flow_hidden)
         out: torch.nn.Module = flow.to(self.device).eval()
         return out
 
     def build(self) -> Self:
         """A seeded, untrained trunk (and flow, for the flow head)."""
         self.trunk_ = self.make_trunk()
-        if self.head == "flow":
+        if self.params.head == "flow":
             self.flow_ = self.make_flow()
         return self
 
     def expected_input(self) -> tuple[str, tuple[int, ...]] | None:
         """Images of exactly ``input_shape``, or vectors of its size; with a pretrained
         trunk input, not declared (the backbone resizes)."""
-        if self.trunk_input == "pretrained":
+        if self.params.trunk_input == "pretrained":
             return None
-        shape = tuple(self.input_shape)
-        return ("image", shape) if self.kind == "image" else ("vector", (math.prod(shape),))
+        shape = tuple(self.params.input_shape)
+        return ("image", shape) if self.params.kind == "image" else ("vector", (math.prod(shape),))
 
     def check_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """The trunk the parameters declare (its size follows ``input_shape``), measured on
@@ -335,15 +264,26 @@ class ProtoFLDetector(BaseDetector):
     # -- training ---------------------------------------------------------------------------
     def fit(self, x: np.ndarray) -> Self:
         self.build()
-        if self.epochs > 0:
+        if self.params.epochs > 0:
             enc = self.make_encoder(self.h_dim).to(self.device)
-            rng = np.random.default_rng(self.seed)
+            rng = np.random.default_rng(self.params.seed)
             views = self.view_features(x, rng)
             flip, crop = self.augmentation()
-            train_encoder(enc, x, None, self.epochs, self.batch_size, self.lr, rng,
-                          flip=flip, noise=self.noise, views=views, crop=crop)  # fmt: skip
+            train_encoder(
+                enc,
+                x,
+                None,
+                self.params.epochs,
+                self.params.batch_size,
+                self.params.lr,
+                rng,
+                flip=flip,
+                noise=self.params.noise,
+                views=views,
+                crop=crop,
+            )
             self.trunk_ = enc.trunk.eval()
-        self.fit_head(x, np.random.default_rng([self.seed, 2]))
+        self.fit_head(x, np.random.default_rng([self.params.seed, 2]))
         return self.set_threshold(x)
 
     def fit_head(
@@ -359,16 +299,16 @@ class ProtoFLDetector(BaseDetector):
         h, h_hat = self.head_inputs(x, rng, views)
         z = self._standardise(h.double().numpy() if h_hat is None
                               else torch.cat([h, h_hat]).double().numpy())  # fmt: skip
-        if self.head == "flow":
+        if self.params.head == "flow":
             return self._fit_flow(h, h_hat, len(x), rng)
-        if self.head == "kde":
+        if self.params.head == "kde":
             self.train_ = z
             self.bandwidth_ = float(_scott(len(z), z.shape[1]))
-        elif self.head == "gaussian":
+        elif self.params.head == "gaussian":
             self.mean_, self.precision_ = _ledoit_wolf(z)
         else:
             gamma = 1.0 / (z.shape[1] * max(float(z.var()), 1e-12))
-            self.sv_, self.coef_, self.intercept_ = fit_rbf_ocsvm(z, self.nu, gamma)
+            self.sv_, self.coef_, self.intercept_ = fit_rbf_ocsvm(z, self.params.nu, gamma)
             self.gamma_ = gamma
         return 0.0
 
@@ -377,14 +317,15 @@ class ProtoFLDetector(BaseDetector):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """What the head is fit on: ``(h, None)``, the clean representations of ``x``, or
         (``head_data = "views"``) ``(h, h_hat)``, ``flow_views`` pairs of augmented views."""
-        if self.head_data == "clean":
+        if self.params.head_data == "clean":
             xt = torch.from_numpy(np.ascontiguousarray(self.features(x), dtype=np.float32))
             return represent(self.trunk_, xt), None
         if views is None:
             views = self.view_features(x, rng)
         flip, crop = self.augmentation()
-        a, b = view_representations(self.trunk_, x, self.flow_views, rng, flip, self.noise,
-                                    views, crop)  # fmt: skip
+        a, b = view_representations(
+            self.trunk_, x, self.params.flow_views, rng, flip, self.params.noise, views, crop
+        )
         return a, b
 
     def _fit_flow(
@@ -396,14 +337,33 @@ class ProtoFLDetector(BaseDetector):
         scale = torch.as_tensor(self.scale_, dtype=torch.float32)
         a = (h - shift) / scale
         b = None if h_hat is None else (h_hat - shift) / scale
-        epochs = self.flow_epochs
-        if self.flow_val > 0:
-            epochs = choose_flow_epochs(self.make_flow, a, b, n, self.flow_val, epochs,
-                                        self.flow_patience, self.flow_batch, self.flow_lr,
-                                        self.lam, rng)  # fmt: skip
+        epochs = self.params.flow_epochs
+        if self.params.flow_val > 0:
+            epochs = choose_flow_epochs(
+                self.make_flow,
+                a,
+                b,
+                n,
+                self.params.flow_val,
+                epochs,
+                self.params.flow_patience,
+                self.params.flow_batch,
+                self.params.flow_lr,
+                self.params.lam,
+                rng,
+            )
         self.flow_epochs_used_ = epochs
         self.flow_ = self.make_flow()
-        return train_flow(self.flow_, a, b, epochs, self.flow_batch, self.flow_lr, self.lam, rng)
+        return train_flow(
+            self.flow_,
+            a,
+            b,
+            epochs,
+            self.params.flow_batch,
+            self.params.flow_lr,
+            self.params.lam,
+            rng,
+        )
 
     def _standardise(self, h: np.ndarray) -> np.ndarray:
         """Set ``shift_``/``scale_`` from ``h`` (a floor keeps constant features finite)."""
@@ -416,7 +376,7 @@ class ProtoFLDetector(BaseDetector):
     # -- scoring ----------------------------------------------------------------------------
     def score(self, x: np.ndarray) -> np.ndarray:
         z = (self.represent(x) - self.shift_) / self.scale_
-        if self.head == "flow":
+        if self.params.head == "flow":
             zt = torch.as_tensor(z, dtype=torch.float32)
             with torch.no_grad():
                 nll = torch.cat(
@@ -425,12 +385,12 @@ class ProtoFLDetector(BaseDetector):
                 ) if len(zt) else torch.zeros(0)  # fmt: skip
             # the standardisation is part of the bijection: log|det| = -sum log scale
             return nll.double().numpy() + float(np.sum(np.log(self.scale_)))
-        if self.head == "kde":
+        if self.params.head == "kde":
             from sklearn.neighbors import KernelDensity
 
             kde = KernelDensity(bandwidth=self.bandwidth_).fit(self.train_)
             return np.asarray(-kde.score_samples(z), dtype=np.float64)
-        if self.head == "gaussian":
+        if self.params.head == "gaussian":
             d = z - self.mean_
             return np.asarray(((d @ self.precision_) * d).sum(1), dtype=np.float64)
         return rbf_ocsvm_score(z, self.sv_, self.coef_, self.intercept_, self.gamma_)
@@ -441,13 +401,13 @@ class ProtoFLDetector(BaseDetector):
                for k, v in self.trunk_.state_dict().items()}  # fmt: skip
         out["shift"] = np.asarray(self.shift_, dtype=np.float64)
         out["scale"] = np.asarray(self.scale_, dtype=np.float64)
-        if self.head == "flow":
+        if self.params.head == "flow":
             out.update({f"flow.{k}": v.detach().cpu().numpy().copy()
                         for k, v in self.flow_.state_dict().items()})  # fmt: skip
-        elif self.head == "kde":
+        elif self.params.head == "kde":
             out["train"] = self.train_
             out["bandwidth"] = np.asarray(self.bandwidth_)
-        elif self.head == "gaussian":
+        elif self.params.head == "gaussian":
             out["mean"], out["precision"] = self.mean_, self.precision_
         else:
             out["sv"], out["coef"] = self.sv_, self.coef_
@@ -464,15 +424,15 @@ class ProtoFLDetector(BaseDetector):
             raise ValueError(f"shift and scale must have {self.h_dim} entries")
         if not np.all(self.scale_ > 0):
             raise ValueError("scale must be positive")
-        if self.head == "flow":
+        if self.params.head == "flow":
             self.flow_ = self.make_flow()
             state = {k[5:]: torch.from_numpy(np.array(v)) for k, v in arrays.items()
                      if k.startswith("flow.")}  # fmt: skip
             self.flow_.load_state_dict(state, strict=True)
-        elif self.head == "kde":
+        elif self.params.head == "kde":
             self.train_ = np.asarray(arrays["train"], dtype=np.float64)
             self.bandwidth_ = float(arrays["bandwidth"])
-        elif self.head == "gaussian":
+        elif self.params.head == "gaussian":
             self.mean_ = np.asarray(arrays["mean"], dtype=np.float64)
             self.precision_ = np.asarray(arrays["precision"], dtype=np.float64)
         else:

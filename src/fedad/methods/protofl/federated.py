@@ -42,6 +42,7 @@ import numpy as np
 from pydantic import Field
 
 from fedad.data.types import ClientData, dense
+from fedad.detector import shared_field
 from fedad.devices import resolve_device
 from fedad.errors import ConfigError, RunError
 from fedad.evaluation import MetricFamily, ranking_scores
@@ -61,7 +62,12 @@ from fedad.fl.fedavg import log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.validate import spec_of
 from fedad.methods.protofl.augment import Auto
-from fedad.methods.protofl.detector import Head, HeadData, ProtoFLDetector
+from fedad.methods.protofl.detector import (
+    Head,
+    HeadData,
+    ProtoFLDetector,
+    ProtoFLDetectorParams,
+)
 from fedad.methods.protofl.model import Encoder
 from fedad.methods.protofl.train import train_encoder
 from fedad.seeding import rng as seeded_rng
@@ -75,44 +81,56 @@ class ProtoFLParams(Params):
 
     local_epochs: int = Field(default=1, ge=1, le=10_000, description="epochs per round")
     batch_size: int = Field(default=64, ge=2, le=1 << 16)
-    lr: float = Field(default=1e-3, gt=0.0, le=1.0, description="phase-1 learning rate")
+    lr: float = shared_field(ProtoFLDetectorParams, "lr", description="phase-1 learning rate")
     weight_decay: float = Field(default=1e-3, ge=0.0, le=1.0)
     optimizer: Literal["adam", "radam"] = Field(
         default="adam", description="phase 1: AdamW, or the paper's RAdam (0.94, 0.98)"
     )
     alpha: float = Field(default=0.1, ge=0.0, le=1.0, description="[ProtoFL eq. 8]")
     temperature: float = Field(default=1.0, gt=0.0, le=1e3, description="softmax of eq. 7")
-    lam: float = Field(default=0.01, ge=0.0, le=1e3, description="[ProtoFL eq. 11]")
-    rep_dim: int = Field(default=64, ge=2, le=2048, description="dimension of h")
-    width: int = Field(default=32, ge=1, le=512, description="channels of the first conv")
-    head: Head = "flow"
-    head_data: HeadData = Field(
-        default="clean",
+    lam: float = shared_field(ProtoFLDetectorParams, "lam", description="[ProtoFL eq. 11]")
+    rep_dim: int = shared_field(ProtoFLDetectorParams, "rep_dim", description="dimension of h")
+    width: int = shared_field(
+        ProtoFLDetectorParams, "width", description="channels of the first conv"
+    )
+    head: Head = shared_field(ProtoFLDetectorParams, "head")
+    head_data: HeadData = shared_field(
+        ProtoFLDetectorParams,
+        "head_data",
         description="what the head is fit on: clean training representations, or 'views'",
     )
-    flow_layers: int = Field(default=8, ge=1, le=64, description="affine coupling layers")
-    flow_hidden: int = Field(default=64, ge=1, le=4096)
-    flow_epochs: int = Field(
-        default=100, ge=0, le=100_000, description="most flow epochs (see flow_val)"
+    flow_layers: int = shared_field(
+        ProtoFLDetectorParams, "flow_layers", description="affine coupling layers"
     )
-    flow_val: float = Field(
-        default=0.2,
-        ge=0.0,
-        lt=1.0,
+    flow_hidden: int = shared_field(ProtoFLDetectorParams, "flow_hidden")
+    flow_epochs: int = shared_field(
+        ProtoFLDetectorParams, "flow_epochs", description="most flow epochs (see flow_val)"
+    )
+    flow_val: float = shared_field(
+        ProtoFLDetectorParams,
+        "flow_val",
         description="share of training samples held out to pick the flow's epochs (0: off)",
     )
-    flow_patience: int = Field(default=10, ge=1, le=100_000, description="early stopping")
-    flow_lr: float = Field(default=1e-3, gt=0.0, le=1.0)
-    flow_views: int = Field(default=2, ge=1, le=64, description="view pairs per sample")
-    flow_batch: int = Field(default=256, ge=2, le=1 << 16, description="flow minibatch")
-    nu: float = Field(default=0.1, gt=0.0, le=1.0, description="OC-SVM nu (head = ocsvm)")
-    flip: bool | Auto = Field(
-        default="auto", description="horizontal flips; auto: RGB images of 32+ px only"
+    flow_patience: int = shared_field(
+        ProtoFLDetectorParams, "flow_patience", description="early stopping"
     )
-    crop: Annotated[float, Field(ge=0.05, le=1.0)] | Auto = Field(
-        default="auto", description="least area a crop keeps; auto: by image side"
+    flow_lr: float = shared_field(ProtoFLDetectorParams, "flow_lr")
+    flow_views: int = shared_field(
+        ProtoFLDetectorParams, "flow_views", description="view pairs per sample"
     )
-    noise: float = Field(default=0.1, ge=0.0, le=10.0, description="vector augmentation")
+    flow_batch: int = shared_field(
+        ProtoFLDetectorParams, "flow_batch", description="flow minibatch"
+    )
+    nu: float = shared_field(ProtoFLDetectorParams, "nu", description="OC-SVM nu (head = ocsvm)")
+    flip: bool | Auto = shared_field(
+        ProtoFLDetectorParams,
+        "flip",
+        description="horizontal flips; auto: RGB images of 32+ px only",
+    )
+    crop: Annotated[float, Field(ge=0.05, le=1.0)] | Auto = shared_field(
+        ProtoFLDetectorParams, "crop", description="least area a crop keeps; auto: by image side"
+    )
+    noise: float = shared_field(ProtoFLDetectorParams, "noise", description="vector augmentation")
     new_clients: int = Field(default=0, ge=0, description="last N clients skip phase 1")
     distill: Literal["prototype", "sample"] = Field(
         default="prototype",
@@ -128,8 +146,10 @@ class ProtoFLParams(Params):
         description="'pretrained': an MLP on frozen backbone features; 'efficientnet': "
         "EfficientNet-Lite0's last stages, initialised from its shipped weights",
     )
-    tune_stages: int = Field(
-        default=1, ge=0, le=7, description="efficientnet: last stages trained (0: head conv)"
+    tune_stages: int = shared_field(
+        ProtoFLDetectorParams,
+        "tune_stages",
+        description="efficientnet: last stages trained (0: head conv)",
     )
     trunk_size: int = Field(default=64, ge=32, le=1024, description="backbone input side")
     trunk_views: int = Field(default=4, ge=2, le=64, description="cached augmented views")
@@ -242,38 +262,12 @@ class ProtoFL(Algorithm):
 
     def make_detector(self) -> ProtoFLDetector:
         p = self.params
-        return ProtoFLDetector(
-            kind=self.setup.kind,
-            input_shape=list(self.setup.feature_shape),
-            rep_dim=p.rep_dim,
-            width=p.width,
-            head=p.head,
-            head_data=p.head_data,
-            flow_layers=p.flow_layers,
-            flow_hidden=p.flow_hidden,
-            flow_epochs=p.flow_epochs,
-            flow_val=p.flow_val,
-            flow_patience=p.flow_patience,
-            flow_lr=p.flow_lr,
-            flow_views=p.flow_views,
-            flow_batch=p.flow_batch,
-            lam=p.lam,
-            epochs=p.local_epochs,
-            lr=p.lr,
-            batch_size=p.batch_size,
-            flip=p.flip,
-            crop=p.crop,
-            noise=p.noise,
-            nu=p.nu,
-            contamination=self.contamination,
-            seed=self.setup.seed,
-            trunk_input="raw" if p.trunk == "cnn" else p.trunk,
-            tune_stages=p.tune_stages,
-            backbone=p.backbone,
-            feature_size=p.trunk_size,
-            feature_views=p.trunk_views,
-            device=resolve_device(self.setup.device),
-        )
+        return ProtoFLDetector.configured(
+            p, kind=self.setup.kind, input_shape=list(self.setup.feature_shape),
+            epochs=p.local_epochs, contamination=self.contamination, seed=self.setup.seed,
+            trunk_input="raw" if p.trunk == "cnn" else p.trunk, feature_size=p.trunk_size,
+            feature_views=p.trunk_views, device=resolve_device(self.setup.device),
+        )  # fmt: skip
 
     def _encoder_from(self, arrays: dict[str, np.ndarray]) -> Encoder:
         import torch
