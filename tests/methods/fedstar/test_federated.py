@@ -87,7 +87,7 @@ def test_clients_of_different_widths_share_the_structure_encoder() -> None:
             {k.removeprefix("detector/"): v for k, v in m.arrays.items()
              if k.startswith("detector/")}
         )  # fmt: skip
-        assert det.width == widths[cid]
+        assert det.params.width == widths[cid]
         np.testing.assert_allclose(det.score(fed.clients[cid].x_test), m.arrays["score"],
                                    rtol=1e-6)  # fmt: skip
 

@@ -205,7 +205,7 @@ def test_default_hidden_width_is_undercomplete(shape: tuple[int, ...], width: in
     assert width < math.prod(shape) or width == 1
     explicit = build_algorithm("onlad", {"n_hidden": 64}, setup)
     wide = explicit.make_detector()
-    assert isinstance(wide, OSELMAutoEncoder) and wide.n_hidden == 64
+    assert isinstance(wide, OSELMAutoEncoder) and wide.params.n_hidden == 64
 
 
 def test_detector_records_the_resolved_width_and_loads() -> None:

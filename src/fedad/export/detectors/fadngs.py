@@ -71,4 +71,4 @@ def fadngs(det: BaseDetector, shape: tuple[int, ...]) -> Core:
     det._ensure_built()
     encoder = copy.deepcopy(det.encoder_).cpu().eval()
     head = MinMahalanobis(det.means_, det.covs_)
-    return Core(FADngsScore(encoder, bool(det.unit), head), shape, "float64")
+    return Core(FADngsScore(encoder, bool(det.params.unit), head), shape, "float64")

@@ -16,19 +16,23 @@ from typing import Annotated, Any, Literal, Self
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
+from fedad.detector import (
+    DEFAULT_CONTAMINATION,
+    BaseDetector,
+    DetectorParams,
+    register_detector,
+)
 from fedad.methods.fadngs.density import (
     fit_gaussians,
     min_mahalanobis,
     stable_cholesky,
     weak_kmeans,
 )
-from fedad.methods.fadngs.losses import ConForm
-from fedad.methods.fadngs.model import Encoder, HeadNorm
+from fedad.methods.fadngs.model import Encoder
 from fedad.methods.fadngs.privacy import unit_rows
-from fedad.methods.fadngs.train import LossName, embed, local_update
+from fedad.methods.fadngs.train import embed, local_update
 from fedad.seeding import rng as seeded_rng
 from fedad.seeding import torch_seeded
 
@@ -41,10 +45,10 @@ MAX_COV_ENTRIES = 1 << 26
 """Most covariance entries a detector holds (512 MiB of float64): a checkpoint is untrusted."""
 
 
-class FADngsDetectorParams(BaseModel):
+class FADngsDetectorParams(DetectorParams):
     """The ``__init__`` arguments of :class:`FADngsDetector`, as a checkpoint may give them."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     input_shape: list[Annotated[int, Field(ge=1, le=MAX_SIDE)]] = Field(
         default=[1, 28, 28], min_length=3, max_length=3
@@ -91,87 +95,26 @@ class FADngsDetector(BaseDetector):
     """Minimum Mahalanobis distance of :math:`z(x)` to a set of Gaussians [FADngs eq. 6]."""
 
     ParamsModel = FADngsDetectorParams
+    params: FADngsDetectorParams
 
-    def __init__(
-        self,
-        input_shape: tuple[int, ...] | list[int] = (1, 28, 28),
-        width: int = 16,
-        depth: int = 1,
-        head_norm: HeadNorm = "batch",
-        proj_dim: int = 128,
-        unit: bool = False,
-        k_c: int = 1,
-        kmeans_iters: int = 2,
-        rho: float = 0.1,
-        quantile: float = 0.95,
-        epochs: int = 10,
-        warmup_epochs: int = 2,
-        lr: float = 0.01,
-        batch_size: int = 32,
-        n_plus: int = 2,
-        temperature: float = 0.5,
-        loss: LossName = "crad",
-        con_form: ConForm = "mean-log",
-        contamination: float = DEFAULT_CONTAMINATION,
-        seed: int = 0,
-        device: str = "cpu",
-    ) -> None:
-        super().__init__(contamination=contamination)
-        self.input_shape = input_shape
-        self.width = width
-        self.depth = depth
-        self.head_norm = head_norm
-        self.proj_dim = proj_dim
-        self.unit = unit
-        self.k_c = k_c
-        self.kmeans_iters = kmeans_iters
-        self.rho = rho
-        self.quantile = quantile
-        self.epochs = epochs
-        self.warmup_epochs = warmup_epochs
-        self.lr = lr
-        self.batch_size = batch_size
-        self.n_plus = n_plus
-        self.temperature = temperature
-        self.loss = loss
-        self.con_form = con_form
-        self.seed = seed
+    def __init__(self, *, device: str = "cpu", **params: Any) -> None:
+        """``params``: fields of :class:`FADngsDetectorParams` (``input_shape`` is kept as a
+        list of ints); ``device`` is where it trains and scores (not saved)."""
+        super().__init__(**params)
+        shape = [int(s) for s in self.params.input_shape]
+        self.params = self.params.model_copy(update={"input_shape": shape})
         self.device = device
-
-    def get_params(self) -> dict[str, Any]:
-        return {
-            "input_shape": [int(s) for s in self.input_shape],
-            "width": self.width,
-            "depth": self.depth,
-            "head_norm": self.head_norm,
-            "proj_dim": self.proj_dim,
-            "unit": self.unit,
-            "k_c": self.k_c,
-            "kmeans_iters": self.kmeans_iters,
-            "rho": self.rho,
-            "quantile": self.quantile,
-            "epochs": self.epochs,
-            "warmup_epochs": self.warmup_epochs,
-            "lr": self.lr,
-            "batch_size": self.batch_size,
-            "n_plus": self.n_plus,
-            "temperature": self.temperature,
-            "loss": self.loss,
-            "con_form": self.con_form,
-            "contamination": self.contamination,
-            "seed": self.seed,
-        }
 
     # -- encoder ----------------------------------------------------------------------------
     def build(self) -> Self:
         """``encoder_`` with seeded initial weights (on the CPU: equal on every device)."""
-        with torch_seeded(self.seed):
+        with torch_seeded(self.params.seed):
             enc = Encoder(
-                int(self.input_shape[0]),
-                self.width,
-                self.proj_dim,
-                (self.depth,) * 3,
-                head_norm=self.head_norm,
+                int(self.params.input_shape[0]),
+                self.params.width,
+                self.params.proj_dim,
+                (self.params.depth,) * 3,
+                head_norm=self.params.head_norm,
             )
         self.encoder_ = enc.to(self.device).eval()
         return self
@@ -202,13 +145,13 @@ class FADngsDetector(BaseDetector):
         """
         self._ensure_built()
         z = embed(self.encoder_, np.asarray(x, dtype=np.float32))
-        return unit_rows(z) if self.unit else z
+        return unit_rows(z) if self.params.unit else z
 
     def set_density(self, means: np.ndarray, covs: np.ndarray) -> Self:
         """The Gaussians of the score; checked for shape and finiteness."""
         mu = np.asarray(means, dtype=np.float64)
         sig = np.asarray(covs, dtype=np.float64)
-        d = self.proj_dim
+        d = self.params.proj_dim
         if mu.ndim == 2 and mu.shape[0] * d * d > MAX_COV_ENTRIES:
             raise ValueError(
                 f"{mu.shape[0]} covariances of {d}x{d} exceed {MAX_COV_ENTRIES} entries"
@@ -239,13 +182,13 @@ class FADngsDetector(BaseDetector):
     def density_of(self, z: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`own_density` from representations ``z`` :math:`(N, D)` already computed
         (:meth:`represent`)."""
-        labels, _ = weak_kmeans(z, min(self.k_c, len(z)), self.kmeans_iters, rng)
-        return fit_gaussians(z, labels, self.rho)
+        labels, _ = weak_kmeans(z, min(self.params.k_c, len(z)), self.params.kmeans_iters, rng)
+        return fit_gaussians(z, labels, self.params.rho)
 
     # -- contract ---------------------------------------------------------------------------
     def expected_input(self) -> tuple[str, tuple[int, ...]] | None:
         """Images of exactly ``input_shape`` (the encoder and the rotations need them)."""
-        return ("image", tuple(int(s) for s in self.input_shape))
+        return ("image", tuple(int(s) for s in self.params.input_shape))
 
     def score(self, x: np.ndarray) -> np.ndarray:
         if not hasattr(self, "means_"):
@@ -258,17 +201,18 @@ class FADngsDetector(BaseDetector):
         threshold from the training scores."""
         self.build()
         xs = np.asarray(x, dtype=np.float32)
-        rng = seeded_rng(self.seed, 0xFAD)
+        rng = seeded_rng(self.params.seed, 0xFAD)
+        p = self.params
         kw: dict[str, Any] = dict(
-            batch_size=self.batch_size, lr=self.lr, rng=rng, n_plus=self.n_plus,
-            temperature=self.temperature, form=self.con_form,
+            batch_size=p.batch_size, lr=p.lr, rng=rng, n_plus=p.n_plus,
+            temperature=p.temperature, form=p.con_form,
         )  # fmt: skip
-        if self.warmup_epochs:
-            local_update(self.encoder_, xs, epochs=self.warmup_epochs, loss="simclr", **kw)
-        for _ in range(self.epochs):
+        if self.params.warmup_epochs:
+            local_update(self.encoder_, xs, epochs=self.params.warmup_epochs, loss="simclr", **kw)
+        for _ in range(self.params.epochs):
             means, covs = self.own_density(xs, rng)
-            local_update(self.encoder_, xs, epochs=1, loss=self.loss, means=means, covs=covs,
-                         quantile=self.quantile, **kw)  # fmt: skip
+            local_update(self.encoder_, xs, epochs=1, loss=self.params.loss, means=means, covs=covs,
+                         quantile=self.params.quantile, **kw)  # fmt: skip
         self.set_density(*self.own_density(xs, rng))
         return self.set_threshold(xs)
 

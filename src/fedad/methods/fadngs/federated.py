@@ -50,6 +50,7 @@ import torch
 from pydantic import Field
 
 from fedad.data.types import ClientData, dense
+from fedad.detector import shared_field
 from fedad.devices import resolve_device
 from fedad.errors import ConfigError, RunError
 from fedad.evaluation import MetricFamily
@@ -70,7 +71,7 @@ from fedad.fl.fedavg import log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.validate import ArraySpec, spec_of
 from fedad.methods.fadngs.density import min_mahalanobis
-from fedad.methods.fadngs.detector import COVS, MEANS, FADngsDetector
+from fedad.methods.fadngs.detector import COVS, MEANS, FADngsDetector, FADngsDetectorParams
 from fedad.methods.fadngs.family import PRIVACY
 from fedad.methods.fadngs.losses import FifoQueue, pearson_weights
 from fedad.methods.fadngs.privacy import (
@@ -102,27 +103,40 @@ class FADngsParams(Params):
         default=None, ge=0, le=100_000, description="SimCLR rounds first (default rounds // 5)"
     )
     local_epochs: int = Field(default=1, ge=1, le=10_000, description="E_l, epochs per round")
-    batch_size: int = Field(default=32, ge=2, le=1 << 16)
-    lr: float = Field(default=0.01, gt=0.0, le=10.0, description="SGD, cosine decay")
+    batch_size: int = shared_field(FADngsDetectorParams, "batch_size")
+    lr: float = shared_field(FADngsDetectorParams, "lr", description="SGD, cosine decay")
     weight_decay: float = Field(default=1e-4, ge=0.0, le=1.0)
-    temperature: float = Field(default=0.5, gt=0.0, le=100.0, description="tau of eq. 7")
-    n_plus: int = Field(default=2, ge=1, le=64, description="T+ views per sample")
-    width: int = Field(default=16, ge=1, le=256, description="channels of the first stage")
-    head_norm: Literal["batch", "none"] = Field(
-        default="batch", description="the projection head's hidden norm (SimCLR's BN or none)"
+    temperature: float = shared_field(
+        FADngsDetectorParams, "temperature", description="tau of eq. 7"
     )
-    depth: int = Field(default=1, ge=1, le=8, description="residual blocks per stage")
-    proj_dim: int = Field(default=128, ge=2, le=2048, description="dimension of z")
+    n_plus: int = shared_field(FADngsDetectorParams, "n_plus", description="T+ views per sample")
+    width: int = shared_field(
+        FADngsDetectorParams, "width", description="channels of the first stage"
+    )
+    head_norm: Literal["batch", "none"] = shared_field(
+        FADngsDetectorParams,
+        "head_norm",
+        description="the projection head's hidden norm (SimCLR's BN or none)",
+    )
+    depth: int = shared_field(
+        FADngsDetectorParams, "depth", description="residual blocks per stage"
+    )
+    proj_dim: int = shared_field(FADngsDetectorParams, "proj_dim", description="dimension of z")
     k_c: int = Field(default=1, ge=1, le=1024, description="clusters per client (K_c)")
-    kmeans_iters: int = Field(default=2, ge=1, le=10_000, description="weak k-means steps")
-    rho: float = Field(default=0.1, ge=0.0, le=1.0, description="shrinkage of eq. 3")
-    quantile: float = Field(default=0.95, gt=0.0, lt=1.0, description="delta of eq. 8")
+    kmeans_iters: int = shared_field(
+        FADngsDetectorParams, "kmeans_iters", description="weak k-means steps"
+    )
+    rho: float = shared_field(FADngsDetectorParams, "rho", description="shrinkage of eq. 3")
+    quantile: float = shared_field(FADngsDetectorParams, "quantile", description="delta of eq. 8")
     density: Literal["global", "local", "none"] = Field(
         default="global", description="Table III: what is shared"
     )
-    loss: Literal["crad", "simclr", "csi"] = Field(default="crad", description="Table IV")
-    con_form: Literal["eq7", "mean-log"] = Field(
-        default="mean-log",
+    loss: Literal["crad", "simclr", "csi"] = shared_field(
+        FADngsDetectorParams, "loss", description="Table IV"
+    )
+    con_form: Literal["eq7", "mean-log"] = shared_field(
+        FADngsDetectorParams,
+        "con_form",
         description="CSI's code (mean of log-probabilities, default) or eq. 7 as printed",
     )
     density_noise: float = Field(
@@ -244,29 +258,12 @@ class _FADngs(Algorithm):
     # -- models -----------------------------------------------------------------------------
     def make_detector(self) -> FADngsDetector:
         p = self.params
-        return FADngsDetector(
-            input_shape=list(self.setup.feature_shape),
-            width=p.width,
-            depth=p.depth,
-            head_norm=p.head_norm,
-            proj_dim=p.proj_dim,
-            unit=p.density_noise > 0,
-            k_c=p.k_c,
-            kmeans_iters=p.kmeans_iters,
-            rho=p.rho,
-            quantile=p.quantile,
+        return FADngsDetector.configured(
+            p, input_shape=list(self.setup.feature_shape), unit=p.density_noise > 0,
             epochs=max(self.setup.rounds - self.warmup, 0) * p.local_epochs,
-            warmup_epochs=self.warmup * p.local_epochs,
-            lr=p.lr,
-            batch_size=p.batch_size,
-            n_plus=p.n_plus,
-            temperature=p.temperature,
-            loss=p.loss,
-            con_form=p.con_form,
-            contamination=self.contamination,
-            seed=self.setup.seed,
-            device=resolve_device(self.setup.device),
-        )
+            warmup_epochs=self.warmup * p.local_epochs, contamination=self.contamination,
+            seed=self.setup.seed, device=resolve_device(self.setup.device),
+        )  # fmt: skip
 
     def _detector(self, weights: dict[str, np.ndarray]) -> FADngsDetector:
         det = self.make_detector().build()
@@ -318,7 +315,7 @@ class _FADngs(Algorithm):
             means, covs = self._gaussians_of(det, z, rng)
             release = {MEANS: means, COVS: covs, "round": np.asarray(r)}
             state.update(prefixed(release, SHARED.rstrip("/")))
-            if not det.unit:  # the same model starts this round's training: its first
+            if not det.params.unit:  # the same model starts this round's training: its first
                 # selection (eq. 8) reuses these representations instead of embedding every
                 # sample again (float32 keeps every bit: embed computes in float32)
                 embedded = {"z": z.astype(np.float32), "round": np.asarray(r)}
@@ -353,7 +350,7 @@ class _FADngs(Algorithm):
             det.encoder_, x, epochs=p.local_epochs, batch_size=p.batch_size,
             lr=float(msg.get("lr", p.lr)), rng=rng, loss=loss, means=means, covs=covs,
             quantile=p.quantile, n_plus=p.n_plus, temperature=p.temperature,
-            weight_decay=p.weight_decay, unit=det.unit, form=p.con_form, z0=z0,
+            weight_decay=p.weight_decay, unit=det.params.unit, form=p.con_form, z0=z0,
         )  # fmt: skip
         reply = {"num_examples": data.n_train, **scalars}
         if p.density == "none":

@@ -15,10 +15,10 @@ from typing import Any, Self
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from fedad.data.types import Features
-from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, register_detector
+from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, DetectorParams, register_detector
 from fedad.devices import resolve_device
 from fedad.methods.baselines.detectors import graph_width
 from fedad.methods.baselines.model import fix_center
@@ -31,10 +31,10 @@ MAX_WIDTH = 1 << 16
 """Widest node features a detector accepts (a checkpoint is untrusted)."""
 
 
-class FedStarDetectorParams(BaseModel):
+class FedStarDetectorParams(DetectorParams):
     """The ``__init__`` arguments of :class:`FedStarDetector`, as a checkpoint may give them."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     width: int = Field(default=1, ge=1, le=MAX_WIDTH)
     hidden: int = Field(default=64, ge=1, le=1024)
@@ -54,49 +54,13 @@ class FedStarDetector(BaseDetector):
     """Shared structure encoder, personal feature encoder, Deep SVDD [FedStar Sec. 4]."""
 
     ParamsModel = FedStarDetectorParams
+    params: FedStarDetectorParams
 
-    def __init__(
-        self,
-        width: int = 1,
-        hidden: int = 64,
-        layers: int = 3,
-        n_rw: int = 16,
-        n_dg: int = 16,
-        epochs: int = 20,
-        lr: float = 1e-3,
-        weight_decay: float = 1e-6,
-        batch_size: int = 64,
-        contamination: float = DEFAULT_CONTAMINATION,
-        seed: int = 0,
-        device: str = "cpu",
-    ) -> None:
-        super().__init__(contamination=contamination)
-        self.width = width
-        self.hidden = hidden
-        self.layers = layers
-        self.n_rw = n_rw
-        self.n_dg = n_dg
-        self.epochs = epochs
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.batch_size = batch_size
-        self.seed = seed
+    def __init__(self, *, device: str = "cpu", **params: Any) -> None:
+        """``params``: fields of the ``ParamsModel``; ``device`` is where it trains and scores
+        (not saved)."""
+        super().__init__(**params)
         self.device = device
-
-    def get_params(self) -> dict[str, Any]:
-        return {
-            "width": self.width,
-            "hidden": self.hidden,
-            "layers": self.layers,
-            "n_rw": self.n_rw,
-            "n_dg": self.n_dg,
-            "epochs": self.epochs,
-            "lr": self.lr,
-            "weight_decay": self.weight_decay,
-            "batch_size": self.batch_size,
-            "contamination": self.contamination,
-            "seed": self.seed,
-        }
 
     # -- network ----------------------------------------------------------------------------
     def build(self, width: int | None = None) -> Self:
@@ -104,11 +68,12 @@ class FedStarDetector(BaseDetector):
         configured one; on the CPU, so equal on every device). The structure encoder is
         built first, so its initial weights do not depend on the width."""
         if width is not None:
-            self.width = int(width)
-        if not 1 <= self.width <= MAX_WIDTH:
-            raise ValueError(f"node-feature width {self.width} is not in [1, {MAX_WIDTH}]")
-        with torch_seeded(self.seed):
-            net = FedStarNet(self.width, self.hidden, self.layers, self.n_rw, self.n_dg)
+            self.params = self.params.model_copy(update={"width": int(width)})
+        if not 1 <= self.params.width <= MAX_WIDTH:
+            raise ValueError(f"node-feature width {self.params.width} is not in [1, {MAX_WIDTH}]")
+        with torch_seeded(self.params.seed):
+            p = self.params
+            net = FedStarNet(p.width, p.hidden, p.layers, p.n_rw, p.n_dg)
         self.model_ = net.to(resolve_device(self.device)).eval()
         return self
 
@@ -119,8 +84,10 @@ class FedStarDetector(BaseDetector):
     def _graphs(self, x: Features) -> Features:
         self._ensure_built()
         width = graph_width(x)
-        if width != self.width:
-            raise ValueError(f"graphs with {width} node features; this detector takes {self.width}")
+        if width != self.params.width:
+            raise ValueError(
+                f"graphs with {width} node features; this detector takes {self.params.width}"
+            )
         return x
 
     def model_arrays(self) -> dict[str, np.ndarray]:
@@ -164,15 +131,16 @@ class FedStarDetector(BaseDetector):
     def train_epochs(self, x: Features, epochs: int, rng: np.random.Generator) -> float:
         """``epochs`` of Deep SVDD (Adam, both encoders); the last epoch's mean loss."""
         x = self._graphs(x)
+        p = self.params
         return train_epochs(
-            self.model_, self._loss, x, epochs=epochs, batch_size=self.batch_size, lr=self.lr,
-            rng=rng, weight_decay=self.weight_decay,
+            self.model_, self._loss, x, epochs=epochs, batch_size=p.batch_size, lr=p.lr,
+            rng=rng, weight_decay=p.weight_decay,
         )  # fmt: skip
 
     def fit(self, x: np.ndarray) -> Self:
         self.build(graph_width(x))
         self.set_center(x)
-        self.train_epochs(x, self.epochs, np.random.default_rng(self.seed))
+        self.train_epochs(x, self.params.epochs, np.random.default_rng(self.params.seed))
         return self.set_threshold(x)
 
     def score(self, x: np.ndarray) -> np.ndarray:
@@ -190,8 +158,8 @@ class FedStarDetector(BaseDetector):
         first = arrays.get(FEATURE_INPUT_LAYER)
         if first is None or np.ndim(first) != 2:
             raise KeyError(f"fedstar arrays lack '{FEATURE_INPUT_LAYER}'")
-        width = int(np.shape(first)[1]) - self.layers * self.hidden
-        if width != self.width or not hasattr(self, "model_"):
+        width = int(np.shape(first)[1]) - self.params.layers * self.params.hidden
+        if width != self.params.width or not hasattr(self, "model_"):
             self.build(width)
         state = {
             k: torch.from_numpy(np.array(v, dtype=np.float32, copy=True))

@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from fedad.data.types import ClientData, GraphSet
+from fedad.detector import shared_field
 from fedad.evaluation import MetricFamily
 from fedad.fl.algorithm import (
     Algorithm,
@@ -50,7 +51,7 @@ from fedad.fl.context import ServerContext
 from fedad.fl.fedavg import log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.validate import spec_of
-from fedad.methods.fedstar.detector import FedStarDetector
+from fedad.methods.fedstar.detector import FedStarDetector, FedStarDetectorParams
 from fedad.seeding import rng as seeded_rng
 
 TRAIN = "train"
@@ -62,13 +63,19 @@ class FedStarParams(Params):
     """``[methods.params]`` of ``fedstar``; every default works on any data set size."""
 
     local_epochs: int = Field(default=1, ge=1, le=10_000, description="epochs per round")
-    batch_size: int = Field(default=64, ge=1, le=1 << 16)
-    lr: float = Field(default=1e-3, gt=0.0, le=10.0, description="Adam")
-    weight_decay: float = Field(default=1e-6, ge=0.0, le=10.0, description="Deep SVDD lambda")
-    hidden: int = Field(default=64, ge=1, le=1024, description="GIN width (both encoders)")
-    layers: int = Field(default=3, ge=1, le=16, description="GIN depth (both encoders)")
-    n_rw: int = Field(default=16, ge=1, le=256, description="random-walk steps")
-    n_dg: int = Field(default=16, ge=1, le=4096, description="one-hot degree width")
+    batch_size: int = shared_field(FedStarDetectorParams, "batch_size")
+    lr: float = shared_field(FedStarDetectorParams, "lr", description="Adam")
+    weight_decay: float = shared_field(
+        FedStarDetectorParams, "weight_decay", description="Deep SVDD lambda"
+    )
+    hidden: int = shared_field(
+        FedStarDetectorParams, "hidden", description="GIN width (both encoders)"
+    )
+    layers: int = shared_field(
+        FedStarDetectorParams, "layers", description="GIN depth (both encoders)"
+    )
+    n_rw: int = shared_field(FedStarDetectorParams, "n_rw", description="random-walk steps")
+    n_dg: int = shared_field(FedStarDetectorParams, "n_dg", description="one-hot degree width")
 
 
 @register
@@ -90,11 +97,9 @@ class FedStar(Algorithm):
     def make_detector(self) -> FedStarDetector:
         p = self.params
         width = self.setup.feature_shape[-1] if self.setup.feature_shape else 1
-        return FedStarDetector(
-            width=max(int(width), 1), hidden=p.hidden, layers=p.layers, n_rw=p.n_rw,
-            n_dg=p.n_dg, epochs=p.local_epochs, lr=p.lr, weight_decay=p.weight_decay,
-            batch_size=p.batch_size, contamination=self.contamination, seed=self.setup.seed,
-            device=self.setup.device,
+        return FedStarDetector.configured(
+            p, width=max(int(width), 1), epochs=p.local_epochs, contamination=self.contamination,
+            seed=self.setup.seed, device=self.setup.device,
         )  # fmt: skip
 
     # -- client -----------------------------------------------------------------------------

@@ -13,11 +13,12 @@ from typing import Annotated, Any, Literal, Self
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from fedad.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
+    DetectorParams,
     check_network_arrays,
     register_detector,
 )
@@ -35,10 +36,10 @@ STANDALONE_CODE_SALT = 0xC0DE
 """Stream of the code a stand-alone ``fit`` draws when none was set."""
 
 
-class FedUVDetectorParams(BaseModel):
+class FedUVDetectorParams(DetectorParams):
     """The ``__init__`` arguments of :class:`FedUVDetector`, as a checkpoint may give them."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     kind: Literal["vector", "image"] = "vector"
     input_shape: list[Annotated[int, Field(ge=1, le=MAX_FEATURES)]] = Field(
@@ -67,53 +68,25 @@ class FedUVDetector(BaseDetector):
     """Score :math:`-\\rho(x)`, the negative cosine between :math:`f(x)` and the own code."""
 
     ParamsModel = FedUVDetectorParams
+    params: FedUVDetectorParams
 
-    def __init__(
-        self,
-        kind: str = "vector",
-        input_shape: tuple[int, ...] | list[int] = (1,),
-        code_length: int = 64,
-        hidden: int = 64,
-        margin: float = 1.0,
-        lr: float = 1e-3,
-        epochs: int = 10,
-        batch_size: int = 64,
-        contamination: float = DEFAULT_CONTAMINATION,
-        seed: int = 0,
-        device: str = "cpu",
-    ) -> None:
-        super().__init__(contamination=contamination)
-        self.kind = kind
-        self.input_shape = input_shape
-        self.code_length = code_length
-        self.hidden = hidden
-        self.margin = margin
-        self.lr = lr
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.seed = seed
+    def __init__(self, *, device: str = "cpu", **params: Any) -> None:
+        """``params``: fields of the ``ParamsModel`` (``input_shape`` is kept as a list of
+        ints); ``device`` is where it trains and scores (not saved)."""
+        super().__init__(**params)
+        shape = [int(s) for s in self.params.input_shape]
+        self.params = self.params.model_copy(update={"input_shape": shape})
         self.device = device
-
-    def get_params(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "input_shape": [int(s) for s in self.input_shape],
-            "code_length": self.code_length,
-            "hidden": self.hidden,
-            "margin": self.margin,
-            "lr": self.lr,
-            "epochs": self.epochs,
-            "batch_size": self.batch_size,
-            "contamination": self.contamination,
-            "seed": self.seed,
-        }
 
     # -- network and code -------------------------------------------------------------------
     def build(self) -> Self:
         """Create ``model_`` with seeded initial weights (identical for equal seeds)."""
-        with torch_seeded(self.seed):  # on the CPU: equal initial weights on every device
+        with torch_seeded(self.params.seed):  # on the CPU: equal initial weights on every device
             self.model_ = FedUVNet(
-                self.kind, tuple(self.input_shape), self.hidden, self.code_length
+                self.params.kind,
+                tuple(self.params.input_shape),
+                self.params.hidden,
+                self.params.code_length,
             )
         self.model_.to(self.device).eval()
         return self
@@ -124,22 +97,23 @@ class FedUVDetector(BaseDetector):
 
     def expected_input(self) -> tuple[str, tuple[int, ...]] | None:
         """Images of exactly ``input_shape``, or vectors of its size."""
-        shape = tuple(int(s) for s in self.input_shape)
-        return ("image", shape) if self.kind == "image" else ("vector", (math.prod(shape),))
+        shape = tuple(int(s) for s in self.params.input_shape)
+        return ("image", shape) if self.params.kind == "image" else ("vector", (math.prod(shape),))
 
     def check_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """The network the parameters declare, measured on torch's meta device, must be
         in ``arrays`` (before :meth:`set_arrays` builds it)."""
-        shape = tuple(int(s) for s in self.input_shape)
+        shape = tuple(int(s) for s in self.params.input_shape)
         check_network_arrays(
-            lambda: FedUVNet(self.kind, shape, self.hidden, self.code_length), arrays
+            lambda: FedUVNet(self.params.kind, shape, self.params.hidden, self.params.code_length),
+            arrays,
         )
 
     def set_code(self, code: np.ndarray) -> Self:
         """Set the secret code: ``code_length`` values, each -1 or +1."""
         c = np.asarray(code)
-        if c.shape != (self.code_length,):
-            raise ValueError(f"code has shape {c.shape}, expected ({self.code_length},)")
+        if c.shape != (self.params.code_length,):
+            raise ValueError(f"code has shape {c.shape}, expected ({self.params.code_length},)")
         if not np.all((c == 1.0) | (c == -1.0)):
             raise ValueError("code values must be -1 or +1")
         self.code_ = torch.as_tensor(c.astype(np.float32))
@@ -152,24 +126,24 @@ class FedUVDetector(BaseDetector):
 
     # -- training and scoring ---------------------------------------------------------------
     def loss(self, batch: torch.Tensor) -> torch.Tensor:
-        return feduv_loss(self.model_(batch), self._code(), self.margin)
+        return feduv_loss(self.model_(batch), self._code(), self.params.margin)
 
     def train_epochs(self, x: np.ndarray, epochs: int, rng: np.random.Generator) -> float:
         """Train in place for ``epochs`` against the own code; the last epoch's mean loss."""
         self._ensure_built()
         self._code()
         return train_epochs(
-            self.model_, self.loss, x, epochs=epochs, batch_size=self.batch_size,
-            lr=self.lr, rng=rng,
+            self.model_, self.loss, x, epochs=epochs, batch_size=self.params.batch_size,
+            lr=self.params.lr, rng=rng,
         )  # fmt: skip
 
     def fit(self, x: np.ndarray) -> Self:
         """Stand-alone training (one party): draws a code from the seed if none was set."""
         self.build()
         if not hasattr(self, "code_"):
-            rng = seeded_rng(self.seed, STANDALONE_CODE_SALT)
-            self.set_code(secret_code(rng, self.code_length))
-        self.train_epochs(x, self.epochs, np.random.default_rng(self.seed))
+            rng = seeded_rng(self.params.seed, STANDALONE_CODE_SALT)
+            self.set_code(secret_code(rng, self.params.code_length))
+        self.train_epochs(x, self.params.epochs, np.random.default_rng(self.params.seed))
         return self.set_threshold(x)
 
     def _score_t(self, batch: torch.Tensor) -> torch.Tensor:

@@ -31,6 +31,7 @@ import numpy as np
 from pydantic import Field
 
 from fedad.data.types import ClientData, dense
+from fedad.detector import shared_field
 from fedad.devices import resolve_device
 from fedad.fl.algorithm import (
     Algorithm,
@@ -43,7 +44,7 @@ from fedad.fl.algorithm import (
 from fedad.fl.context import ServerContext
 from fedad.fl.fedavg import fedavg_rounds
 from fedad.fl.messages import Message
-from fedad.methods.feduv.detector import FedUVDetector
+from fedad.methods.feduv.detector import FedUVDetector, FedUVDetectorParams
 from fedad.methods.feduv.model import secret_code
 from fedad.seeding import rng as seeded_rng
 
@@ -57,12 +58,14 @@ STATE_CODE = "feduv/code"
 class FedUVParams(Params):
     """``[methods.params]`` of ``feduv``; every field has a small default."""
 
-    lr: float = Field(default=1e-3, gt=0.0, le=10.0)
+    lr: float = shared_field(FedUVDetectorParams, "lr")
     local_epochs: int = Field(default=1, ge=1, le=10_000, description="epochs per round")
     batch_size: int = Field(default=64, ge=1, le=1 << 20)
-    code_length: int = Field(default=64, ge=2, le=4096, description="L, the code's length")
-    hidden: int = Field(default=64, ge=1, le=4096, description="width of the encoder")
-    margin: float = Field(default=1.0, gt=0.0, le=1.0, description="hinge margin m")
+    code_length: int = shared_field(
+        FedUVDetectorParams, "code_length", description="L, the code's length"
+    )
+    hidden: int = shared_field(FedUVDetectorParams, "hidden", description="width of the encoder")
+    margin: float = shared_field(FedUVDetectorParams, "margin", description="hinge margin m")
     codes: Literal["seeded", "private"] = Field(
         default="seeded",
         description="'seeded': from (seed, client id), reproducible; 'private': OS entropy",
@@ -87,16 +90,11 @@ class FedUV(Algorithm):
     params: FedUVParams
 
     def make_detector(self) -> FedUVDetector:
-        p = self.params
-        return FedUVDetector(
+        return FedUVDetector.configured(
+            self.params,
             kind=self.setup.kind,
             input_shape=list(self.setup.feature_shape),
-            code_length=p.code_length,
-            hidden=p.hidden,
-            margin=p.margin,
-            lr=p.lr,
-            epochs=p.local_epochs,
-            batch_size=p.batch_size,
+            epochs=self.params.local_epochs,
             contamination=self.contamination,
             seed=self.setup.seed,
             device=resolve_device(self.setup.device),
