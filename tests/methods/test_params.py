@@ -34,11 +34,12 @@ LEGACY: set[str] = {
     "pretrained",
 }
 """Detectors not yet on :class:`DetectorParams` (issue 31: migrated method by method)."""
-OWN_DECLARATIONS = {("feddymem", "score_norm"), ("feddymem", "stages")}
+OWN_DECLARATIONS = {("feddymem", "score_norm"), ("feddymem", "stages"), ("feddymem", "image_size")}
 """Fields a method declares differently from its detector on purpose: FedDyMem normalises
 each client's scores by default (a stand-alone detector, and a checkpoint written before
 ``score_norm`` existed, does not); its config takes the stages as a list, which the
-detector's checkpoint schema reads as a tuple."""
+detector's checkpoint schema reads as a tuple, and its image size may be left to the method
+(``None``: by backbone), while a detector always has one."""
 
 
 def _setup(kind: str) -> Setup:
