@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from fedad.accounting import calibrate_noise_multiplier, client_level_guarantee, default_delta
 from fedad.blas import one_blas_thread
+from fedad.checkpoints import node_models, save_checkpoint
 from fedad.claim import Done, RunDir
 from fedad.config import ExperimentConfig, PrivacyConfig, dump_toml
 from fedad.data.types import Federation
@@ -50,12 +51,11 @@ from fedad.evaluation import (
 from fedad.federation import build_federation, plan_federation
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
 from fedad.fl.engine import RunOutcome, run_inprocess
-from fedad.fl.messages import unprefixed
 from fedad.fl.node import update_phases
 from fedad.fl.server_inputs import check_requirements, supplied_fields
 from fedad.fl.workers import WorkerPool, resolve_workers
 from fedad.inputs import INPUTS_FILE, Inputs
-from fedad.outdir import staged_dir, write_npz, write_text
+from fedad.outdir import write_npz, write_text
 from fedad.tracking import start as start_tracking
 
 HISTORY_COLUMNS = [
@@ -271,45 +271,6 @@ def summarize(
     embedded = embedding_sample(pooled_ev)
     arrays.update({f"{EMBED_PREFIX}{label}/{k}": v for k, v in embedded.items()})
     return _clean(metrics), arrays
-
-
-def node_models(algorithm: Algorithm, outcome: RunOutcome) -> dict[int, str]:
-    """Clients whose personalised detector stayed on their Flower node: id -> the node's
-    folder (the evaluate reply's ``node_model``, with no detector arrays; see
-    docs/deployment.md)."""
-    if not algorithm.personalized:
-        return {}
-    return {
-        i: str(m.scalars["node_model"])
-        for i, m in sorted(outcome.evaluations.items())
-        if isinstance(m.scalars.get("node_model"), str) and not unprefixed(m.arrays, "detector")
-    }
-
-
-def save_checkpoint(out: Path, label: str, algorithm: Algorithm, outcome: RunOutcome) -> None:
-    """Write what :func:`fedad.runs.load_run` needs to rebuild every client's detector.
-
-    The folder ``checkpoints/LABEL`` is written beside and renamed into place, so it is
-    either complete or absent.
-    """
-    thresholds = {str(i): float(m.scalars["threshold"]) for i, m in outcome.evaluations.items()}
-    meta: dict[str, Any] = {
-        "method": algorithm.name,
-        "personalized": algorithm.personalized,
-        "detector": algorithm.detector_config(),
-        "thresholds": thresholds,
-    }
-    homes = node_models(algorithm, outcome)
-    if homes:
-        meta["node_models"] = {str(i): p for i, p in homes.items()}
-    with staged_dir(out / "checkpoints" / label) as d:
-        write_text(d / "detector.json", json.dumps(meta, indent=2))
-        if algorithm.personalized:
-            for i, m in sorted(outcome.evaluations.items()):
-                if i not in homes:
-                    write_npz(d / f"client_{i}.npz", unprefixed(m.arrays, "detector"))
-        else:
-            write_npz(d / "global.npz", outcome.result.arrays)
 
 
 def resolved_config(cfg: ExperimentConfig, algorithms: dict[str, Algorithm]) -> dict[str, Any]:

@@ -22,10 +22,11 @@ from fedad.fl.messages import Message
 pytest.importorskip("flwr", reason="flwr (the flower extra) is not installed")
 
 from fedad import load
+from fedad.checkpoints import save_checkpoint
 from fedad.federation import build_federation
 from fedad.fl.flower import NODE_MODEL, RunSpec, method_label, serve
 from fedad.fl.flower_app import keep_detector_home, node_model_dir
-from fedad.runner import build_algorithms, run_method, save_checkpoint, summarize
+from fedad.runner import build_algorithms, run_method, summarize
 from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
 
 CFG: dict[str, Any] = {

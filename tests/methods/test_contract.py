@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedad.checkpoints import save_checkpoint
 from fedad.data.types import Federation
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
 from fedad.fl.engine import RunOutcome, run_inprocess
-from fedad.runner import save_checkpoint, summarize
+from fedad.runner import summarize
 from fedad.runs import load_run
 from tests.conftest import failures, make_federation
 

@@ -289,12 +289,12 @@ def keep_detector_home(
         )
     if not _SAFE_LABEL.fullmatch(label) or label in (".", ".."):
         raise ValueError(f"the method label {label[:40]!r} cannot name a folder")
+    from fedad.checkpoints import save_checkpoint
     from fedad.config import dump_toml
     from fedad.errors import FedadError
     from fedad.fl.algorithm import ServerResult
     from fedad.fl.engine import RunOutcome
     from fedad.outdir import anchored, mkdir, staged_dir, write_text
-    from fedad.runner import save_checkpoint
 
     root = Path(models_dir).resolve()
     folder = node_model_dir(root, run_id, partition_id)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedad.checkpoints import save_checkpoint
 from fedad.config import parse_config
 from fedad.data.registry import register_dataset, unregister_dataset
 from fedad.data.types import Dataset, Federation, GraphSet
@@ -23,7 +24,7 @@ from fedad.fl.messages import unprefixed
 from fedad.methods.baselines.detectors import DeepSVDDDetector
 from fedad.methods.baselines.model import GRAPH_HIDDEN, GRAPH_INPUT_LAYER, GRAPH_LAYERS
 from fedad.metrics import auroc
-from fedad.runner import save_checkpoint, summarize
+from fedad.runner import summarize
 from fedad.runs import load_run
 from tests.conftest import make_federation
 from tests.data.datahelpers import synth_graphs

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedad.checkpoints import save_checkpoint
 from fedad.data.types import ClientData, Federation
 from fedad.detector import detector_from_config
 from fedad.errors import ConfigError, FedadError
@@ -17,7 +18,7 @@ from fedad.fl.engine import run_inprocess
 from fedad.methods.baselines.pretrained import PretrainedDetector, ShrinkageGaussian
 from fedad.metrics import auroc
 from fedad.resources.efficientnet_lite0 import PACKAGE
-from fedad.runner import save_checkpoint, summarize
+from fedad.runner import summarize
 from fedad.runs import load_run
 from tests.conftest import make_federation
 
