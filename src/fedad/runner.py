@@ -158,7 +158,7 @@ def run_method(
             workers=resolve_workers(e.workers),
             pool=pool,
         )
-    from fedad.fl.flower import run_flower  # optional extra: imported only when asked for
+    from fedad.fl.flower.run import run_flower  # optional extra: imported only when asked for
 
     return run_flower(cfg, algorithm, fed, on_round=on_round, workdir=workdir)
 

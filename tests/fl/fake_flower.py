@@ -2,7 +2,7 @@
 
 :class:`FakeFlowerGrid` serialises every message the way Flower does on the wire
 (deflate/inflate of the object tree) and runs the real
-:class:`~fedad.fl.flower_app.FedadClientApp` per node with its own ``Context``. Import it
+:class:`~fedad.fl.flower.app.FedadClientApp` per node with its own ``Context``. Import it
 only after ``pytest.importorskip("flwr")``.
 """
 
@@ -19,8 +19,8 @@ from flwr.app import Message as FlowerMessage
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
 
-from fedad.fl.flower import RunSpec
-from fedad.fl.flower_app import FedadClientApp
+from fedad.fl.flower.app import FedadClientApp
+from fedad.fl.flower.spec import RunSpec
 
 
 def as_server_app(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,7 @@
 """Flower adapter, fast: RecordDict round trip, run spec, the grid adapter on a fake Flower grid.
 
 The fake grid serialises every message the way Flower does on the wire (deflate/inflate of the
-object tree) and runs the real :class:`~fedad.fl.flower_app.FedadClientApp` per node with its
+object tree) and runs the real :class:`~fedad.fl.flower.app.FedadClientApp` per node with its
 own ``Context``, so the whole adapter (handshake, routing by phase name, client state in
 ``context.state``, byte counting, timeouts, errors) is exercised without processes.
 """
@@ -23,16 +23,17 @@ from flwr.app import Message as FlowerMessage  # noqa: E402
 from flwr.app import RecordDict  # noqa: E402
 
 from fedad.federation import build_federation  # noqa: E402
-from fedad.fl import flower  # noqa: E402
-from fedad.fl.flower import (  # noqa: E402
-    FlowerRunError,
-    ResultsDir,
-    RunSpec,
+from fedad.fl.flower.codec import (  # noqa: E402
+    STATE_KEY,
     from_recorddict,
+    recorddict_meta,
     route,
-    serve,
+    state_from_record,
     to_recorddict,
 )
+from fedad.fl.flower.results import ResultsDir  # noqa: E402
+from fedad.fl.flower.server import serve  # noqa: E402
+from fedad.fl.flower.spec import FlowerRunError, RunSpec  # noqa: E402
 from fedad.runner import build_algorithms, run_method  # noqa: E402
 from tests.fl.fake_flower import FakeFlowerGrid, as_server_app, wire  # noqa: E402
 
@@ -105,7 +106,7 @@ def test_recorddict_round_trip_is_lossless(through_wire: bool) -> None:
         assert type(w) is type(v), k
         assert w == v or (v != v and w != w), k  # NaN equals itself here
     assert back.nbytes == m.nbytes
-    assert flower.recorddict_meta(rd) == {"partition-id": 2, "seconds": 0.5}
+    assert recorddict_meta(rd) == {"partition-id": 2, "seconds": 0.5}
 
 
 def test_empty_message_round_trips() -> None:
@@ -199,7 +200,7 @@ def test_server_data_learning_curves_and_state_as_inprocess() -> None:
     alg = build_algorithms(cfg, fed)["onlad-selective"]
     ref = _inprocess(cfg, fed, alg)
     spec = RunSpec.build(cfg, alg)
-    from fedad.fl.flower_app import server_normal_of
+    from fedad.fl.flower.app import server_normal_of
 
     server = server_normal_of(spec)  # what the deployment ServerApp derives from the config
     assert isinstance(server, np.ndarray)
@@ -244,7 +245,7 @@ def test_client_state_lives_in_context_state() -> None:
     fake = FakeFlowerGrid(spec)
     out = serve(fake, spec, alg, poll_interval=0.0)
     for n, ctx in fake.contexts.items():
-        state = flower.state_from_record(ctx.state[flower.STATE_KEY])
+        state = state_from_record(ctx.state[STATE_KEY])
         cid = fake.nodes[n]
         assert state.keys() == ref.client_states[cid].keys()
         for k, a in ref.client_states[cid].items():
@@ -377,7 +378,7 @@ def test_results_dir_round_trip(tmp_path: Path) -> None:
 
 
 def test_node_data_cache_key_covers_everything_but_engine_and_methods() -> None:
-    from fedad.fl.flower_app import data_key
+    from fedad.fl.flower.app import data_key
 
     base = parse_config(CFG)
     same = parse_config({**CFG, "engine": {"timeout": 5.0}, "methods": [{"name": "local"}]})
@@ -394,7 +395,7 @@ def test_node_data_cache_key_covers_everything_but_engine_and_methods() -> None:
 @pytest.mark.parametrize("kind", ["image+mask", "graph"])
 def test_node_cache_keeps_graphs_and_masks(kind: str, tmp_path: Path) -> None:
     from fedad.data.types import GraphSet
-    from fedad.fl.flower_app import _load_client, _save_client
+    from fedad.fl.flower.app import _load_client, _save_client
     from tests.conftest import make_federation
 
     fed = make_federation(kind.split("+")[0], masks=kind.endswith("mask"))
@@ -418,7 +419,7 @@ def test_node_cache_keeps_graphs_and_masks(kind: str, tmp_path: Path) -> None:
 def test_a_damaged_node_cache_file_is_rebuilt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fedad.fl import flower_app
+    from fedad.fl.flower import app as flower_app
 
     cfg = parse_config(CFG)
     key = flower_app.data_key(cfg)

@@ -30,8 +30,13 @@ import pytest
 from typer.testing import CliRunner
 
 from fedad.errors import FedadError, Interrupted
-from fedad.fl import flower_deploy as fd
-from fedad.fl.flower import FlowerRunError, ResultsDir
+from fedad.fl.flower.deploy import local
+from fedad.fl.flower.deploy.launch import check_port_free, free_port, parse_address, wait_reachable
+from fedad.fl.flower.deploy.local import LocalDeployment, active_deployments
+from fedad.fl.flower.deploy.processes import process_tree, signals_deferred, sigterm_as_interrupt
+from fedad.fl.flower.deploy.run import _wait, run_deployment
+from fedad.fl.flower.results import ResultsDir
+from fedad.fl.flower.spec import FlowerRunError
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_FLWR = __import__("importlib").util.find_spec("flwr") is not None
@@ -127,7 +132,7 @@ def one_line(text: str) -> str:
     ],
 )
 def test_good_addresses_parse(text: str, expected: tuple[str, int]) -> None:
-    assert fd.parse_address(text) == expected
+    assert parse_address(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -135,25 +140,25 @@ def test_good_addresses_parse(text: str, expected: tuple[str, int]) -> None:
 )
 def test_bad_addresses_are_one_line_errors(text: str) -> None:
     with pytest.raises(FedadError, match=r"--superlink '.*' is not an address of the form"):
-        fd.parse_address(text)
+        parse_address(text)
 
 
 def test_nothing_listening_is_an_error_within_the_timeout() -> None:
-    port = fd.free_port()
+    port = free_port()
     t0 = time.monotonic()
     with pytest.raises(FedadError, match=rf"nothing accepts connections at 127.0.0.1:{port}"):
-        fd.wait_reachable(f"127.0.0.1:{port}", timeout=0.5)
+        wait_reachable(f"127.0.0.1:{port}", timeout=0.5)
     assert time.monotonic() - t0 < 5
     with socket.socket() as s:  # and something listening is found
         s.bind(("127.0.0.1", 0))
         s.listen()
-        fd.wait_reachable(f"127.0.0.1:{s.getsockname()[1]}", timeout=0.5)
+        wait_reachable(f"127.0.0.1:{s.getsockname()[1]}", timeout=0.5)
 
 
 def test_port_check(taken_port: int) -> None:
     with pytest.raises(FedadError, match=rf"port {taken_port} on 127.0.0.1 is already in use.*--x"):
-        fd.check_port_free("127.0.0.1", taken_port, "it", option="--x")
-    fd.check_port_free("127.0.0.1", fd.free_port(), "it")
+        check_port_free("127.0.0.1", taken_port, "it", option="--x")
+    check_port_free("127.0.0.1", free_port(), "it")
 
 
 @needs_flwr
@@ -165,7 +170,7 @@ def test_cli_busy_port_is_one_line(command: str, taken_port: int, tmp_path: Path
     if command == "superlink":
         args += ["--host", "127.0.0.1"]
     else:  # checked before the SuperLink's address
-        args += ["--superlink", f"127.0.0.1:{fd.free_port()}", "--connect-timeout", "30"]
+        args += ["--superlink", f"127.0.0.1:{free_port()}", "--connect-timeout", "30"]
         args += ["--partition-id", "0", "--num-partitions", "2"]
     t0 = time.monotonic()
     res = CliRunner().invoke(app, args)
@@ -183,14 +188,14 @@ def test_cli_bad_superlink_is_one_line(command: str, address: str, tmp_path: Pat
     from fedad.cli.app import app
 
     if address == "nothing-listening":
-        address = f"127.0.0.1:{fd.free_port()}"
+        address = f"127.0.0.1:{free_port()}"
     if command == "run":
         cfg = tmp_path / "c.toml"
         cfg.write_text(CONFIG)
         args = ["flower", "run", str(cfg), "--out", str(tmp_path / "out")]
     else:
         args = ["flower", "supernode", "--partition-id", "0", "--num-partitions", "2"]
-        args += ["--port", str(fd.free_port()), "--home", str(tmp_path / "home")]
+        args += ["--port", str(free_port()), "--home", str(tmp_path / "home")]
     args += ["--superlink", address, "--insecure", "--connect-timeout", "1"]
     t0 = time.monotonic()
     res = CliRunner().invoke(app, args)
@@ -232,7 +237,7 @@ def test_foreground_start_failure_is_one_line(capfd: pytest.CaptureFixture[str])
 
 
 def test_sigterm_raises_interrupted_and_a_callers_handler_wins() -> None:
-    with pytest.raises(Interrupted) as info, fd.sigterm_as_interrupt():
+    with pytest.raises(Interrupted) as info, sigterm_as_interrupt():
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)
     assert info.value.signum == signal.SIGTERM
@@ -241,7 +246,7 @@ def test_sigterm_raises_interrupted_and_a_callers_handler_wins() -> None:
     seen: list[int] = []
     old = signal.signal(signal.SIGTERM, lambda s, f: seen.append(s))
     try:
-        with fd.sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.2)
     finally:
@@ -255,7 +260,7 @@ def test_second_ctrl_c_waits_for_the_clean_up() -> None:
     # ignored (in the background of a shell), where signals_deferred rightly leaves it be.
     old = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with pytest.raises(KeyboardInterrupt), fd.signals_deferred():
+        with pytest.raises(KeyboardInterrupt), signals_deferred():
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.3)
             done.append(True)  # not cut short
@@ -269,7 +274,7 @@ def test_second_ctrl_c_waits_for_the_clean_up() -> None:
 PARENT = """
 import sys, time
 from pathlib import Path
-from fedad.fl.flower_deploy import Supervisor
+from fedad.fl.flower.deploy.processes import Supervisor
 sup = Supervisor(Path(sys.argv[1]))
 grandchildren = '''
 import os, subprocess, sys, time
@@ -293,7 +298,7 @@ def test_children_and_grandchildren_die_with_a_sigkilled_parent(tmp_path: Path) 
         deadline = time.monotonic() + 30
         while len(pids) < 6 and time.monotonic() < deadline:
             logs = [tmp_path / f"node-{i}.log" for i in range(2)]
-            kids = fd.process_tree([parent.pid]) - {parent.pid}
+            kids = process_tree([parent.pid]) - {parent.pid}
             grand = {int(x) for f in logs if f.is_file() for x in f.read_text().split()}
             pids = (kids | grand) if len(grand) == 4 else set()
             time.sleep(0.1)
@@ -312,16 +317,16 @@ def test_dead_or_stopped_node_is_named_on_the_console(
 ) -> None:
     """``check_nodes`` names a SuperNode that died or hangs, restarts one whose port was
     taken at start-up; ``_wait`` relays the ServerApp's warnings."""
-    dep = fd.LocalDeployment(tmp_path, 3)
+    dep = LocalDeployment(tmp_path, 3)
     dep.address = "127.0.0.1:1"
     sup = dep.supervisor
     busy = "print('ERROR: [Errno 98] address already in use'); exit(1)"
-    monkeypatch.setattr(fd, "supernode_argv", lambda *a, **k: SLEEP)  # the restart
+    monkeypatch.setattr(local, "supernode_argv", lambda *a, **k: SLEEP)  # the restart
     try:
         for i in range(2):
-            dep.node_ports[i] = fd.free_port()
+            dep.node_ports[i] = free_port()
             sup.start(f"supernode-{i}", SLEEP, {})
-        dep.node_ports[2] = fd.free_port()
+        dep.node_ports[2] = free_port()
         sup.start("supernode-2", [sys.executable, "-c", busy], {})
         sup.kill("supernode-1")
         os.kill(sup.procs["supernode-0"].pid, signal.SIGSTOP)
@@ -333,7 +338,7 @@ def test_dead_or_stopped_node_is_named_on_the_console(
         (tmp_path / "results" / "error.json").write_text(json.dumps({"error": "boom"}))
         submit = sup.start("flwr-run", SLEEP, {})
         with caplog.at_level(logging.INFO, logger="fedad"), pytest.raises(FlowerRunError):
-            fd._wait(results, sup, submit, [], tmp_path, None, dep.check_nodes)
+            _wait(results, sup, submit, [], tmp_path, None, dep.check_nodes)
         dep.check_nodes()  # no second warning for the same node
         os.kill(sup.procs["supernode-0"].pid, signal.SIGCONT)
     finally:
@@ -358,9 +363,9 @@ def test_local_superlink_port_taken_is_one_line(
 ) -> None:
     """Each port given to the SuperLink is taken: its early exit is seen, it is retried,
     and the error names the ports, not Flower's log."""
-    monkeypatch.setattr(fd, "free_port", lambda: taken_port)
+    monkeypatch.setattr(local, "free_port", lambda: taken_port)
     t0 = time.monotonic()
-    with pytest.raises(FlowerRunError) as info, fd.LocalDeployment(tmp_path, 0):
+    with pytest.raises(FlowerRunError) as info, LocalDeployment(tmp_path, 0):
         pass
     msg = str(info.value)
     assert "the SuperLink could not listen on 127.0.0.1" in msg and str(taken_port) in msg
@@ -395,14 +400,14 @@ def test_interrupt_stops_everything_and_names_the_kept_logs(
     def interrupt() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            deps = fd.active_deployments()
+            deps = active_deployments()
             if deps and "flwr-run" in deps[0].supervisor.procs:
                 sup = deps[0].supervisor
-                pids.update(fd.process_tree(p.pid for p in sup.procs.values()))
+                pids.update(process_tree(p.pid for p in sup.procs.values()))
                 if sig == signal.SIGINT:
                     deps[0].kill_supernode(1)
                     time.sleep(1.0)
-                if fd.active_deployments():
+                if active_deployments():
                     os.kill(os.getpid(), sig)
                 return
             time.sleep(0.1)
@@ -411,7 +416,7 @@ def test_interrupt_stops_everything_and_names_the_kept_logs(
     threading.Thread(target=interrupt, daemon=True).start()
     expected = KeyboardInterrupt if sig == signal.SIGINT else Interrupted
     with caplog.at_level(logging.WARNING, logger="fedad"), pytest.raises(expected) as info:
-        fd.run_deployment(cfg, alg, fed, workdir=tmp_path / "run")  # type: ignore[arg-type]
+        run_deployment(cfg, alg, fed, workdir=tmp_path / "run")  # type: ignore[arg-type]
     if sig == signal.SIGTERM:
         assert info.value.signum == signal.SIGTERM  # type: ignore[attr-defined]
     assert len(pids) >= 4, pids  # SuperLink, 2 SuperNodes, SuperExec, ...
@@ -448,7 +453,7 @@ def test_sigkilled_fedad_leaves_no_flower_process(tmp_path: Path) -> None:
         while time.monotonic() < deadline and run.poll() is None:
             procs = processes_with_home(str(tmp_path))
             kinds = " ".join(procs.values())
-            if "fedad.fl.flower_worker" in kinds and "flower-superexec" in kinds:
+            if "fedad.fl.flower.worker" in kinds and "flower-superexec" in kinds:
                 break
             time.sleep(0.05)
         else:

@@ -24,8 +24,10 @@ pytest.importorskip("flwr", reason="flwr (the flower extra) is not installed")
 from fedad import load
 from fedad.checkpoints import save_checkpoint
 from fedad.federation import build_federation
-from fedad.fl.flower import NODE_MODEL, RunSpec, method_label, serve
-from fedad.fl.flower_app import keep_detector_home, node_model_dir
+from fedad.fl.flower.app import keep_detector_home, node_model_dir
+from fedad.fl.flower.codec import NODE_MODEL
+from fedad.fl.flower.server import serve
+from fedad.fl.flower.spec import RunSpec, method_label
 from fedad.runner import build_algorithms, run_method, summarize
 from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
 
@@ -281,7 +283,7 @@ def test_method_label_names_the_configured_method() -> None:
 
 def test_supernode_gets_its_models_dir_in_node_config(tmp_path: Path) -> None:
     from fedad.cli.flower import check_models_dir
-    from fedad.fl.flower_deploy import supernode_argv
+    from fedad.fl.flower.deploy.launch import supernode_argv
 
     argv = supernode_argv("h:1", 0, 2, 9, models_dir="/srv/models")
     assert argv[argv.index("--node-config") + 1] == (
@@ -301,7 +303,7 @@ def test_local_deployment_nodes_share_a_models_dir(
 ) -> None:
     """``fedad run`` on flower-deployment: every local SuperNode gets the same models dir
     (each writes its own ``run-R/client-I``), by default beside its work directory."""
-    from fedad.fl.flower_deploy import LocalDeployment
+    from fedad.fl.flower.deploy.local import LocalDeployment
 
     started: dict[str, list[str]] = {}
     dep = LocalDeployment(tmp_path / "w", 2, tmp_path / "keep")

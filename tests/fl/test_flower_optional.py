@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from fedad.config import parse_config
 from fedad.errors import ConfigError
 from fedad.federation import build_federation
-from fedad.fl import flower
+from fedad.fl.flower import spec
 from fedad.runner import build_algorithms, run_method
 
 CFG = {
@@ -29,7 +29,7 @@ CFG = {
 def test_without_flwr_a_one_line_config_error(
     engine: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(flower, "flwr_available", lambda: False)
+    monkeypatch.setattr(spec, "flwr_available", lambda: False)
     cfg = parse_config({**CFG, "engine": {"name": engine}})
     fed = build_federation(cfg)
     alg = build_algorithms(cfg, fed)["fedavg"]
@@ -50,7 +50,7 @@ def test_without_flwr_a_one_line_config_error(
 
 
 def test_without_ray_simulation_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fedad.fl import flower_sim
+    from fedad.fl.flower import sim as flower_sim
 
     real = flower_sim.importlib.util.find_spec
     monkeypatch.setattr(
@@ -63,7 +63,7 @@ def test_without_ray_simulation_is_a_one_line_error(monkeypatch: pytest.MonkeyPa
 
 
 def test_flower_commands_without_flwr(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(flower, "flwr_available", lambda: False)
+    monkeypatch.setattr(spec, "flwr_available", lambda: False)
     from fedad.cli.app import app
 
     res = CliRunner().invoke(app, ["flower", "superlink", "--insecure"])

@@ -215,7 +215,8 @@ def _wait_rounds(run_dir: Path, n: int, proc: subprocess.Popen[str], timeout: fl
 def test_killed_supernode_is_missing_and_the_run_goes_on(
     tmp_path: Path, no_leftovers: None
 ) -> None:
-    from fedad.fl.flower_deploy import free_port, port_open, process_tree
+    from fedad.fl.flower.deploy.launch import free_port, port_open
+    from fedad.fl.flower.deploy.processes import process_tree
 
     cfg = tmp_path / "c.toml"
     cfg.write_text(CONFIG.replace("[engine]", "[engine]\ntimeout = 30.0\nmin_clients = 2"))
@@ -310,8 +311,10 @@ def test_personalised_detectors_stay_on_their_nodes(
     from fedad import load
     from fedad.config import load_config
     from fedad.federation import build_federation
-    from fedad.fl import flower
-    from fedad.fl.flower_deploy import RemoteSuperLink, free_port, port_open, remote_superlink
+    from fedad.fl.flower import run as flower_run
+    from fedad.fl.flower.codec import NODE_MODEL
+    from fedad.fl.flower.deploy.launch import free_port, port_open
+    from fedad.fl.flower.deploy.run import RemoteSuperLink, remote_superlink
     from fedad.runner import run_experiment
 
     methods = '[[methods]]\nname = "local"\nlabel = "local-ae"\ndetector = "autoencoder"\n'
@@ -321,13 +324,13 @@ def test_personalised_detectors_stay_on_their_nodes(
         tmp_path / "c.toml", ['engine.name="flower-deployment"', "engine.timeout=120.0"]
     )
     outcomes: list[Any] = []
-    real = flower.run_flower
+    real = flower_run.run_flower
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         outcomes.append(real(*args, **kwargs))
         return outcomes[-1]
 
-    monkeypatch.setattr(flower, "run_flower", spy)
+    monkeypatch.setattr(flower_run, "run_flower", spy)
     port = free_port()
     procs: dict[str, subprocess.Popen[str]] = {}
     out = tmp_path / "out"
@@ -355,7 +358,7 @@ def test_personalised_detectors_stay_on_their_nodes(
     assert sorted(outcome.evaluations) == [0, 1]
     for cid, reply in outcome.evaluations.items():
         assert set(reply.arrays) == {"score", "label", "pred"}, cid  # no model arrays
-        folder = Path(reply.scalars[flower.NODE_MODEL])
+        folder = Path(reply.scalars[NODE_MODEL])
         assert folder.parent.parent == (tmp_path / f"models{cid}").resolve()
         assert folder.name == f"client-{cid}"
         assert f"client {cid}: its personalised detector stays on its node, in {folder}" in events

@@ -21,7 +21,8 @@ from fedad.fl.messages import Message
 pytest.importorskip("flwr", reason="flwr (the flower extra) is not installed")
 
 from fedad.federation import build_federation
-from fedad.fl.flower import RunSpec, serve
+from fedad.fl.flower.server import serve
+from fedad.fl.flower.spec import RunSpec
 from fedad.runner import build_algorithms, run_method
 from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
 
@@ -190,7 +191,7 @@ def test_protocol_sizes_are_flowers(n: int, shares: float, threshold: float) -> 
     from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
     from flwr.server.workflow.secure_aggregation.secaggplus_workflow import WorkflowState
 
-    from fedad.fl.flower_secagg import PhaseStrategy, SecAggPlus, encode_fitins
+    from fedad.fl.flower.secagg import PhaseStrategy, SecAggPlus, encode_fitins
     from fedad.fl.secagg import SecAggSettings
 
     fitins = {i: encode_fitins(Message("train"), {}, [], 1.0) for i in range(n)}

@@ -1,4 +1,4 @@
-"""The long-running ClientApp process of a SuperNode (:mod:`fedad.fl.flower_worker`).
+"""The long-running ClientApp process of a SuperNode (:mod:`fedad.fl.flower.worker`).
 
 Against a real SuperNode Runtime API (Flower's own FastAPI app and in-memory node state,
 served by uvicorn in this process): tasks are taken and answered in one process, the
@@ -38,9 +38,11 @@ from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 from flwr.supernode.nodestate import NodeStateFactory
 
-import fedad.fl.flower_deploy as fd
 from fedad.errors import ConfigError
-from fedad.fl import flower_worker as fw
+from fedad.fl.flower import worker as fw
+from fedad.fl.flower.deploy import local
+from fedad.fl.flower.deploy.launch import free_port, supernode_argv, worker_argv
+from fedad.fl.flower.deploy.local import WORKER_RESTARTS, LocalDeployment
 from fedad.fl.timeline import TIMELINE_ENV, read_timeline
 
 # uvicorn's websockets support warns about its own imports; nothing of ours
@@ -115,7 +117,7 @@ def _serve_runtime_api(fab: bytes) -> Iterator[tuple[Any, str, str]]:
     state.store_fab(Fab(fab_hash, fab, {}))
     ctx = Context(run_id=RUN, node_id=NODE, node_config={}, state=RecordDict(), run_config={})
     state.set_run_series_context(SERIES, ctx)
-    port = fd.free_port()
+    port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(
             app=create_app(state_factory=factory),
@@ -188,7 +190,7 @@ def test_bundle_client_app_reads_the_component() -> None:
         z.writestr(
             "pyproject.toml",
             '[project]\nname = "x"\nversion = "1.0.0"\n\n[tool.flwr.app]\npublisher = "t"\n'
-            'components = "fedad.fl.flower_app:client_app"\n',
+            'components = "fedad.fl.flower.app:client_app"\n',
         )
     assert fw.bundle_client_app(buf.getvalue()) == ""
     assert fw.HELLO_TYPE == "query.fedad_hello"
@@ -278,16 +280,16 @@ def test_worker_command_line_checks(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_supernode_command_line_per_mode() -> None:
-    per_node = fd.supernode_argv("127.0.0.1:9093", 0, 3, 9094)
+    per_node = supernode_argv("127.0.0.1:9093", 0, 3, 9094)
     assert per_node[per_node.index("--isolation") + 1] == "process"
-    per_message = fd.supernode_argv("127.0.0.1:9093", 0, 3, 9094, clientapp="per-message")
+    per_message = supernode_argv("127.0.0.1:9093", 0, 3, 9094, clientapp="per-message")
     assert "--isolation" not in per_message
     with pytest.raises(ConfigError):
-        fd.supernode_argv("127.0.0.1:9093", 0, 3, 9094, clientapp="per-run")
+        supernode_argv("127.0.0.1:9093", 0, 3, 9094, clientapp="per-run")
     with pytest.raises(ConfigError):
-        fd.LocalDeployment(Path("/nonexistent"), 1, clientapp="per-run")
-    argv = fd.worker_argv(9094)
-    assert argv[:3] == [sys.executable, "-m", "fedad.fl.flower_worker"]
+        LocalDeployment(Path("/nonexistent"), 1, clientapp="per-run")
+    argv = worker_argv(9094)
+    assert argv[:3] == [sys.executable, "-m", "fedad.fl.flower.worker"]
     assert argv[argv.index("--runtime-api-address") + 1] == "127.0.0.1:9094"
 
 
@@ -300,12 +302,12 @@ def test_local_deployment_starts_a_dead_worker_again(
 ) -> None:
     """A node's ClientApp process that dies is started again (its old log kept), at most
     WORKER_RESTARTS times; then one warning says the node's replies will be missing."""
-    dep = fd.LocalDeployment(tmp_path, 2)
+    dep = LocalDeployment(tmp_path, 2)
     sup = dep.supervisor
-    monkeypatch.setattr(fd, "worker_argv", lambda port, host="127.0.0.1": DIE)
+    monkeypatch.setattr(local, "worker_argv", lambda port, host="127.0.0.1": DIE)
     try:
         for i in range(2):
-            dep.node_ports[i] = fd.free_port()
+            dep.node_ports[i] = free_port()
             sup.start(f"supernode-{i}", SLEEP, {})
         sup.start("worker-0", SLEEP, {})
         sup.start("worker-1", DIE, {})
@@ -320,7 +322,7 @@ def test_local_deployment_starts_a_dead_worker_again(
         sup.stop_all(grace=2)
     text = [r.getMessage() for r in caplog.records]
     restarted = [t for t in text if t.startswith("node 1:") and "started another" in t]
-    assert len(restarted) == fd.WORKER_RESTARTS
+    assert len(restarted) == WORKER_RESTARTS
     assert all("exit code 3" in t and "started another" in t for t in restarted)
     gone = [t for t in text if "stopped again" in t]
     assert len(gone) == 1 and gone[0].startswith("node 1:") and "missing" in gone[0]
@@ -335,7 +337,7 @@ def test_supernode_command_keeps_its_clientapp_process(
     again when it dies (a line each time), and stopped with the main process."""
     from fedad.cli.flower import run_foreground
 
-    port = fd.free_port()
+    port = free_port()
     main = [
         sys.executable,
         "-c",
@@ -347,7 +349,7 @@ def test_supernode_command_keeps_its_clientapp_process(
     code = run_foreground(main, dict(os.environ), "main", port=port, companion=DIE)
     assert code == 0 and time.monotonic() - t0 < 30
     err = capfd.readouterr().err
-    assert err.count("ClientApp process stopped (exit status 3)") == fd.WORKER_RESTARTS
+    assert err.count("ClientApp process stopped (exit status 3)") == WORKER_RESTARTS
     assert "will not answer" in err
 
 

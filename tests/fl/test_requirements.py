@@ -166,8 +166,8 @@ def test_public_set_and_resource_reach_the_server_inprocess(toy: None, tmp_path:
 def test_same_public_set_on_flower(toy: None, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("flwr")
     from fedad.federation import build_federation
-    from fedad.fl.flower import RunSpec
-    from fedad.fl.flower_app import serve
+    from fedad.fl.flower.server import serve
+    from fedad.fl.flower.spec import RunSpec
     from fedad.runner import build_algorithms, run_method
     from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
 

@@ -267,8 +267,8 @@ MASK_RAW = {
 def _flower_equals_inprocess(raw: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Any:
     pytest.importorskip("flwr")
     from fedad.federation import build_federation
-    from fedad.fl.flower import RunSpec
-    from fedad.fl.flower_app import serve
+    from fedad.fl.flower.server import serve
+    from fedad.fl.flower.spec import RunSpec
     from fedad.runner import build_algorithms, run_method
     from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
 

@@ -23,7 +23,7 @@ ATTACKS = [
     ("subprocess:Popen", {"args": ["touch", "{sentinel}"]}),
     ("builtins:eval", {"source": "open('{sentinel}', 'w')"}),
     ("fedad.detector:BaseDetector", {}),
-    ("fedad.fl.flower_deploy:Supervisor", {"logdir": "{sentinel}"}),
+    ("fedad.fl.flower.deploy.processes:Supervisor", {"logdir": "{sentinel}"}),
     (["autoencoder"], {}),
     (None, {}),
 ]

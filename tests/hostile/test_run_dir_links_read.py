@@ -319,7 +319,7 @@ def test_flower_results_are_read_by_the_one_reader(tmp_path: Path) -> None:
     """``.flower/.../results/arrays.npz`` (the ServerApp's hand-off): a link there is
     refused unopened, an object array is a one-line error (was ``np.load``'s ValueError)."""
     pytest.importorskip("flwr")
-    from fedad.fl.flower import ResultsDir
+    from fedad.fl.flower.results import ResultsDir
 
     results = tmp_path / "results"
     results.mkdir()
@@ -346,7 +346,7 @@ def test_a_linked_client_cache_is_rebuilt_not_read(
     the partition is rebuilt and the link replaced by the file itself."""
     pytest.importorskip("flwr")
     from fedad.config import parse_config
-    from fedad.fl import flower_app
+    from fedad.fl.flower import app as flower_app
     from tests.hostile.conftest import SMALL_RUN
 
     cfg = parse_config(SMALL_RUN)

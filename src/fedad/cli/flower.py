@@ -17,7 +17,7 @@ bind test first; a Flower process that still stops while starting is summed up i
 and its held-back output is not printed), a ``--superlink`` that is not ``HOST:PORT`` or
 where nothing accepts connections within ``--connect-timeout`` seconds. Ctrl-C or SIGTERM
 stops the Flower process and everything it started (exit status 130 or 143); so does
-fedad's own death, even by SIGKILL (:class:`~fedad.fl.flower_deploy.Supervisor`).
+fedad's own death, even by SIGKILL (:class:`~fedad.fl.flower.deploy.processes.Supervisor`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from fedad.cli.running import run_with_progress
 from fedad.errors import FedadError, Interrupted
 
 if TYPE_CHECKING:
-    from fedad.fl.flower_deploy import Supervisor
+    from fedad.fl.flower.deploy.processes import Supervisor
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -68,7 +68,7 @@ Home = Annotated[
 
 
 def _require_flwr() -> None:
-    from fedad.fl.flower import require_flwr
+    from fedad.fl.flower.spec import require_flwr
 
     require_flwr("flower-deployment")
 
@@ -148,16 +148,15 @@ def run_foreground(
     (130, 143), as does the death of this process; call it from the main thread.
 
     ``companion``: a process started once the main one listens (a SuperNode's ClientApp
-    process, :mod:`fedad.fl.flower_worker`), with the same environment and output; started
-    again when it dies (:data:`~fedad.fl.flower_deploy.WORKER_RESTARTS` times at most) and
+    process, :mod:`fedad.fl.flower.worker`), with the same environment and output; started
+    again when it dies (:data:`~fedad.fl.flower.deploy.local.WORKER_RESTARTS` times at most) and
     stopped with the main process.
     """
-    from fedad.fl.flower_deploy import (
-        PORT_BUSY,
+    from fedad.fl.flower.deploy.launch import PORT_BUSY, port_open
+    from fedad.fl.flower.deploy.processes import (
         READY_LINE,
         Supervisor,
         failure_line,
-        port_open,
         sigterm_as_interrupt,
     )
 
@@ -210,7 +209,7 @@ def _wait_with(
     """Wait for ``main`` to exit and return its exit status, keeping ``argv`` (if any)
     running beside it meanwhile: restarted when it dies, a bounded number of times, with a
     line on stderr each time."""
-    from fedad.fl.flower_deploy import WORKER_RESTARTS
+    from fedad.fl.flower.deploy.local import WORKER_RESTARTS
 
     if argv is None:
         return main.wait()
@@ -253,7 +252,7 @@ def _wait_with(
 
 
 def _env(home: Path | None, extra: dict[str, str] | None = None) -> dict[str, str]:
-    from fedad.fl.flower_deploy import flower_env
+    from fedad.fl.flower.deploy.launch import flower_env
 
     base = home or Path(os.environ.get("FLWR_HOME", Path.home() / ".flwr"))
     return flower_env(base.expanduser().resolve(), extra)
@@ -272,7 +271,11 @@ def superlink(
     """Start a SuperLink; ServerApps run where `fedad flower run` is called."""
     try:
         _require_flwr()
-        from fedad.fl.flower_deploy import check_port_free, superlink_argv, tls_args_superlink
+        from fedad.fl.flower.deploy.launch import (
+            check_port_free,
+            superlink_argv,
+            tls_args_superlink,
+        )
 
         tls = tls_args_superlink(
             str(certfile) if certfile else None,
@@ -322,7 +325,7 @@ def supernode(
     try:
         _require_flwr()
         from fedad.config import read_toml
-        from fedad.fl.flower_deploy import (
+        from fedad.fl.flower.deploy.launch import (
             CLIENTAPP_MODES,
             check_port_free,
             parse_address,
@@ -401,13 +404,8 @@ def run_cmd(
     try:
         _require_flwr()
         from fedad.config import load_config
-        from fedad.fl.flower_deploy import (
-            RemoteSuperLink,
-            parse_address,
-            remote_superlink,
-            tls_args_client,
-            wait_reachable,
-        )
+        from fedad.fl.flower.deploy.launch import parse_address, tls_args_client, wait_reachable
+        from fedad.fl.flower.deploy.run import RemoteSuperLink, remote_superlink
 
         tls_args_client(str(root_certificates) if root_certificates else None, insecure)
         parse_address(superlink)

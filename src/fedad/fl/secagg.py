@@ -4,7 +4,7 @@ Secure aggregation (SecAgg+, Bell et al., CCS 2020) lets the server learn the we
 :math:`\\bar x = \\sum_k w_k x_k / \\sum_k w_k` of the clients' vectors without seeing any
 single :math:`x_k`. Flower implements it as a server workflow
 (``flwr.server.workflow.SecAggPlusWorkflow``) and a client mod
-(``flwr.client.mod.secaggplus_mod``); :mod:`fedad.fl.flower_secagg` drives both. In Flower's
+(``flwr.client.mod.secaggplus_mod``); :mod:`fedad.fl.flower.secagg` drives both. In Flower's
 arithmetic, client :math:`k` with weight :math:`w_k` (its ``num_examples``) sends
 
 .. math::
@@ -265,11 +265,7 @@ def client_vector(
 
     The steps and functions of Flower's ``_collect_masked_vectors``, before the masks.
     """
-    from flwr.common.secure_aggregation.ndarrays_arithmetic import (
-        factor_combine,
-        parameters_multiply,
-    )
-    from flwr.common.secure_aggregation.quantization import quantize
+    from fedad.fl.flower.internals import factor_combine, parameters_multiply, quantize
 
     q_ratio = round(weight / max_weight * target)
     exact = [np.asarray(v, dtype=np.float64) for v in vectors]  # as :func:`flatten` sends them
@@ -292,8 +288,7 @@ def server_mean(total: Sequence[np.ndarray], n: int, clip: float, target: int) -
 
     The steps and functions of Flower's ``unmask_stage`` after the masks are removed.
     """
-    from flwr.common.secure_aggregation.ndarrays_arithmetic import factor_extract
-    from flwr.common.secure_aggregation.quantization import dequantize
+    from fedad.fl.flower.internals import dequantize, factor_extract
 
     q_total, rest = factor_extract(list(total))
     scale = target / q_total

@@ -4,14 +4,14 @@ When the environment variable ``FEDAD_FLOWER_TIMELINE`` names a file, the proces
 Flower run append one JSON object per line to it (wall-clock seconds, ``time.time()``, so
 that processes on one machine agree):
 
-* ``fedad`` (:func:`fedad.fl.flower_deploy.submit_and_wait`): ``run-submit`` as it starts
+* ``fedad`` (:func:`fedad.fl.flower.deploy.run.submit_and_wait`): ``run-submit`` as it starts
   ``flwr run``;
-* the ServerApp (:mod:`fedad.fl.flower_app`, :class:`fedad.fl.flower.FlowerGrid`):
+* the ServerApp (:mod:`fedad.fl.flower.app`, :class:`fedad.fl.flower.grid.FlowerGrid`):
   ``serverapp-main`` when its main function starts (the process is up, the app installed
   and imported), ``server-nodes`` once it sees the SuperNodes, ``server-push`` when a
   phase's messages are with the SuperLink (``message_ids``), ``server-reply`` for each
   reply it pulls (``reply_to``);
-* each node's ClientApp process (:mod:`fedad.fl.flower_worker`): ``node-task`` per message
+* each node's ClientApp process (:mod:`fedad.fl.flower.worker`): ``node-task`` per message
   with ``pending`` (when the SuperNode, having pulled the message from the SuperLink, made
   it a task), ``acquired``, ``input`` (message, context and run pulled), ``handled`` (the
   ClientApp returned) and ``pushed`` (reply and context back with the SuperNode).

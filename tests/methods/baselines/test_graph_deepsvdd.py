@@ -258,8 +258,8 @@ def test_mixed_widths_on_flower_equal_inprocess(
     detectors come back): the same evaluate replies, the clients' input layers included."""
     pytest.importorskip("flwr")
     from fedad.federation import build_federation
-    from fedad.fl.flower import RunSpec
-    from fedad.fl.flower_app import serve
+    from fedad.fl.flower.server import serve
+    from fedad.fl.flower.spec import RunSpec
     from fedad.runner import build_algorithms, run_method
     from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
 

@@ -161,8 +161,9 @@ def test_two_rounds_on_flowers_grid_equal_in_process(
     width (each node builds its networks for its own width; only the head is shared)."""
     pytest.importorskip("flwr")
     from fedad.config import parse_config
-    from fedad.fl import flower_app
-    from fedad.fl.flower import RunSpec
+    from fedad.fl.flower import app as flower_app
+    from fedad.fl.flower.server import serve
+    from fedad.fl.flower.spec import RunSpec
     from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
 
     as_server_app(monkeypatch)
@@ -175,7 +176,7 @@ def test_two_rounds_on_flowers_grid_equal_in_process(
                         "methods": [{"name": "fgad", "params": FAST}]})  # fmt: skip
     monkeypatch.setattr(flower_app, "_FEDERATIONS", {flower_app.data_key(cfg): fed.clients})
     spec = RunSpec.build(cfg, algo)
-    out = flower_app.serve(
+    out = serve(
         FakeFlowerGrid(spec, partitions=3, sim_spec=True), spec, algo, poll_interval=0.0,
         server_data=fed.server_normal,
     )  # fmt: skip

@@ -247,8 +247,9 @@ def test_flowers_grid_equals_in_process(monkeypatch: pytest.MonkeyPatch, widths:
     on Flower's grid: the same evaluate replies as in-process after two rounds."""
     pytest.importorskip("flwr")
     from fedad.config import parse_config
-    from fedad.fl import flower_app
-    from fedad.fl.flower import RunSpec
+    from fedad.fl.flower import app as flower_app
+    from fedad.fl.flower.server import serve
+    from fedad.fl.flower.spec import RunSpec
     from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
 
     as_server_app(monkeypatch)
@@ -261,7 +262,7 @@ def test_flowers_grid_equals_in_process(monkeypatch: pytest.MonkeyPatch, widths:
                         "methods": [{"name": "fgad-plus", "params": FAST}]})  # fmt: skip
     monkeypatch.setattr(flower_app, "_FEDERATIONS", {flower_app.data_key(cfg): fed.clients})
     spec = RunSpec.build(cfg, algo)
-    out = flower_app.serve(
+    out = serve(
         FakeFlowerGrid(spec, partitions=3, sim_spec=True), spec, algo, poll_interval=0.0,
         server_data=fed.server_normal,
     )  # fmt: skip

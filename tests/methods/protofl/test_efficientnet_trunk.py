@@ -88,8 +88,9 @@ def test_efficientnet_trunk_on_flower_in_memory_grid(monkeypatch: pytest.MonkeyP
     """Flower's in-memory grid with the real ClientApp gives the in-process replies."""
     pytest.importorskip("flwr")
     from fedad.config import parse_config
-    from fedad.fl import flower_app
-    from fedad.fl.flower import RunSpec
+    from fedad.fl.flower import app as flower_app
+    from fedad.fl.flower.server import serve
+    from fedad.fl.flower.spec import RunSpec
     from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
 
     as_server_app(monkeypatch)
@@ -100,7 +101,7 @@ def test_efficientnet_trunk_on_flower_in_memory_grid(monkeypatch: pytest.MonkeyP
                         "methods": [{"name": "protofl", "params": FAST}]})  # fmt: skip
     monkeypatch.setattr(flower_app, "_FEDERATIONS", {flower_app.data_key(cfg): fed.clients})
     spec = RunSpec.build(cfg, algo)
-    out = flower_app.serve(  # type: ignore[attr-defined]
+    out = serve(
         FakeFlowerGrid(spec, partitions=3, sim_spec=True), spec, algo, poll_interval=0.0,
         server_data=fed.server_normal,
     )  # fmt: skip

@@ -13,7 +13,7 @@ workflow:
   clear ``FitRes`` metrics. The workflow talks to the nodes through :class:`WorkflowGrid`,
   which delivers with the adapter's push/pull, applies its timeout, counts the protocol's
   bytes and notes which node failed in which stage. Nothing else of the legacy API is used.
-* **Client** (``FedadClientApp._secure_step`` in :mod:`fedad.fl.flower_app`, called through
+* **Client** (``FedadClientApp._secure_step`` in :mod:`fedad.fl.flower.app`, called through
   ``secaggplus_mod``): in the stage that collects masked vectors it decodes the message
   (:func:`decode_content`), runs the algorithm's handler, checks the reply
   (:func:`checked`) and returns it as a ``FitRes`` (:func:`encode_fitres`); the mod then
@@ -30,7 +30,7 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
@@ -44,17 +44,21 @@ from flwr.common import (
     ndarrays_to_parameters,
     parameters_to_ndarrays,
 )
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
-from flwr.compat.common import recorddict_compat as compat
-from flwr.server.client_manager import ClientManager
-from flwr.server.client_proxy import ClientProxy
-from flwr.server.compat.legacy_context import LegacyContext
+from flwr.server import ClientManager, LegacyContext
 from flwr.server.strategy import Strategy
 from flwr.server.workflow import SecAggPlusWorkflow
-from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
-from flwr.server.workflow.constant import Key as WorkflowKey
-from flwr.server.workflow.secure_aggregation.secaggplus_workflow import WorkflowState
 
+from fedad.fl.flower.internals import (
+    MAIN_CONFIGS_RECORD,
+    MAIN_PARAMS_RECORD,
+    RECORD_KEY_CONFIGS,
+    ClientProxy,
+    Stage,
+    WorkflowKey,
+    WorkflowState,
+)
+from fedad.fl.flower.internals import SecAggPlusKey as Key
+from fedad.fl.flower.internals import recorddict_compat as compat
 from fedad.fl.messages import SCALAR_BYTES, Message, Scalar
 from fedad.fl.secagg import (
     WEIGHT,
@@ -65,9 +69,6 @@ from fedad.fl.secagg import (
     quantization_range,
 )
 from fedad.fl.validate import ArraySpec
-
-if TYPE_CHECKING:
-    from fedad.fl.flower import FlowerGrid
 
 KIND = "fedad.kind"
 NAMES = "fedad.names"
@@ -229,10 +230,29 @@ class SecAggPlus(SecAggPlusWorkflow):
         return self._check_threshold(state)
 
 
+class NodeExchange(Protocol):
+    """What a SecAgg+ run needs of :class:`~fedad.fl.flower.grid.FlowerGrid`."""
+
+    @property
+    def phase_no(self) -> int:
+        """The number of the phase under way (the workflow's round)."""
+        ...
+
+    def flower_node_ids(self) -> list[int]:
+        """The Flower node ids connected now."""
+        ...
+
+    def exchange(
+        self, msgs: list[FlowerMessage], nodes: list[int], deadline: float
+    ) -> dict[int, FlowerMessage]:
+        """Push ``msgs`` (one per node of ``nodes``), pull replies until ``deadline``."""
+        ...
+
+
 class WorkflowGrid:
     """The grid the SecAgg+ workflow sees: delivery, timeout, bytes and failures per node."""
 
-    def __init__(self, fgrid: FlowerGrid, timeout: float) -> None:
+    def __init__(self, fgrid: NodeExchange, timeout: float) -> None:
         self.fgrid = fgrid
         self.timeout = timeout
         self.overhead = 0
@@ -245,7 +265,7 @@ class WorkflowGrid:
         """Node -> the clear part of its masked-vector reply."""
 
     def get_node_ids(self) -> list[int]:
-        return list(self.fgrid.grid.get_node_ids())
+        return self.fgrid.flower_node_ids()
 
     def send_and_receive(
         self, messages: Iterable[FlowerMessage], *, timeout: float | None = None
@@ -258,7 +278,7 @@ class WorkflowGrid:
             self.overhead += config_nbytes(m.content.config_records[RECORD_KEY_CONFIGS])
         nodes = [m.metadata.dst_node_id for m in msgs]
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        got = self.fgrid._exchange(msgs, nodes, deadline)
+        got = self.fgrid.exchange(msgs, nodes, deadline)
         for node in nodes:
             reply = got.get(node)
             if reply is None:
@@ -279,7 +299,7 @@ class WorkflowGrid:
 
 
 def secure_mean(
-    fgrid: FlowerGrid,
+    fgrid: NodeExchange,
     nodes: Mapping[int, int],
     messages: Mapping[int, Message],
     arrays: Mapping[str, ArraySpec],

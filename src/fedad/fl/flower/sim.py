@@ -25,7 +25,7 @@ from fedad.data.types import Federation
 from fedad.errors import ConfigError
 from fedad.fl.algorithm import Algorithm
 from fedad.fl.engine import RunOutcome
-from fedad.fl.flower import FlowerRunError, RunSpec
+from fedad.fl.flower.spec import FlowerRunError, RunSpec
 
 QUIET_ENV = {
     "FLWR_TELEMETRY_ENABLED": "0",
@@ -102,7 +102,7 @@ def run_simulation(
     import ray
     from flwr.simulation import run_simulation as flwr_run_simulation
 
-    from fedad.fl.flower_app import FedadClientApp, make_server_app
+    from fedad.fl.flower.app import FedadClientApp, make_server_app
 
     spec = RunSpec.build(cfg, algorithm)
     sink: list[RunOutcome] = []

@@ -21,7 +21,7 @@ changes.
 
 **Only fedad's ClientApp runs here.** ``flwr-clientapp`` imports whatever module the run's
 app bundle names, so anyone who can submit a run to the SuperLink chooses the code a
-SuperNode runs. This process always calls :data:`fedad.fl.flower_app.client_app`, and a
+SuperNode runs. This process always calls :data:`fedad.fl.flower.app.client_app`, and a
 task whose bundle names another ClientApp gets an error reply saying so.
 
 A handler that raises is an error reply (as before: the server records the node's
@@ -29,9 +29,9 @@ failure and the round goes on); a task whose heartbeat the SuperNode refuses (th
 stopped, or the task expired) is finished and the process takes the next one. Should the
 process itself die mid-task, the SuperNode answers that message with Flower's "ClientApp
 crashed" error once the task's heartbeat lapses, and whoever started this process starts
-another (:class:`~fedad.fl.flower_deploy.LocalDeployment`, ``fedad flower supernode``).
+another (:class:`~fedad.fl.flower.deploy.local.LocalDeployment`, ``fedad flower supernode``).
 
-Run it as ``python -m fedad.fl.flower_worker --runtime-api-address HOST:PORT [--insecure |
+Run it as ``python -m fedad.fl.flower.worker --runtime-api-address HOST:PORT [--insecure |
 --root-certificates PEM] [--poll SECONDS]``. This module imports ``flwr`` (the ``flower``
 extra) and, before it serves anything, torch and fedad's ClientApp.
 """
@@ -53,38 +53,38 @@ from typing import Any
 import httpx
 from flwr.app import Context, Error
 from flwr.app import Message as FlowerMessage
-from flwr.common.config import get_fab_config
-from flwr.common.constant import ErrorCode, SubStatus
-from flwr.common.serde import context_from_proto, fab_from_proto, run_from_proto
-from flwr.proto.node_pb2 import Node
-from flwr.proto.runtime_pb2 import (
+
+from fedad.fl.flower.codec import HELLO
+from fedad.fl.flower.internals import (
     AcquireTaskRequest,
+    ErrorCode,
+    Fab,
+    HeartbeatSender,
+    Node,
     PullAppMessagesRequest,
     PullTaskInputRequest,
-    SendTaskHeartbeatRequest,
-)
-from flwr.supercore.constant import TaskType
-from flwr.supercore.fab import Fab
-from flwr.supercore.heartbeat import HeartbeatSender
-from flwr.supercore.inflatable.inflatable_protobuf_utils import (
-    make_confirm_message_received_fn_protobuf,
-    make_pull_object_fn_protobuf,
-)
-from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
-from flwr.supercore.interceptors import (
+    Run,
+    RuntimeHttpClient,
     RuntimeTokenHttpInterceptor,
     RuntimeVersionHttpInterceptor,
+    SendTaskHeartbeatRequest,
+    SubStatus,
+    TaskIdentity,
+    TaskType,
+    context_from_proto,
+    fab_from_proto,
+    get_fab_config,
+    make_confirm_message_received_fn_protobuf,
+    make_pull_object_fn_protobuf,
+    make_simple_http_retry_invoker,
+    pull_and_inflate_object_from_tree,
+    push_message,
+    push_task_output,
+    run_from_proto,
 )
-from flwr.supercore.retry import make_simple_http_retry_invoker
-from flwr.supercore.run import Run
-from flwr.supercore.runtime import RuntimeHttpClient
-from flwr.supercore.task_identity import TaskIdentity
-from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
-
-from fedad.fl.flower import HELLO
 from fedad.fl.timeline import timeline_event
 
-CLIENT_APP_REF = "fedad.fl.flower_app:client_app"
+CLIENT_APP_REF = "fedad.fl.flower.app:client_app"
 """The only ClientApp this process runs (the component of fedad's generated app bundle)."""
 POLL_MIN = 0.02
 """Seconds between two ``AcquireTask`` calls right after a task (loopback)."""
@@ -323,7 +323,7 @@ def serve_node(
     longest wait between two polls (:data:`POLL`). ``on_task`` is called after each task."""
     prepare = app is None
     if app is None:
-        from fedad.fl.flower_app import client_app
+        from fedad.fl.flower.app import client_app
 
         app = client_app
     stop = stop or threading.Event()
@@ -354,10 +354,10 @@ def serve_node(
 
 def prepare_node(context: Context) -> None:
     """Build the node's data and algorithm for the run of ``context`` now, so that its first
-    real message does not wait for them (:func:`fedad.fl.flower_app.load_node`, cached in
+    real message does not wait for them (:func:`fedad.fl.flower.app.load_node`, cached in
     this process). A failure here is left for that message to report."""
-    from fedad.fl.flower import RunSpec
-    from fedad.fl.flower_app import load_node
+    from fedad.fl.flower.app import load_node
+    from fedad.fl.flower.spec import RunSpec
 
     t0 = time.perf_counter()
     try:
@@ -374,7 +374,7 @@ def warm_up() -> None:
     torch: 1.4 s here), so that the first message of a run does not pay for them."""
     import torch
 
-    import fedad.fl.flower_app
+    import fedad.fl.flower.app
     import fedad.methods  # noqa: F401  (registers every method)
 
     p = torch.zeros(1, requires_grad=True)
@@ -392,7 +392,7 @@ def _poll(text: str) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m fedad.fl.flower_worker",
+        prog="python -m fedad.fl.flower.worker",
         description="Run a SuperNode's ClientApp tasks in this one long-running process.",
     )
     parser.add_argument("--runtime-api-address", required=True, help="the SuperNode's HOST:PORT")

@@ -1,9 +1,9 @@
 """The Flower apps: one ``ServerApp`` and one ``ClientApp`` for every fedad algorithm.
 
 ``server_app`` and ``client_app`` are the components of the Flower App Bundle that
-:mod:`fedad.fl.flower_deploy` submits (``fedad.fl.flower_app:server_app`` and
-``fedad.fl.flower_app:client_app``); they read the run from Flower's run config
-(:class:`~fedad.fl.flower.RunSpec`). The simulation engine builds the same apps with the
+:mod:`fedad.fl.flower.deploy` submits (``fedad.fl.flower.app:server_app`` and
+``fedad.fl.flower.app:client_app``); they read the run from Flower's run config
+(:class:`~fedad.fl.flower.spec.RunSpec`). The simulation engine builds the same apps with the
 spec given directly (:func:`make_server_app`, :class:`FedadClientApp`).
 
 The client side registers the algorithm's handlers with Flower by phase name (``train`` ->
@@ -15,7 +15,7 @@ to a :class:`~fedad.fl.messages.Message`, loads the client's state from
 and replies. A handler that raises answers with a Flower error reply (the server records
 ``node K failed in 'phase': ...`` and goes on, as the in-process engine does). A ``train``
 message that carries a SecAgg+ stage goes through Flower's ``secaggplus_mod`` instead
-(:mod:`fedad.fl.flower_secagg`), which calls the phase's handler in the masked-vectors
+(:mod:`fedad.fl.flower.secagg`), which calls the phase's handler in the masked-vectors
 stage.
 
 A node's data: :func:`fedad.federation.build_federation` of the run's config (the
@@ -55,29 +55,29 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Error, RecordDict
 from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 from flwr.serverapp import Grid, ServerApp
 
 from fedad.config import ExperimentConfig, read_toml
 from fedad.data.types import ClientData, Features, Samples
 from fedad.errors import ConfigError, FedadError
 from fedad.fl.algorithm import EVALUATE, Algorithm, Handler
-from fedad.fl.flower import (
+from fedad.fl.flower.codec import (
     HELLO,
     META_KEY,
     NODE_MODEL,
     SIZE,
     STATE_KEY,
-    ResultsDir,
-    RunSpec,
     from_recorddict,
     route,
-    serve,
     state_from_record,
     state_to_record,
     to_recorddict,
 )
-from fedad.fl.flower_secagg import RefusedReply, checked, decode_content, encode_fitres
+from fedad.fl.flower.internals import RECORD_KEY_CONFIGS
+from fedad.fl.flower.results import ResultsDir
+from fedad.fl.flower.secagg import RefusedReply, checked, decode_content, encode_fitres
+from fedad.fl.flower.server import serve
+from fedad.fl.flower.spec import RunSpec
 from fedad.fl.messages import Message, unprefixed
 from fedad.fl.secagg import rounding_seed
 from fedad.fl.timeline import timeline_event

@@ -1,0 +1,47 @@
+"""Entry point of the Flower engines: :func:`run_flower` runs an algorithm as
+``engine.name`` says (``flower-simulation`` or ``flower-deployment``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fedad.config import ExperimentConfig
+from fedad.data.types import Federation
+from fedad.errors import ConfigError
+from fedad.fl.algorithm import Algorithm
+from fedad.fl.flower.spec import require_flwr
+
+if TYPE_CHECKING:  # the engine pulls in scipy; the ClientApp's handshake stays light
+    from fedad.fl.engine import RunOutcome
+
+
+def run_flower(
+    cfg: ExperimentConfig,
+    algorithm: Algorithm,
+    fed: Federation,
+    on_round: Callable[[dict[str, Any]], None] | None = None,
+    workdir: Path | None = None,
+) -> RunOutcome:
+    """Run ``algorithm`` on Flower as ``cfg.engine.name`` says.
+
+    ``workdir`` (the run's output directory) holds Flower's home, logs and the results
+    hand-over under ``.flower/``; without it a temporary directory is used and removed.
+    """
+    name = cfg.engine.name
+    require_flwr(name)
+    if len(fed.clients) != algorithm.setup.num_clients:
+        raise ConfigError(
+            f"the algorithm was built for {algorithm.setup.num_clients} clients, "
+            f"the federation has {len(fed.clients)}"
+        )
+    if name == "flower-simulation":
+        from fedad.fl.flower.sim import run_simulation
+
+        return run_simulation(cfg, algorithm, fed, on_round=on_round, workdir=workdir)
+    if name == "flower-deployment":
+        from fedad.fl.flower.deploy.run import run_deployment
+
+        return run_deployment(cfg, algorithm, fed, on_round=on_round, workdir=workdir)
+    raise ConfigError(f"engine.name = '{name}' is not a Flower engine")
