@@ -270,7 +270,7 @@ def _flower_equals_inprocess(raw: dict[str, Any], monkeypatch: pytest.MonkeyPatc
     from fedad.fl.flower.server import serve
     from fedad.fl.flower.spec import RunSpec
     from fedad.runner import build_algorithms, run_method
-    from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
+    from tests.fl.flower.fake_flower import FakeFlowerGrid, as_server_app
 
     as_server_app(monkeypatch)
     cfg = parse_config(raw)

@@ -1,7 +1,7 @@
 """SecAgg+ arithmetic (fedad.fl.secagg): error bound, quantization range, reply checks.
 
 The aggregate is compared with the exact weighted mean; the protocol itself (keys, masks,
-shares) is exercised in ``test_flower_secagg.py``.
+shares) is exercised in ``tests/fl/flower/test_secagg.py``.
 """
 
 from __future__ import annotations

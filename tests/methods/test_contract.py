@@ -115,7 +115,7 @@ def test_method_contract_on_flower_grid(
     from fedad.fl.flower import app as flower_app
     from fedad.fl.flower.server import serve
     from fedad.fl.flower.spec import RunSpec
-    from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
+    from tests.fl.flower.fake_flower import FakeFlowerGrid, as_server_app
 
     as_server_app(monkeypatch)
     fed = fixture(case)

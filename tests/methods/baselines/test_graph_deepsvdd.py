@@ -261,7 +261,7 @@ def test_mixed_widths_on_flower_equal_inprocess(
     from fedad.fl.flower.server import serve
     from fedad.fl.flower.spec import RunSpec
     from fedad.runner import build_algorithms, run_method
-    from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
+    from tests.fl.flower.fake_flower import FakeFlowerGrid, as_server_app
 
     monkeypatch.setenv("FEDAD_FLOWER_CACHE", str(tmp_path / "cache"))
     as_server_app(monkeypatch)

@@ -164,7 +164,7 @@ def test_two_rounds_on_flowers_grid_equal_in_process(
     from fedad.fl.flower import app as flower_app
     from fedad.fl.flower.server import serve
     from fedad.fl.flower.spec import RunSpec
-    from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
+    from tests.fl.flower.fake_flower import FakeFlowerGrid, as_server_app
 
     as_server_app(monkeypatch)
     fed = (

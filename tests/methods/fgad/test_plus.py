@@ -250,7 +250,7 @@ def test_flowers_grid_equals_in_process(monkeypatch: pytest.MonkeyPatch, widths:
     from fedad.fl.flower import app as flower_app
     from fedad.fl.flower.server import serve
     from fedad.fl.flower.spec import RunSpec
-    from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
+    from tests.fl.flower.fake_flower import FakeFlowerGrid, as_server_app
 
     as_server_app(monkeypatch)
     fed = (

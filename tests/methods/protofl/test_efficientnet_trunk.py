@@ -91,7 +91,7 @@ def test_efficientnet_trunk_on_flower_in_memory_grid(monkeypatch: pytest.MonkeyP
     from fedad.fl.flower import app as flower_app
     from fedad.fl.flower.server import serve
     from fedad.fl.flower.spec import RunSpec
-    from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
+    from tests.fl.flower.fake_flower import FakeFlowerGrid, as_server_app
 
     as_server_app(monkeypatch)
     fed = make_federation("image", clients=3)

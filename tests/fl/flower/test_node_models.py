@@ -29,7 +29,7 @@ from fedad.fl.flower.codec import NODE_MODEL
 from fedad.fl.flower.server import serve
 from fedad.fl.flower.spec import RunSpec, method_label
 from fedad.runner import build_algorithms, run_method, summarize
-from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
+from tests.fl.flower.fake_flower import FakeFlowerGrid, as_server_app
 
 CFG: dict[str, Any] = {
     "seed": 5,

@@ -1,7 +1,7 @@
 """SecAgg+ on Flower, fast: the real protocol (keys, Shamir shares, masks) on the fake grid.
 
 Every test here runs Flower's ``SecAggPlusWorkflow`` and ``secaggplus_mod`` for real, with
-the nodes in memory (:class:`~tests.fl.fake_flower.FakeFlowerGrid`), and compares with the
+the nodes in memory (:class:`~tests.fl.flower.fake_flower.FakeFlowerGrid`), and compares with the
 in-process engine, which runs the same arithmetic without masks: the unmasked aggregates
 must be identical, bit for bit, also when a node drops out mid-protocol and its masks have
 to be rebuilt from the other nodes' shares.
@@ -24,7 +24,7 @@ from fedad.federation import build_federation
 from fedad.fl.flower.server import serve
 from fedad.fl.flower.spec import RunSpec
 from fedad.runner import build_algorithms, run_method
-from tests.fl.fake_flower import FakeFlowerGrid, as_server_app
+from tests.fl.flower.fake_flower import FakeFlowerGrid, as_server_app
 
 CFG: dict[str, Any] = {
     "seed": 5,

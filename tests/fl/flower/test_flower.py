@@ -35,7 +35,7 @@ from fedad.fl.flower.results import ResultsDir  # noqa: E402
 from fedad.fl.flower.server import serve  # noqa: E402
 from fedad.fl.flower.spec import FlowerRunError, RunSpec  # noqa: E402
 from fedad.runner import build_algorithms, run_method  # noqa: E402
-from tests.fl.fake_flower import FakeFlowerGrid, as_server_app, wire  # noqa: E402
+from tests.fl.flower.fake_flower import FakeFlowerGrid, as_server_app, wire  # noqa: E402
 
 CFG = {
     "seed": 3,

@@ -38,7 +38,7 @@ from fedad.fl.flower.deploy.run import _wait, run_deployment
 from fedad.fl.flower.results import ResultsDir
 from fedad.fl.flower.spec import FlowerRunError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 HAS_FLWR = __import__("importlib").util.find_spec("flwr") is not None
 needs_flwr = pytest.mark.skipif(not HAS_FLWR, reason="flwr (the flower extra) is not installed")
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]

@@ -17,7 +17,7 @@ import flwr.supercore.retry
 
 from fedad.errors import FedadError
 
-SRC = Path(__file__).resolve().parents[2] / "src" / "fedad"
+SRC = Path(__file__).resolve().parents[3] / "src" / "fedad"
 PUBLIC = (
     "flwr.app",
     "flwr.clientapp",
