@@ -25,14 +25,7 @@ CASES = [
     for kind in cls.kinds
     for det in ([d for d in cls.detectors if kind in cls.kinds_for(d)] or [None])
 ]
-LEGACY: set[str] = {
-    "autoencoder",
-    "contrastive",
-    "deepsvdd",
-    "ocsvm",
-    "patchcore",
-    "pretrained",
-}
+LEGACY: set[str] = {"ocsvm", "pretrained"}
 """Detectors not yet on :class:`DetectorParams` (issue 31: migrated method by method)."""
 OWN_DECLARATIONS = {("feddymem", "score_norm"), ("feddymem", "stages"), ("feddymem", "image_size")}
 """Fields a method declares differently from its detector on purpose: FedDyMem normalises

@@ -110,7 +110,7 @@ def test_fit_follows_the_graphs_width_and_scores_one_number_per_graph() -> None:
     c = fed.clients[0]
     det = DeepSVDDDetector(kind="graph", input_shape=[1], epochs=20, lr=3e-3, seed=0)
     det.fit(c.x_train)
-    assert det.input_shape == [3]
+    assert det.params.input_shape == [3]
     s = det.score(c.x_test)
     assert s.shape == (len(c.y_test),) and np.all(np.isfinite(s)) and np.all(s >= 0)
     assert auroc(c.y_test, s) > 0.9  # rings against cliques with shifted features

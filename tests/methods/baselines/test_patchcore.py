@@ -117,7 +117,7 @@ def test_coreset_size_is_the_share_of_patches_capped(
     det = PatchCoreDetector(input_shape=(3, 32, 32), image_size=64).build()
     n_patches = len(images) * 8 * 8  # stage 3 of EfficientNet-Lite0: stride 8 on 64 pixels
     assert det.set_bank(images).bank_.shape == (int(np.ceil(0.1 * n_patches)), 152)
-    det.coreset = 0.25
+    det.params = det.params.model_copy(update={"coreset": 0.25})
     assert len(det.set_bank(images).bank_) == n_patches // 4
     monkeypatch.setattr(patchcore, "MAX_BANK", 7)
     assert len(det.set_bank(images).bank_) == 7
@@ -178,21 +178,29 @@ def test_method_keys_reach_the_detector_and_defaults_stay(method: str) -> None:
     keys = {"coreset": 0.25, "image_size": 96}
     det = build_algorithm(method, keys, _setup(), "patchcore").make_detector()
     assert isinstance(det, PatchCoreDetector)
-    assert (det.coreset, det.image_size, det.backbone) == (0.25, 96, "efficientnet-lite0")
+    assert (det.params.coreset, det.params.image_size, det.params.backbone) == (
+        0.25,
+        96,
+        "efficientnet-lite0",
+    )
     wrn = {"backbone": "wide_resnet50_2", "backbone_path": "/weights/wrn.pth"}
     det = build_algorithm(method, wrn, _setup(), "patchcore").make_detector()
     assert isinstance(det, PatchCoreDetector)
-    assert (det.backbone, det.backbone_path) == ("wide_resnet50_2", "/weights/wrn.pth")
+    assert (det.params.backbone, det.params.backbone_path) == (
+        "wide_resnet50_2",
+        "/weights/wrn.pth",
+    )
     assert det.extractor().channels == 512 + 1024  # layer2 + layer3, weights not read yet
     algo = build_algorithm(method, {}, _setup((3, 128, 128)), "patchcore")
     det = algo.make_detector()
     assert isinstance(det, PatchCoreDetector)
-    assert (det.coreset, det.image_size, det.backbone, det.backbone_path) == (
+    p = det.params
+    assert (p.coreset, p.image_size, p.backbone, p.backbone_path) == (
         0.1, 128, "efficientnet-lite0", None,
     )  # fmt: skip
     for side, size in [(8, 64), (300, 224)]:  # the images' own side, kept within [64, 224]
         other = build_algorithm(method, {}, _setup((3, side, side)), "patchcore").make_detector()
-        assert getattr(other, "image_size", None) == size
+        assert isinstance(other, PatchCoreDetector) and other.params.image_size == size
     assert not {"backbone", "backbone_path", "coreset", "image_size"} & set(
         algo.params.model_dump(exclude_none=True)
     )  # unset keys stay out of the resolved config

@@ -32,7 +32,7 @@ from fedad.methods.baselines.pretrained import PretrainedDetector
 
 def _network(det: TorchDetector) -> nn.Module:
     """A CPU copy of the detector's network in eval mode (the detector is left alone)."""
-    if det.kind == "graph":
+    if det.params.kind == "graph":
         raise NotExportable(f"the '{det.registry_name}' detector on graphs cannot be exported "
                             f"to ONNX: {GRAPHS}")  # fmt: skip
     det._ensure_built()
@@ -70,7 +70,7 @@ class AutoEncoderMaps(nn.Module):
 def autoencoder(det: BaseDetector, shape: tuple[int, ...]) -> Core:
     assert isinstance(det, AutoEncoderDetector)
     net = _network(det)
-    if det.kind == "image":
+    if det.params.kind == "image":
         return Core(AutoEncoderMaps(net), shape, maps=True)
     return Core(NetScore(net), shape)
 

@@ -67,7 +67,7 @@ Images only, square (rotations); inputs in [0, 1] (the augmentations clamp to it
 from __future__ import annotations
 
 import hashlib
-from typing import Annotated, Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 import numpy as np
 import torch
@@ -75,7 +75,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from fedad.data.types import Features, dense
-from fedad.detector import DEFAULT_CONTAMINATION, register_detector
+from fedad.detector import register_detector
 from fedad.methods.baselines.detectors import MAX_FEATURES, TorchDetector, TorchDetectorParams
 from fedad.methods.baselines.train import batched
 from fedad.methods.fadngs import augment, losses
@@ -102,6 +102,7 @@ class ContrastiveDetectorParams(TorchDetectorParams):
     them: a square image shape, the network width and the temperature besides the
     torch baselines' own."""
 
+    kind: Literal["vector", "image", "graph"] = "image"
     input_shape: list[Annotated[int, Field(ge=1, le=MAX_FEATURES)]] = Field(
         default=[1, 28, 28], min_length=3, max_length=3
     )
@@ -131,6 +132,7 @@ class ContrastiveDetector(TorchDetector):
 
     name = CONTRASTIVE
     ParamsModel = ContrastiveDetectorParams
+    params: ContrastiveDetectorParams
     default_weight_decay = 1e-6  # CSI's and SimCLR's
     monitor_keys = ("loss_collapsed", "rep_cos")
     bank_: np.ndarray
@@ -140,56 +142,27 @@ class ContrastiveDetector(TorchDetector):
     generator."""
     _arrays_only: ClassVar[tuple[str, ...]] = ("threshold_", BANK, BANK_KEYS)
 
-    def __init__(
-        self,
-        kind: str = "image",
-        input_shape: tuple[int, ...] | list[int] = (1, 28, 28),
-        latent_dim: int | None = None,
-        lr: float = 1e-3,
-        epochs: int = 10,
-        batch_size: int = 64,
-        weight_decay: float | None = None,
-        contamination: float = DEFAULT_CONTAMINATION,
-        seed: int = 0,
-        device: str = "cpu",
-        width: int = DEFAULT_WIDTH,
-        temperature: float = 0.5,
-    ) -> None:
-        super().__init__(
-            kind=kind,
-            input_shape=input_shape,
-            latent_dim=latent_dim,
-            lr=lr,
-            epochs=epochs,
-            batch_size=batch_size,
-            weight_decay=weight_decay,
-            contamination=contamination,
-            seed=seed,
-            device=device,
-        )
-        self.width = width
-        self.temperature = temperature
+    def __init__(self, *, device: str = "cpu", **params: Any) -> None:
+        """``params``: fields of :class:`ContrastiveDetectorParams`."""
+        super().__init__(device=device, **params)
         self._transform: nn.Module | None = None  # T+, made on first use (imports kornia)
-
-    def get_params(self) -> dict[str, Any]:
-        return {**super().get_params(), "width": self.width, "temperature": self.temperature}
 
     @property
     def proj_dim(self) -> int:
         """:math:`D`: ``latent_dim`` when given, else 128."""
-        return DEFAULT_PROJ_DIM if self.latent_dim is None else int(self.latent_dim)
+        return DEFAULT_PROJ_DIM if self.params.latent_dim is None else int(self.params.latent_dim)
 
     # -- model ------------------------------------------------------------------------------
     def _make_model(self, latent: int) -> nn.Module:
         # ``latent`` is the autoencoder's bottleneck rule (32 for images); a projection head
         # takes ``latent_dim`` or SimCLR's 128 instead
-        c, h, w = (int(s) for s in self.input_shape)
-        if self.kind != "image" or h != w:
+        c, h, w = (int(s) for s in self.params.input_shape)
+        if self.params.kind != "image" or h != w:
             raise ValueError(
-                f"the contrastive detector needs square images (C, H, H), got {self.kind} "
-                f"data of shape {tuple(self.input_shape)}"
+                f"the contrastive detector needs square images (C, H, H), got {self.params.kind} "
+                f"data of shape {tuple(self.params.input_shape)}"
             )
-        return Encoder(c, self.width, self.proj_dim)
+        return Encoder(c, self.params.width, self.proj_dim)
 
     @property
     def encoder(self) -> Encoder:
@@ -230,9 +203,9 @@ class ContrastiveDetector(TorchDetector):
             - output: scalar
         """
         if not hasattr(self, "aug_rng_"):
-            self.aug_rng_ = np.random.default_rng(self.seed)
+            self.aug_rng_ = np.random.default_rng(self.params.seed)
         if self._transform is None:
-            c, h, w = (int(s) for s in self.input_shape)
+            c, h, w = (int(s) for s in self.params.input_shape)
             self._transform = augment.normal_transform(c, h, w)
         b = batch.shape[0]
         views = augment.shifted_views(batch, N_PLUS, self.aug_rng_, self._transform)
@@ -243,12 +216,14 @@ class ContrastiveDetector(TorchDetector):
             if b > 1:
                 first = z[: b * N_PLUS].view(b, N_PLUS, -1)[:, 0]
                 self._monitor[2:] += (losses.mean_pairwise_cosine(first) * b, b)
-        return losses.contrastive_loss(z, pos.to(z.device), neg.to(z.device), self.temperature)
+        return losses.contrastive_loss(
+            z, pos.to(z.device), neg.to(z.device), self.params.temperature
+        )
 
     def fit(self, x: Features) -> Self:
         x = dense(x, "the contrastive detector")
         self.build()
-        self.train_epochs(x, self.epochs, np.random.default_rng(self.seed))
+        self.train_epochs(x, self.params.epochs, np.random.default_rng(self.params.seed))
         self.set_bank(x)
         return self.set_threshold(x)
 

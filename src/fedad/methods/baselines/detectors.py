@@ -22,13 +22,14 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 from torch import nn
 
 from fedad.data.types import Features, GraphSet, dense
 from fedad.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
+    DetectorParams,
     check_network_arrays,
     register_detector,
 )
@@ -46,10 +47,10 @@ MAX_FEATURES = 1 << 24
 """Largest input (product of ``input_shape``) a saved torch baseline may declare."""
 
 
-class TorchDetectorParams(BaseModel):
+class TorchDetectorParams(DetectorParams):
     """The ``__init__`` arguments of a torch baseline, as a checkpoint may give them."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     kind: Literal["vector", "image", "graph"] = "vector"
     input_shape: list[Annotated[int, Field(ge=1, le=MAX_FEATURES)]] = Field(
@@ -79,50 +80,22 @@ class TorchDetector(BaseDetector):
 
     name: ClassVar[str]
     ParamsModel = TorchDetectorParams
+    params: TorchDetectorParams
     default_weight_decay: ClassVar[float] = 0.0
     monitor_keys: ClassVar[tuple[str, ...]] = ()
     """Scalars :meth:`train_monitor` gives after :meth:`train_epochs` (clients send them
     beside ``loss`` and servers log them per round; e.g. the collapse guard's columns,
     :mod:`fedad.collapse`)."""
 
-    def __init__(
-        self,
-        kind: str = "vector",
-        input_shape: tuple[int, ...] | list[int] = (1,),
-        latent_dim: int | None = None,
-        lr: float = 1e-3,
-        epochs: int = 10,
-        batch_size: int = 64,
-        weight_decay: float | None = None,
-        contamination: float = DEFAULT_CONTAMINATION,
-        seed: int = 0,
-        device: str = "cpu",
-    ) -> None:
-        super().__init__(contamination=contamination)
+    def __init__(self, *, device: str = "cpu", **params: Any) -> None:
+        """``params``: fields of the ``ParamsModel`` (``input_shape`` is kept as a list of
+        ints)."""
+        super().__init__(**params)
+        shape = [int(s) for s in self.params.input_shape]
+        self.params = self.params.model_copy(update={"input_shape": shape})
         self.device = device
         """Torch device of the network: a property of where it runs, not of the model, so
         not in :meth:`get_params` (a checkpoint loads on any machine, on the CPU)."""
-        self.kind = kind
-        self.input_shape = input_shape
-        self.latent_dim = latent_dim
-        self.lr = lr
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.weight_decay = weight_decay
-        self.seed = seed
-
-    def get_params(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "input_shape": [int(s) for s in self.input_shape],
-            "latent_dim": self.latent_dim,
-            "lr": self.lr,
-            "epochs": self.epochs,
-            "batch_size": self.batch_size,
-            "weight_decay": self.weight_decay,
-            "contamination": self.contamination,
-            "seed": self.seed,
-        }
 
     # -- model ------------------------------------------------------------------------------
     @abstractmethod
@@ -134,12 +107,14 @@ class TorchDetector(BaseDetector):
 
     def build(self) -> Self:
         """Create ``model_`` with seeded initial weights (identical for equal seeds)."""
-        if self.kind == "graph" and not 1 <= int(self.input_shape[0]) <= MAX_FEATURES:
+        if self.params.kind == "graph" and not 1 <= int(self.params.input_shape[0]) <= MAX_FEATURES:
             raise ValueError(
-                f"node-feature width {self.input_shape[0]} is not in [1, {MAX_FEATURES}]"
+                f"node-feature width {self.params.input_shape[0]} is not in [1, {MAX_FEATURES}]"
             )
-        latent = latent_size(self.kind, tuple(self.input_shape), self.latent_dim)
-        with torch_seeded(self.seed):  # on the CPU: equal initial weights on every device
+        latent = latent_size(
+            self.params.kind, tuple(self.params.input_shape), self.params.latent_dim
+        )
+        with torch_seeded(self.params.seed):  # on the CPU: equal initial weights on every device
             self.model_ = self._make_model(latent)
         self.model_.to(self.device).eval()
         return self
@@ -152,24 +127,22 @@ class TorchDetector(BaseDetector):
     def width_keys(self) -> tuple[str, ...]:
         """The tensors whose shape is the input width: on graphs the GIN's input layer (the
         node-feature width may differ between clients), else none."""
-        return (GRAPH_INPUT_LAYER,) if self.kind == "graph" else ()
+        return (GRAPH_INPUT_LAYER,) if self.params.kind == "graph" else ()
 
     def build_for(self, x: Features) -> Self:
         """:meth:`build` for the samples ``x``: on graphs for their node-feature width."""
-        if self.kind == "graph":
-            self.input_shape = [graph_width(x)]
+        if self.params.kind == "graph":
+            self.params = self.params.model_copy(update={"input_shape": [graph_width(x)]})
         return self.build()
 
     def _inputs(self, x: Features) -> Features:
         """``x`` checked against the detector's kind (graphs of its width, or dense rows)."""
         self._ensure_built()
-        if self.kind != "graph":
-            return dense(x, f"the {self.name} detector built for {self.kind} data")
-        width = graph_width(x)
-        if width != int(self.input_shape[0]):
-            raise ValueError(
-                f"graphs with {width} node features; this detector takes {self.input_shape[0]}"
-            )
+        if self.params.kind != "graph":
+            return dense(x, f"the {self.name} detector built for {self.params.kind} data")
+        width, takes = graph_width(x), int(self.params.input_shape[0])
+        if width != takes:
+            raise ValueError(f"graphs with {width} node features; this detector takes {takes}")
         return x
 
     def train_epochs(
@@ -182,11 +155,13 @@ class TorchDetector(BaseDetector):
             self.loss,
             x,
             epochs=epochs,
-            batch_size=self.batch_size,
-            lr=self.lr,
+            batch_size=self.params.batch_size,
+            lr=self.params.lr,
             rng=rng,
             weight_decay=(
-                self.default_weight_decay if self.weight_decay is None else self.weight_decay
+                self.default_weight_decay
+                if self.params.weight_decay is None
+                else self.params.weight_decay
             ),
             prox_mu=prox_mu,
         )
@@ -202,31 +177,31 @@ class TorchDetector(BaseDetector):
     def fit(self, x: Features) -> Self:
         self.build_for(x)
         self.prepare(x)
-        self.train_epochs(x, self.epochs, np.random.default_rng(self.seed))
+        self.train_epochs(x, self.params.epochs, np.random.default_rng(self.params.seed))
         return self.set_threshold(x)  # type: ignore[arg-type]
 
     def expected_input(self) -> tuple[str, tuple[int, ...]] | None:
         """Images of exactly ``input_shape``, or vectors of its size; graphs: not declared
         (their width is checked by :meth:`_inputs`)."""
-        if self.kind == "graph":
+        if self.params.kind == "graph":
             return None
-        shape = tuple(int(s) for s in self.input_shape)
-        return ("image", shape) if self.kind == "image" else ("vector", (math.prod(shape),))
+        shape = tuple(int(s) for s in self.params.input_shape)
+        return ("image", shape) if self.params.kind == "image" else ("vector", (math.prod(shape),))
 
     # -- persistence ------------------------------------------------------------------------
     def check_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """The network's tensors, measured on torch's meta device, must all be in
         ``arrays`` with their shapes (on graphs for the width of the arrays' input layer,
         as :meth:`set_arrays` builds)."""
-        shape = tuple(int(s) for s in self.input_shape)
-        first = arrays.get(GRAPH_INPUT_LAYER) if self.kind == "graph" else None
+        shape = tuple(int(s) for s in self.params.input_shape)
+        first = arrays.get(GRAPH_INPUT_LAYER) if self.params.kind == "graph" else None
         if first is not None and np.ndim(first) == 2:
             shape = (int(np.shape(first)[1]),)
-        if self.kind == "graph" and not 1 <= shape[0] <= MAX_FEATURES:
+        if self.params.kind == "graph" and not 1 <= shape[0] <= MAX_FEATURES:
             raise ValueError(f"node-feature width {shape[0]} is not in [1, {MAX_FEATURES}]")
         probe = copy.copy(self)
-        probe.input_shape = list(shape)
-        latent = latent_size(self.kind, shape, self.latent_dim)
+        probe.params = self.params.model_copy(update={"input_shape": list(shape)})
+        latent = latent_size(self.params.kind, shape, self.params.latent_dim)
         check_network_arrays(lambda: probe._make_model(latent), arrays)
 
     def get_arrays(self) -> dict[str, np.ndarray]:
@@ -260,11 +235,11 @@ class TorchDetector(BaseDetector):
     def set_arrays(self, arrays: dict[str, np.ndarray]) -> Self:
         """Load the whole state; on graphs first rebuilt for the width of the arrays' input
         layer when it differs from the configured one."""
-        first = arrays.get(GRAPH_INPUT_LAYER) if self.kind == "graph" else None
+        first = arrays.get(GRAPH_INPUT_LAYER) if self.params.kind == "graph" else None
         if first is not None and np.ndim(first) == 2:
             width = int(np.shape(first)[1])
-            if width != int(self.input_shape[0]) or not hasattr(self, "model_"):
-                self.input_shape = [width]
+            if width != int(self.params.input_shape[0]) or not hasattr(self, "model_"):
+                self.params = self.params.model_copy(update={"input_shape": [width]})
                 self.build()
         self._ensure_built()
         state = {
@@ -297,9 +272,9 @@ class AutoEncoderDetector(TorchDetector):
     ParamsModel = AutoEncoderParams
 
     def _make_model(self, latent: int) -> nn.Module:
-        if self.kind == "graph":
+        if self.params.kind == "graph":
             raise ValueError("the autoencoder takes vectors or images, not graphs")
-        return AutoEncoder(self.kind, tuple(self.input_shape), latent)
+        return AutoEncoder(self.params.kind, tuple(self.params.input_shape), latent)
 
     def loss(self, batch: torch.Tensor) -> torch.Tensor:
         loss: torch.Tensor = self.model_.score(batch).mean()  # type: ignore[operator]
@@ -312,7 +287,7 @@ class AutoEncoderDetector(TorchDetector):
         """Images only: the reconstruction error per pixel, the squared error
         :math:`(x - g(f(x)))^2` averaged over channels, ``(N, H, W)`` float32. Its mean over
         pixels is the image score."""
-        if self.kind != "image":
+        if self.params.kind != "image":
             raise ValueError("anomaly maps need image data; this autoencoder reads vectors")
         xs = torch.from_numpy(np.ascontiguousarray(self._inputs(x), dtype=np.float32))
         dev = next(self.model_.parameters()).device
@@ -323,7 +298,7 @@ class AutoEncoderDetector(TorchDetector):
                 b = xs[i : i + 256].to(dev)
                 out.append(((b - self.model_(b)) ** 2).mean(dim=1).float().cpu().numpy())
         if not out:
-            return np.zeros((0, *self.input_shape[1:]), np.float32)
+            return np.zeros((0, *self.params.input_shape[1:]), np.float32)
         return np.concatenate(out)
 
 
@@ -337,7 +312,7 @@ class DeepSVDDDetector(TorchDetector):
     default_weight_decay = 1e-6  # Ruff et al.'s lambda
 
     def _make_model(self, latent: int) -> nn.Module:
-        return DeepSVDDNet(self.kind, tuple(self.input_shape), latent)
+        return DeepSVDDNet(self.params.kind, tuple(self.params.input_shape), latent)
 
     def embedding_sum(self, x: Features) -> np.ndarray:
         """:math:`\\sum_i \\phi(x_i)` with the current weights (for a federated centre)."""

@@ -53,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from torch import nn
 
 from fedad.data.types import Features, dense
-from fedad.detector import DEFAULT_CONTAMINATION, register_detector
+from fedad.detector import register_detector
 from fedad.errors import ConfigError
 from fedad.methods.baselines.detectors import MAX_FEATURES, TorchDetector, TorchDetectorParams
 from fedad.nn.patchscore import anomaly_maps, image_scores, knn_distances
@@ -204,6 +204,8 @@ class PatchCoreParams(TorchDetectorParams):
     input_shape: list[Annotated[int, Field(ge=1, le=MAX_FEATURES)]] = Field(
         default=[3, 128, 128], min_length=3, max_length=3
     )
+    epochs: int = Field(default=1, ge=0, le=1_000_000)
+    batch_size: int = Field(default=10, ge=1, le=1 << 24)
     backbone: Backbone = "efficientnet-lite0"
     backbone_path: str | None = Field(default=None, max_length=4096)
     image_size: int = Field(default=128, ge=8, le=1024)
@@ -282,56 +284,42 @@ class PatchCoreDetector(TorchDetector):
 
     name = PATCHCORE
     ParamsModel = PatchCoreParams
+    params: PatchCoreParams
     default_weight_decay = 5e-4
     bank_: np.ndarray
     _arrays_only: ClassVar[tuple[str, ...]] = ("threshold_", BANK)
 
-    def __init__(
-        self,
-        kind: str = "image",
-        input_shape: tuple[int, ...] | list[int] = (3, 128, 128),
-        latent_dim: int | None = None,
-        lr: float = 1e-3,
-        epochs: int = 1,
-        batch_size: int = 10,
-        weight_decay: float | None = None,
-        contamination: float = DEFAULT_CONTAMINATION,
-        seed: int = 0,
-        device: str = "cpu",
-        backbone: Backbone = "efficientnet-lite0",
-        backbone_path: str | None = None,
-        image_size: int = 128,
-        coreset: float = DEFAULT_CORESET,
-        stages: tuple[int, ...] | list[int] | None = None,
-    ) -> None:
-        super().__init__(
-            kind, input_shape, latent_dim, lr, epochs, batch_size, weight_decay,
-            contamination, seed, device,
-        )  # fmt: skip
-        if kind != "image":
+    def __init__(self, *, device: str = "cpu", **params: Any) -> None:
+        """``params``: fields of :class:`PatchCoreParams` (``stages``: default, the
+        backbone's)."""
+        super().__init__(device=device, **params)
+        p = self.params
+        if p.kind != "image":
             raise ValueError("the patchcore detector takes images")
-        self.backbone = backbone
-        self.backbone_path = backbone_path
-        self.image_size = image_size
-        self.coreset = coreset
-        self.stages = tuple(stages) if stages else DEFAULT_STAGES[backbone]
+        stages = tuple(p.stages) if p.stages else DEFAULT_STAGES[p.backbone]
+        self.params = p.model_copy(update={"stages": stages})
         self._version = 0
         """Bumped whenever the projection or the bank changes (invalidates the map memo)."""
         self._memo: tuple[tuple[Any, ...], np.ndarray] | None = None
 
     def get_params(self) -> dict[str, Any]:
-        return {
-            **super().get_params(),
-            "backbone": self.backbone,
-            "backbone_path": self.backbone_path,
-            "image_size": self.image_size,
-            "coreset": self.coreset,
-            "stages": list(self.stages),
-        }
+        """:meth:`BaseDetector.get_params` with ``stages`` as a list (as checkpoints hold it)."""
+        params = super().get_params()
+        params["stages"] = list(self.stages)
+        return params
+
+    @property
+    def stages(self) -> tuple[int, ...]:
+        """The backbone stages the features come from (resolved: never ``None``)."""
+        return tuple(self.params.stages or DEFAULT_STAGES[self.params.backbone])
 
     def extractor(self) -> MultiLevelFeatures:
         return MultiLevelFeatures(
-            self.backbone, self.stages, self.image_size, self.backbone_path, self.device
+            self.params.backbone,
+            self.stages,
+            self.params.image_size,
+            self.params.backbone_path,
+            self.device,
         )
 
     def build(self) -> Self:
@@ -358,7 +346,14 @@ class PatchCoreDetector(TorchDetector):
     # -- features ------------------------------------------------------------------------------
     def _key(self, xs: np.ndarray) -> tuple[Any, ...]:
         digest = hashlib.blake2b(xs.tobytes(), digest_size=16).digest()
-        return (self.backbone, self.stages, self.backbone_path, self.image_size, xs.shape, digest)
+        return (
+            self.params.backbone,
+            self.stages,
+            self.params.backbone_path,
+            self.params.image_size,
+            xs.shape,
+            digest,
+        )
 
     def features(self, x: Features) -> np.ndarray:
         """Frozen features ``(n, C, h, w)`` after 3x3 average pooling (PatchCore's local
@@ -398,8 +393,8 @@ class PatchCoreDetector(TorchDetector):
         normal: the holder's training images)."""
         self._ensure_built()
         patches = self._patches(self.features(x)).cpu()
-        n = min(MAX_BANK, max(1, math.ceil(self.coreset * len(patches))))
-        idx = greedy_coreset(patches, n, int(seeded_rng(self.seed, 0xC0E).integers(2**62)))
+        n = min(MAX_BANK, max(1, math.ceil(self.params.coreset * len(patches))))
+        idx = greedy_coreset(patches, n, int(seeded_rng(self.params.seed, 0xC0E).integers(2**62)))
         self.bank_ = patches[idx].numpy().astype(np.float32)
         self._changed()
         return self
@@ -418,15 +413,19 @@ class PatchCoreDetector(TorchDetector):
         bank = patches[torch.from_numpy(rng.permutation(len(patches))[:take])].detach()
         params = list(self.model_.parameters())
         anchor = [p.detach().clone() for p in params]
-        wd = self.default_weight_decay if self.weight_decay is None else self.weight_decay
-        opt = torch.optim.Adam(params, lr=self.lr, weight_decay=wd)
+        wd = (
+            self.default_weight_decay
+            if self.params.weight_decay is None
+            else self.params.weight_decay
+        )
+        opt = torch.optim.Adam(params, lr=self.params.lr, weight_decay=wd)
         last = 0.0
         self.model_.train()
         for _ in range(epochs):
             order = rng.permutation(len(feats))
             total = 0.0
-            for s in range(0, len(order), self.batch_size):
-                idx = np.sort(order[s : s + self.batch_size])
+            for s in range(0, len(order), self.params.batch_size):
+                idx = np.sort(order[s : s + self.params.batch_size])
                 out = self._project(feats[idx], grad=True).permute(0, 2, 3, 1).flatten(0, 2)
                 if len(out) > LOSS_PATCHES:  # an unbiased estimate of eq. 12's mean
                     out = out[torch.from_numpy(rng.permutation(len(out))[:LOSS_PATCHES])]
@@ -448,7 +447,7 @@ class PatchCoreDetector(TorchDetector):
 
     def fit(self, x: Features) -> Self:
         self.build()
-        self.train_epochs(x, self.epochs, np.random.default_rng(self.seed))
+        self.train_epochs(x, self.params.epochs, np.random.default_rng(self.params.seed))
         self.set_bank(x)
         return self.set_threshold(x)  # type: ignore[arg-type]
 

@@ -137,7 +137,9 @@ class Scaffold(_GlobalModel):
         if isinstance(det, ContrastiveDetector):  # as its train_epochs does
             det.aug_rng_ = np.random.default_rng(int(rng.integers(0, 2**63)))
             det.drop_bank()
-        wd = det.default_weight_decay if det.weight_decay is None else det.weight_decay
+        wd = (
+            det.default_weight_decay if det.params.weight_decay is None else det.params.weight_decay
+        )
         loss, steps = scaffold_epochs(
             det.model_,
             det.loss,
