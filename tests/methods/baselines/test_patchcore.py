@@ -17,6 +17,7 @@ from fedad.fl.messages import Message
 from fedad.methods.baselines import patchcore
 from fedad.methods.baselines.federated import TrainParams
 from fedad.methods.baselines.patchcore import PatchCoreDetector, greedy_coreset
+from fedad.methods.baselines.pretrained import PretrainedDetector
 from fedad.resources import efficientnet_lite0 as lite0
 from fedad.resources.multilevel import MultiLevelFeatures
 from tests.conftest import make_federation
@@ -237,7 +238,8 @@ def test_bad_patchcore_keys_are_one_line_errors(
 
 def test_image_size_is_still_the_pretrained_detectors_key() -> None:
     algo = build_algorithm("local", {"image_size": 64}, _setup(), "pretrained")
-    assert getattr(algo.make_detector(), "image_size", None) == 64
+    det = algo.make_detector()
+    assert isinstance(det, PretrainedDetector) and det.params.image_size == 64
 
 
 @needs_weights

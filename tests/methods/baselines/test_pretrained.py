@@ -149,7 +149,7 @@ def test_federated_run_saves_and_loads(method: str, tmp_path: Path) -> None:
     run = load_run(tmp_path)
     for cid, m in out.evaluations.items():
         d = run.detector("m", cid)
-        assert isinstance(d, PretrainedDetector) and d.image_size == SIZE
+        assert isinstance(d, PretrainedDetector) and d.params.image_size == SIZE
         x = fed.clients[cid].x_test
         np.testing.assert_allclose(d.score(x), m.arrays["score"], rtol=1e-6, atol=1e-9)
         np.testing.assert_array_equal(d.predict(x), m.arrays["pred"])

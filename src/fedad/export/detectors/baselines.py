@@ -189,11 +189,11 @@ def pretrained(det: BaseDetector, shape: tuple[int, ...]) -> Core:
     assert isinstance(det, PretrainedDetector)
     if not det.fitted:
         raise NotExportable("the 'pretrained' detector has no training features to export")
-    features = PooledFeatures(det.backbone(), shape, det.image_size)
-    if det.score_kind == "gaussian":
+    features = PooledFeatures(det.backbone(), shape, det.params.image_size)
+    if det.params.score == "gaussian":
         head: nn.Module = GaussianScore(det._gauss)
     else:
-        head = KNNScore(det.features_, det.k, det._tol)
+        head = KNNScore(det.features_, det.params.k, det._tol)
     return Core(Then(features, head), shape, "float64")
 
 

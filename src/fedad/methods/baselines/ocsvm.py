@@ -18,14 +18,15 @@ and ``centralized`` (the server fits the pooled uploads).
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Self
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from fedad.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
+    DetectorParams,
     quantile_threshold,
     register_detector,
 )
@@ -37,10 +38,10 @@ MAX_SUPPORT = 1 << 26
 """Most support-vector entries (rows x features) a saved detector may hold (512 MB)."""
 
 
-class OCSVMDetectorParams(BaseModel):
+class OCSVMDetectorParams(DetectorParams):
     """The ``__init__`` arguments of :class:`OCSVMDetector`, as a checkpoint may give them."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
 
@@ -50,14 +51,9 @@ class OCSVMDetector(FitOnce, BaseDetector):
     """One-class SVM with an RBF kernel on flattened inputs; ``nu`` from the contamination."""
 
     ParamsModel = OCSVMDetectorParams
+    params: OCSVMDetectorParams
     fitted_attr = "sv_"
     sv_: np.ndarray
-
-    def __init__(self, contamination: float = DEFAULT_CONTAMINATION) -> None:
-        super().__init__(contamination=contamination)
-
-    def get_params(self) -> dict[str, Any]:
-        return {"contamination": self.contamination}
 
     @property
     def nu(self) -> float:

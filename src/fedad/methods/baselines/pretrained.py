@@ -32,6 +32,7 @@ from fedad.data.types import DataKind
 from fedad.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
+    DetectorParams,
     quantile_threshold,
     register_detector,
 )
@@ -69,10 +70,10 @@ def _known_resource(name: str) -> str:
     return name
 
 
-class PretrainedDetectorParams(BaseModel):
+class PretrainedDetectorParams(DetectorParams):
     """The ``__init__`` arguments of :class:`PretrainedDetector`, as a checkpoint may give them."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     resource: str = DEFAULT_RESOURCE
     score: ScoreKind = "knn"
@@ -139,41 +140,20 @@ class PretrainedDetector(FitOnce, BaseDetector):
     """
 
     ParamsModel = PretrainedDetectorParams
+    params: PretrainedDetectorParams
     fitted_attr = "features_"
     features_: np.ndarray
 
-    def __init__(
-        self,
-        resource: str = DEFAULT_RESOURCE,
-        score: ScoreKind = "knn",
-        k: int = DEFAULT_K,
-        image_size: int = DEFAULT_IMAGE_SIZE,
-        batch_size: int = 64,
-        contamination: float = DEFAULT_CONTAMINATION,
-        device: str = "cpu",
-    ) -> None:
-        super().__init__(contamination=contamination)
-        self.resource = resource
-        self.score_kind = score
-        self.k = k
-        self.image_size = image_size
-        self.batch_size = batch_size
+    def __init__(self, *, device: str = "cpu", **params: Any) -> None:
+        """``params``: fields of :class:`PretrainedDetectorParams`; ``device`` is where the
+        resource runs (not saved)."""
+        super().__init__(**params)
         self.device = device
-
-    def get_params(self) -> dict[str, Any]:
-        return {
-            "resource": self.resource,
-            "score": self.score_kind,
-            "k": self.k,
-            "image_size": self.image_size,
-            "batch_size": self.batch_size,
-            "contamination": self.contamination,
-        }
 
     # -- features ---------------------------------------------------------------------------
     def backbone(self) -> Backbone:
         """The frozen resource (loaded once per process and device)."""
-        return get_resource(self.resource, self.device)
+        return get_resource(self.params.resource, self.device)
 
     def embed(self, x: np.ndarray) -> np.ndarray:
         """Pooled features ``(N, D)`` of images ``(N, 1 or 3, H, W)`` in [0, 1]."""
@@ -182,7 +162,9 @@ class PretrainedDetector(FitOnce, BaseDetector):
             raise ConfigError(
                 f"detector 'pretrained' takes grey or RGB images (N, C, H, W), got shape {x.shape}"
             )
-        return self.backbone().embed(x, size=self.image_size, batch_size=self.batch_size)
+        return self.backbone().embed(
+            x, size=self.params.image_size, batch_size=self.params.batch_size
+        )
 
     # -- fitting ----------------------------------------------------------------------------
     def fit(self, x: np.ndarray) -> Self:
@@ -196,12 +178,12 @@ class PretrainedDetector(FitOnce, BaseDetector):
     def set_features(self, features: np.ndarray) -> Self:
         """Use ``features`` (``(N, D)``) as the training features; rebuild the scorer."""
         f = np.ascontiguousarray(features, dtype=np.float32)
-        dim = resource_info(self.resource).feature_dim
+        dim = resource_info(self.params.resource).feature_dim
         if f.ndim != 2 or f.shape[1] != dim or f.shape[0] < 1:
             raise ValueError(f"features_ must have shape (N >= 1, {dim}), got {f.shape}")
         if not np.all(np.isfinite(f)):
             raise ValueError("features_ holds NaN or infinite values")
-        if self.score_kind == "gaussian" and f.shape[0] < 2:
+        if self.params.score == "gaussian" and f.shape[0] < 2:
             raise ValueError("the gaussian score needs at least 2 training images")
         self.features_ = f
         self._build_scorer()
@@ -209,7 +191,7 @@ class PretrainedDetector(FitOnce, BaseDetector):
 
     def _build_scorer(self) -> None:
         f = self.features_.astype(np.float64)
-        if self.score_kind == "gaussian":
+        if self.params.score == "gaussian":
             self._gauss = ShrinkageGaussian(f)
         else:
             from sklearn.neighbors import NearestNeighbors
@@ -242,14 +224,14 @@ class PretrainedDetector(FitOnce, BaseDetector):
         q = np.asarray(f, dtype=np.float64)
         if len(q) == 0:
             return np.zeros(0, dtype=np.float64)
-        if self.score_kind == "gaussian":
+        if self.params.score == "gaussian":
             return np.asarray(self._gauss.mahalanobis(q), dtype=np.float64)
         n = len(self.features_)
-        dist, _ = self._nn.kneighbors(q, n_neighbors=min(self.k + 1, n))
-        plain = dist[:, : min(self.k, n)].mean(axis=1)
+        dist, _ = self._nn.kneighbors(q, n_neighbors=min(self.params.k + 1, n))
+        plain = dist[:, : min(self.params.k, n)].mean(axis=1)
         if n == 1:
             return np.asarray(plain, dtype=np.float64)
-        loo = dist[:, 1 : 1 + min(self.k, n - 1)].mean(axis=1)
+        loo = dist[:, 1 : 1 + min(self.params.k, n - 1)].mean(axis=1)
         return np.asarray(np.where(dist[:, 0] <= self._tol, loo, plain), dtype=np.float64)
 
     # -- persistence ------------------------------------------------------------------------
@@ -270,8 +252,6 @@ class PretrainedOptions(BaseModel):
     All default to ``None`` (= the detector's default), so they do not appear in the resolved
     config of runs with another detector; setting one with another detector is an error.
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     resource: str | None = Field(
         default=None, description=f"pretrained resource (default {DEFAULT_RESOURCE})"
