@@ -102,7 +102,7 @@ def test_saved_detector_holds_features_not_weights_and_reloads() -> None:
     train, x, _ = _images()
     det = PretrainedDetector(k=3, image_size=SIZE).fit(train)
     again = detector_from_config(det.to_config(), det.get_arrays())
-    assert isinstance(again, PretrainedDetector) and again.k == 3
+    assert isinstance(again, PretrainedDetector) and again.params.k == 3
     np.testing.assert_array_equal(again.score(x), det.score(x))
     assert again.threshold_ == det.threshold_
 
