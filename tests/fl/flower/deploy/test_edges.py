@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from fedad.errors import FedadError, Interrupted
 from fedad.fl.flower.deploy import local
@@ -113,12 +112,6 @@ def processes_with_home(marker: str) -> dict[int, str]:
     return found
 
 
-def one_line(text: str) -> str:
-    lines = [x for x in text.strip().splitlines() if x.strip()]
-    assert len(lines) == 1 and "Traceback" not in text, text
-    return lines[0]
-
-
 # ---------------------------------------------------------------------------- addresses, ports
 
 
@@ -159,78 +152,6 @@ def test_port_check(taken_port: int) -> None:
     with pytest.raises(FedadError, match=rf"port {taken_port} on 127.0.0.1 is already in use.*--x"):
         check_port_free("127.0.0.1", taken_port, "it", option="--x")
     check_port_free("127.0.0.1", free_port(), "it")
-
-
-@needs_flwr
-@pytest.mark.parametrize("command", ["superlink", "supernode"])
-def test_cli_busy_port_is_one_line(command: str, taken_port: int, tmp_path: Path) -> None:
-    from fedad.cli.app import app
-
-    args = ["flower", command, "--insecure", "--port", str(taken_port), "--home", str(tmp_path)]
-    if command == "superlink":
-        args += ["--host", "127.0.0.1"]
-    else:  # checked before the SuperLink's address
-        args += ["--superlink", f"127.0.0.1:{free_port()}", "--connect-timeout", "30"]
-        args += ["--partition-id", "0", "--num-partitions", "2"]
-    t0 = time.monotonic()
-    res = CliRunner().invoke(app, args)
-    assert time.monotonic() - t0 < 10
-    assert res.exit_code == 2
-    line = one_line(res.output)
-    assert f"port {taken_port} on 127.0.0.1 is already in use" in line and "--port" in line
-    assert not list(tmp_path.iterdir())  # no Flower process ever started
-
-
-@needs_flwr
-@pytest.mark.parametrize("command", ["supernode", "run"])
-@pytest.mark.parametrize("address", ["nonsense", "http://127.0.0.1:9093", "nothing-listening"])
-def test_cli_bad_superlink_is_one_line(command: str, address: str, tmp_path: Path) -> None:
-    from fedad.cli.app import app
-
-    if address == "nothing-listening":
-        address = f"127.0.0.1:{free_port()}"
-    if command == "run":
-        cfg = tmp_path / "c.toml"
-        cfg.write_text(CONFIG)
-        args = ["flower", "run", str(cfg), "--out", str(tmp_path / "out")]
-    else:
-        args = ["flower", "supernode", "--partition-id", "0", "--num-partitions", "2"]
-        args += ["--port", str(free_port()), "--home", str(tmp_path / "home")]
-    args += ["--superlink", address, "--insecure", "--connect-timeout", "1"]
-    t0 = time.monotonic()
-    res = CliRunner().invoke(app, args)
-    assert time.monotonic() - t0 < 10
-    assert res.exit_code == 2
-    line = one_line(res.output)
-    if address.startswith("127.0.0.1:"):
-        assert f"nothing accepts connections at {address} (--superlink) after 1 s" in line
-    else:
-        assert f"--superlink '{address}' is not an address of the form HOST:PORT" in line
-    assert not (tmp_path / "out").exists()
-
-
-def test_foreground_start_failure_is_one_line(capfd: pytest.CaptureFixture[str]) -> None:
-    """A Flower process that stops while starting: one line; its output is not printed."""
-    from fedad.cli.flower import run_foreground
-
-    def fake(output: str, code: int) -> list[str]:
-        return [sys.executable, "-c", f"print({output!r}); print('noise ' * 5); exit({code})"]
-
-    busy = "ERROR [uvicorn.error] [Errno 98] error while attempting to bind: address already in use"
-    with pytest.raises(FedadError, match=r"port 4711 on 127.0.0.1 is already in use.*--port"):
-        run_foreground(fake(busy, 1), dict(os.environ), "the SuperLink", port=4711)
-    crash = "Traceback (most recent call last):\nRuntimeError: SuperNode API failed to start."
-    with pytest.raises(FedadError) as info:
-        run_foreground(fake(crash, 3), dict(os.environ), "the SuperNode", port=4711)
-    assert "the SuperNode stopped while starting (exit status 3): RuntimeError: SuperNode" in str(
-        info.value
-    )
-    out = capfd.readouterr().out
-    assert "noise" not in out and "Traceback" not in out
-    # a process that starts fine has its output passed through, and its exit status returned
-    ok = [sys.executable, "-c", "print('Uvicorn running on x'); print('later'); exit(5)"]
-    assert run_foreground(ok, dict(os.environ), "it", port=4711) == 5
-    assert "later" in capfd.readouterr().out
 
 
 # ---------------------------------------------------------------------------- signals
