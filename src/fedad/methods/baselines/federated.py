@@ -214,15 +214,13 @@ class TorchBaseline(Algorithm):
                 # by default the backbone reads images at their own side, kept in 64..224
                 "image_size": p.image_size or min(224, max(64, max(shape[1:], default=64))),
             }
-        return cls(
+        # latent_dim, lr, batch_size, weight_decay (None: the detector's own default) by name
+        return cls.configured(
+            self.params,
             **extra,
             kind=self.setup.kind,
             input_shape=shape,
-            latent_dim=self.params.latent_dim,
-            lr=self.params.lr,
             epochs=self.params.local_epochs,
-            batch_size=self.params.batch_size,
-            weight_decay=self.params.weight_decay,  # None: the detector's own default
             contamination=self.contamination,
             seed=self.setup.seed,
             device=device,
