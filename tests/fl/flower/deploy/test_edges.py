@@ -383,7 +383,7 @@ def test_sigkilled_fedad_leaves_no_flower_process(tmp_path: Path) -> None:
         run.kill()
         run.wait()
     kinds = " ".join(procs.values())
-    for kind in ("flower-superlink", "flower-supernode", "flower-superexec", "flower_worker"):
+    for kind in ("flower-superlink", "flower-supernode", "flower-superexec", "flower.worker"):
         assert kind in kinds, kinds
     t1 = time.monotonic()
     left = wait_dead(set(procs), timeout=5)  # Flower's own parent polling takes ~10 s
