@@ -71,7 +71,7 @@ import numpy as np
 from pydantic import Field
 
 from fedad.data.types import ClientData, DataKind, Features, dense
-from fedad.detector import quantile_threshold
+from fedad.detector import quantile_threshold, shared_field
 from fedad.devices import resolve_device
 from fedad.errors import ConfigError, RunError
 from fedad.fl.algorithm import (
@@ -93,6 +93,7 @@ from fedad.methods.baselines.detectors import (
     AutoEncoderDetector,
     DeepSVDDDetector,
     TorchDetector,
+    TorchDetectorParams,
 )
 from fedad.methods.baselines.ocsvm import OCSVM, OCSVMDetector
 from fedad.methods.baselines.patchcore import (
@@ -123,11 +124,11 @@ OWN = "own"
 class TrainParams(Params, PatchCoreOptions):
     """Parameters shared by the baselines (and ``detector = "patchcore"``'s options)."""
 
-    lr: float = Field(default=1e-3, gt=0.0)
+    lr: float = shared_field(TorchDetectorParams, "lr")
     local_epochs: int = Field(default=1, ge=1, description="epochs per round")
     batch_size: int = Field(default=64, ge=1)
     latent_dim: int | None = Field(default=None, ge=1)
-    weight_decay: float | None = Field(default=None, ge=0.0)
+    weight_decay: float | None = shared_field(TorchDetectorParams, "weight_decay")
 
 
 class BaselineParams(PretrainedOptions, TrainParams):
