@@ -12,6 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fedad.components.nn.patchscore import anomaly_maps
 from fedad.export.check import TOLERANCE, session
 from fedad.export.detectors.baselines import GaussianScore, KNNScore
 from fedad.export.detectors.feddymem import FedDyMemScore
@@ -29,7 +30,6 @@ from fedad.methods.feduv.detector import FedUVDetector
 from fedad.methods.onlad.detector import OSELMAutoEncoder
 from fedad.methods.onlad.model import standardizer
 from fedad.methods.protofl.detector import ProtoFLDetector
-from fedad.nn.patchscore import anomaly_maps
 from fedad.resources.base import Backbone
 from fedad.resources.efficientnet_lite0 import INPUT_SPEC
 from tests.export.helpers import parity_on

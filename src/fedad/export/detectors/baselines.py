@@ -1,8 +1,8 @@
 """The generic baselines' detectors: autoencoder, Deep SVDD, one-class SVM, pretrained
 (kNN or shrinkage Gaussian), contrastive, PatchCore-style.
 
-The torch networks are exported as they are (:class:`~fedad.methods.baselines.model.
-AutoEncoder` and :class:`~fedad.methods.baselines.model.DeepSVDDNet` compute their own
+The torch networks are exported as they are (:class:`~fedad.components.nn.model.
+AutoEncoder` and :class:`~fedad.components.nn.model.DeepSVDDNet` compute their own
 score); the one-class SVM's decision function is written out (RBF kernel against the support
 vectors) in float64, the formula :func:`fedad.methods.baselines.ocsvm.rbf_ocsvm_score`
 evaluates; the frozen backbones and bank scores are :mod:`.images`' modules, each score in

@@ -13,7 +13,7 @@ TorchScript exporter can trace it:
 * :class:`BankDistances` is ``torch.cdist`` against a fixed bank, in the matrix-product form
   cdist itself uses above 25 rows (``[-2x, |x|^2, 1] @ [y, 1, |y|^2]^T``, clamped at 1e-30,
   square root);
-* :class:`PatchMaps` is :func:`fedad.nn.patchscore.anomaly_maps`.
+* :class:`PatchMaps` is :func:`fedad.components.nn.patchscore.anomaly_maps`.
 """
 
 from __future__ import annotations
@@ -147,8 +147,8 @@ class BankDistances(nn.Module):
 
 
 class PatchMaps(nn.Module):
-    """:func:`fedad.nn.patchscore.anomaly_maps`: each patch's distance to its nearest bank
-    entry, upsampled bilinearly to ``size``, smoothed by a Gaussian of ``sigma`` (kornia,
+    """:func:`fedad.components.nn.patchscore.anomaly_maps`: each patch's distance to its nearest
+    bank entry, upsampled bilinearly to ``size``, smoothed by a Gaussian of ``sigma`` (kornia,
     reflected borders, or replicated when the image is smaller than half the kernel).
     ``patches``: an image's patch count (with the bank's size, which form cdist takes)."""
 

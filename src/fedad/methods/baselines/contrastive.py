@@ -74,10 +74,10 @@ import torch
 from pydantic import Field, model_validator
 from torch import nn
 
+from fedad.components.train import batched
 from fedad.data.types import Features, dense
 from fedad.detector import register_detector
 from fedad.methods.baselines.detectors import MAX_FEATURES, TorchDetector, TorchDetectorParams
-from fedad.methods.baselines.train import batched
 from fedad.methods.fadngs import augment, losses
 from fedad.methods.fadngs.model import Encoder
 

@@ -25,6 +25,14 @@ import torch
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from torch import nn
 
+from fedad.components.nn.model import (
+    GRAPH_INPUT_LAYER,
+    AutoEncoder,
+    DeepSVDDNet,
+    fix_center,
+    latent_size,
+)
+from fedad.components.train import batched, train_epochs
 from fedad.data.types import Features, GraphSet, dense
 from fedad.detector import (
     DEFAULT_CONTAMINATION,
@@ -33,14 +41,6 @@ from fedad.detector import (
     check_network_arrays,
     register_detector,
 )
-from fedad.methods.baselines.model import (
-    GRAPH_INPUT_LAYER,
-    AutoEncoder,
-    DeepSVDDNet,
-    fix_center,
-    latent_size,
-)
-from fedad.methods.baselines.train import batched, train_epochs
 from fedad.seeding import torch_seeded
 
 MAX_FEATURES = 1 << 24

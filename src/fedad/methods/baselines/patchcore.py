@@ -26,7 +26,7 @@ PatchCore's local neighbourhood aggregation (3x3 average pooling):
   smallest singular value from 1 to 0.06, normal test scores by 31% and defective ones by
   9%; image and pixel AUROC stayed (1.000, 0.988 -> 0.985). A slow, partial collapse that
   costs nothing there, not hidden: longer training keeps shrinking it (weight decay too);
-* **scoring** as FedDyMem's (:mod:`fedad.nn.patchscore`): nearest-bank distance maps,
+* **scoring** as FedDyMem's (:mod:`fedad.components.nn.patchscore`): nearest-bank distance maps,
   bilinear upsampling, Gaussian smoothing with sigma 4, image score the maximum.
 
 In ``fedavg``/``fedprox`` only the projection travels; each client's final detector is the
@@ -52,11 +52,11 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from torch import nn
 
+from fedad.components.nn.patchscore import anomaly_maps, image_scores, knn_distances
 from fedad.data.types import Features, dense
 from fedad.detector import register_detector
 from fedad.errors import ConfigError
 from fedad.methods.baselines.detectors import MAX_FEATURES, TorchDetector, TorchDetectorParams
-from fedad.nn.patchscore import anomaly_maps, image_scores, knn_distances
 from fedad.resources.base import check_stages
 from fedad.resources.multilevel import MultiLevelFeatures, check_backbone, stage_channels
 from fedad.seeding import rng as seeded_rng

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedad.methods.baselines.train import iterate_batches
+from fedad.components.train import iterate_batches
 from fedad.methods.fadngs.augment import ROTATIONS, crad_views, normal_transform, shifted_views
 from fedad.methods.fadngs.density import min_mahalanobis
 from fedad.methods.fadngs.losses import (

@@ -13,6 +13,6 @@ Algorithm 3 (k-means aggregation)          ``memory.aggregate_banks``
 Algorithm 4 (initialisation)               ``federated.FedDyMem.client_init``
 Algorithm 5 (training)                     ``federated.FedDyMem``, ``train.train_epoch``
 scoring (Sec. VI-E, Fig. 9)                ``detector.FedDyMemDetector``,
-                                           :mod:`fedad.nn.patchscore`
+                                           :mod:`fedad.components.nn.patchscore`
 =========================================  ===================================================
 """

@@ -3,8 +3,9 @@
 A test image goes through the frozen backbone (multi-level features, eq. 8), the client's
 projection and memory generator (eq. 9-11); each patch's memory feature is scored by its
 Euclidean distance to the nearest entry of the global memory bank; the patch map is
-upsampled to the image and smoothed with a Gaussian of sigma 4 (:mod:`fedad.nn.patchscore`);
-the image score is the map's maximum. ``threshold_`` comes from the training images' scores.
+upsampled to the image and smoothed with a Gaussian of sigma 4
+(:mod:`fedad.components.nn.patchscore`); the image score is the map's maximum. ``threshold_``
+comes from the training images' scores.
 
 Stand-alone (:meth:`FedDyMemDetector.fit`) it is FedDyMem with one client: the bank of
 Algorithm 4 from its own data, then ``epochs`` rounds of local training (eq. 12) and
@@ -35,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
+from fedad.components.nn.patchscore import anomaly_maps, image_scores
 from fedad.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
@@ -45,7 +47,6 @@ from fedad.devices import resolve_device
 from fedad.methods.feddymem.memory import memory_reduce
 from fedad.methods.feddymem.model import FedDyMemNet
 from fedad.methods.feddymem.train import feature_scale, memory_features, train_epoch
-from fedad.nn.patchscore import anomaly_maps, image_scores
 from fedad.resources.base import check_stages
 from fedad.resources.multilevel import MultiLevelFeatures, stage_channels
 from fedad.seeding import rng as seeded_rng

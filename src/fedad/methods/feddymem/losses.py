@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from fedad.nn.patchscore import knn_distances
+from fedad.components.nn.patchscore import knn_distances
 
 __all__ = ["metric_loss", "scale_floor"]
 

@@ -17,12 +17,12 @@ import numpy as np
 import torch
 from pydantic import ConfigDict, Field
 
+from fedad.components.nn.model import fix_center
+from fedad.components.train import batched, train_epochs
 from fedad.data.types import Features
 from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, DetectorParams, register_detector
 from fedad.devices import resolve_device
 from fedad.methods.baselines.detectors import graph_width
-from fedad.methods.baselines.model import fix_center
-from fedad.methods.baselines.train import batched, train_epochs
 from fedad.methods.fedstar.model import FEATURE_INPUT_LAYER, STRUCT, FedStarNet
 from fedad.seeding import torch_seeded
 
@@ -117,7 +117,7 @@ class FedStarDetector(BaseDetector):
     # -- Deep SVDD --------------------------------------------------------------------------
     def set_center(self, x: Features) -> Self:
         """Fix :math:`c` := the mean embedding of ``x`` under the current weights
-        (:func:`~fedad.methods.baselines.model.fix_center` applied)."""
+        (:func:`~fedad.components.nn.model.fix_center` applied)."""
         x = self._graphs(x)
         z = batched(self.model_.embed, x)
         c = torch.as_tensor(z.mean(0) if len(z) else np.zeros(self.model_.out_dim))

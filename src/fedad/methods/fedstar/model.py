@@ -9,7 +9,7 @@ every source whatever its node features:
 
 (random-walk return probabilities, as PyG's ``AddRandomWalkPE``, and the one-hot degree).
 
-Two bias-free GINs (:class:`fedad.nn.gin.GIN`): the **structure encoder** over
+Two bias-free GINs (:class:`fedad.components.nn.gin.GIN`): the **structure encoder** over
 :math:`\\mathbf s_v` (node embeddings :math:`H_s`, the part every client shares) and the
 **feature encoder** over :math:`[\\mathbf x_v \\| H_{s,v}]` (personal; its input width follows
 the client's node features). The graph representation is the sum readout of both:
@@ -20,7 +20,7 @@ the client's node features). The graph representation is the sum readout of both
 
 Reduced to: FedStar feeds the structure embedding into the feature encoder at every layer
 (:math:`h_f^{(k)} = \\mathrm{GIN}_f([h_f^{(k-1)} \\| h_s^{(k-1)}])`); here it enters once, at
-the input, so both encoders are plain :class:`~fedad.nn.gin.GIN` s.
+the input, so both encoders are plain :class:`~fedad.components.nn.gin.GIN` s.
 
 Deep SVDD (Ruff et al. 2018) on :math:`\\phi`: bias-free layers, a centre :math:`c` fixed once
 (buffer ``center``), score :math:`\\lVert \\phi(G) - c \\rVert^2`.
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from fedad.nn.gin import GIN
+from fedad.components.nn.gin import GIN
 
 if TYPE_CHECKING:
     from torch_geometric.data import Batch

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from pydantic import ConfigDict, Field, model_validator
 
+from fedad.components.train import batched, train_epochs
 from fedad.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
@@ -22,7 +23,6 @@ from fedad.detector import (
     check_network_arrays,
     register_detector,
 )
-from fedad.methods.baselines.train import batched, train_epochs
 from fedad.methods.feduv.model import FedUVNet, feduv_loss, feduv_score, secret_code
 from fedad.seeding import rng as seeded_rng
 from fedad.seeding import torch_seeded

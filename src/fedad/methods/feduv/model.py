@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedad.nn.cnn import ConvEncoder
-from fedad.nn.mlp import MLP, flatten
+from fedad.components.nn.cnn import ConvEncoder
+from fedad.components.nn.mlp import MLP, flatten
 
 EPS = 1e-8
 
@@ -64,7 +64,7 @@ def feduv_score(out: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
 
 class FedUVNet(nn.Module):
     """:math:`f(x) = W g(x)`: an encoder :math:`g` following the data kind (an MLP for vectors,
-    :class:`~fedad.nn.cnn.ConvEncoder` for images) and a linear head :math:`W` to ``L``
+    :class:`~fedad.components.nn.cnn.ConvEncoder` for images) and a linear head :math:`W` to ``L``
     outputs. Everything here is shared (FedAvg); the code is not part of it."""
 
     def __init__(self, kind: str, shape: tuple[int, ...], hidden: int, length: int) -> None:

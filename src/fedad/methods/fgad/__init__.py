@@ -4,7 +4,7 @@ MM 2024). Paper label: ``FGAD``.
 =========================================  ===================================================
 paper                                      code
 =========================================  ===================================================
-eq. 1-3 (GIN, sum readout of layers)       :class:`fedad.nn.gin.GIN`
+eq. 1-3 (GIN, sum readout of layers)       :class:`fedad.components.nn.gin.GIN`
 eq. 5-7 (VGAE generator, per graph)        ``model.Generator``
 eq. 8 (adjacency reconstruction)           ``losses.reconstruction_loss`` (ours: its balanced form
                                            ``losses.balanced_reconstruction_loss`` with

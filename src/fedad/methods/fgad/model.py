@@ -9,7 +9,7 @@ that teacher and student share (one GIN backbone, two heads).
   :math:`\\tilde A = \\mathrm{sigmoid}(\\tilde Z \\tilde Z^\\top)` [FGAD eq. 7] — one
   :math:`n_i \\times n_i` block per graph, never an entry between two graphs, zero on the
   diagonal (the graphs have no self-loops, so eq. 8 has no target there).
-* :class:`FGADNet`: the backbone :math:`f_{w_g}` (:class:`~fedad.nn.gin.GIN`, shared by
+* :class:`FGADNet`: the backbone :math:`f_{w_g}` (:class:`~fedad.components.nn.gin.GIN`, shared by
   teacher and student [FGAD eq. 14]), the teacher head :math:`\\mathrm{Proj}_{w_t}` (4 linear
   layers) and the student head :math:`\\mathrm{Proj}_{w_s}` (3 linear layers), both ending in
   2 logits: index 1 "normal" (:math:`y = 1`), index 0 "generated" (:math:`\\tilde y = 0`)
@@ -23,8 +23,8 @@ import math
 import torch
 from torch import nn
 
-from fedad.nn.gin import GIN
-from fedad.nn.mlp import MLP
+from fedad.components.nn.gin import GIN
+from fedad.components.nn.mlp import MLP
 
 __all__ = ["NORMAL", "FGADNet", "Generator", "pair_mask"]
 

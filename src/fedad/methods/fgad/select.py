@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedad.components.nn.gin import dense_graphs, dense_nodes
 from fedad.data.types import ClientData, Federation, GraphSet
 from fedad.methods.fgad.detector import FGADDetector
 from fedad.methods.fgad.losses import edge_prior_shift
 from fedad.methods.fgad.model import Generator
 from fedad.methods.fgad.train import degree_cap, degree_features, sample_adjacency
 from fedad.metrics import auroc
-from fedad.nn.gin import dense_graphs, dense_nodes
 
 __all__ = [
     "Candidate",

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from fedad.methods.baselines.train import iterate_batches
+from fedad.components.nn.gin import dense_graphs, dense_nodes
+from fedad.components.train import iterate_batches
 from fedad.methods.fgad.losses import (
     balanced_reconstruction_loss,
     constant_reconstruction_loss,
@@ -36,7 +37,6 @@ from fedad.methods.fgad.losses import (
     total_loss,
 )
 from fedad.methods.fgad.model import NORMAL, FGADNet, Generator
-from fedad.nn.gin import dense_graphs, dense_nodes
 
 if TYPE_CHECKING:
     from torch_geometric.data import Batch

@@ -50,7 +50,7 @@ updates grow with the steps: on FGAD's benchmark, about four steps per round, ab
 and 0.12 left GCFL equal to FedAvg in every table).
 
 Reduced to: Deep SVDD on the bias-free GIN of the generic baselines
-(:class:`fedad.methods.baselines.model.DeepSVDDNet`, FGAD's "GCFL + DeepSVDD" baseline) in
+(:class:`fedad.components.nn.model.DeepSVDDNet`, FGAD's "GCFL + DeepSVDD" baseline) in
 place of GCFL's classifier; Adam as in the baselines; the bi-partition by complete-linkage
 clustering of the distances (:func:`.cluster.bipartition`) instead of the GCFL code's
 Stoer-Wagner min cut; the GCFL+ sequences compared without standardisation, so that their

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedad.components.train import device_of, fetcher, iterate_batches
 from fedad.data.types import Features
-from fedad.methods.baselines.train import _device_of, _fetcher, iterate_batches
 from fedad.methods.scaffold.control import corrected_step
 
 
@@ -43,7 +43,7 @@ def scaffold_epochs(
     absent from them (a client's own input layer on graphs) is corrected by zero, i.e.
     trained by plain SGD.
     """
-    device = _device_of(model)
+    device = device_of(model)
     params = {k: p for k, p in model.named_parameters() if p.requires_grad}
     corr = {
         k: torch.as_tensor(np.asarray(c_i[k]) - np.asarray(c[k]), dtype=p.dtype).to(device)
@@ -51,7 +51,7 @@ def scaffold_epochs(
         if k in c and k in c_i
     }
     zero = torch.zeros((), device=device)
-    fetch = _fetcher(x, device)
+    fetch = fetcher(x, device)
     model.train()
     last, steps = float("nan"), 0
     for _ in range(max(1, epochs)):

@@ -48,8 +48,8 @@ def train_epochs(
     params = [p for p in model.parameters() if p.requires_grad]
     anchor = [p.detach().clone() for p in params] if prox_mu > 0 else []
     opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-    device = _device_of(model)
-    fetch = _fetcher(x, device)
+    device = device_of(model)
+    fetch = fetcher(x, device)
     model.train()
     last = float("nan")
     for _ in range(max(1, epochs)):
@@ -70,7 +70,7 @@ def train_epochs(
     return last
 
 
-def _fetcher(x: Features, device: torch.device) -> Callable[[np.ndarray], Any]:
+def fetcher(x: Features, device: torch.device) -> Callable[[np.ndarray], Any]:
     """``ids -> batch`` on ``device``: rows of a dense array, or a graph batch."""
     if isinstance(x, GraphSet):
         graphs = x
@@ -88,7 +88,7 @@ GRAPH_SCORE_BATCH = 256
 @torch.no_grad()
 def batched(fn: Callable[[Any], torch.Tensor], x: Features, batch_size: int = 1024) -> np.ndarray:
     """Apply ``fn`` to ``x`` in batches without gradients; concatenate as float64 numpy."""
-    device = _device_of(fn)
+    device = device_of(fn)
     if isinstance(x, GraphSet):
         step = min(batch_size, GRAPH_SCORE_BATCH)
         outs = [
@@ -107,7 +107,7 @@ ON_DEVICE_BYTES = 1 << 30
 """Training data up to this size are copied to the model's device once per call."""
 
 
-def _device_of(fn: object) -> torch.device:
+def device_of(fn: object) -> torch.device:
     """The device of a module, or of the module a bound method belongs to (CPU otherwise)."""
     owner = getattr(fn, "__self__", fn)
     if isinstance(owner, nn.Module):

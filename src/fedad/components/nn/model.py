@@ -10,8 +10,9 @@
   an initial forward pass; the score is :math:`\\lVert \\phi(x; W^*) - c \\rVert^2` (eq. 5).
 
 The backbone follows the data: an MLP for vectors, a small CNN for images, and for graphs
-(Deep SVDD only) a bias-free GIN (:class:`fedad.nn.gin.GIN`, 3 layers of 64, sum readout of
-the concatenated layers: :math:`\\phi(G) \\in \\mathbb R^{192}`, as OCGIN, Zhao & Akoglu 2021),
+(Deep SVDD only) a bias-free GIN (:class:`fedad.components.nn.gin.GIN`, 3 layers of 64, sum
+readout of the concatenated layers: :math:`\\phi(G) \\in \\mathbb R^{192}`, as OCGIN, Zhao &
+Akoglu 2021),
 followed by a bias-free linear map to ``latent_dim`` only when one is configured. The first
 linear map of the GIN's first layer (:data:`GRAPH_INPUT_LAYER`) is the only tensor whose
 shape depends on the node-feature width.
@@ -25,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from fedad.nn.cnn import ConvDecoder, ConvEncoder
-from fedad.nn.gin import GIN
-from fedad.nn.mlp import MLP, default_latent, flatten
+from fedad.components.nn.cnn import ConvDecoder, ConvEncoder
+from fedad.components.nn.gin import GIN
+from fedad.components.nn.mlp import MLP, default_latent, flatten
 
 if TYPE_CHECKING:
     from torch_geometric.data import Batch

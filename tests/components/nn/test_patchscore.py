@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from fedad.nn.patchscore import anomaly_maps, image_scores, knn_distances, nearest_distances
+from fedad.components.nn.patchscore import (
+    anomaly_maps,
+    image_scores,
+    knn_distances,
+    nearest_distances,
+)
 
 
 def test_knn_distances_against_brute_force() -> None:

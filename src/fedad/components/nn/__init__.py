@@ -1,0 +1,1 @@
+"""Shared torch modules: CNN, GIN and MLP backbones, the baseline networks, patch scoring."""
