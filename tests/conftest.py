@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import fedad.methods  # noqa: F401  (the test session's composition root: the built-in methods)
 from fedad.data.types import ClientData, Federation, GraphSet, concat
 from fedad.fl.messages import Message
 

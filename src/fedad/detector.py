@@ -25,7 +25,6 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import (
-    TYPE_CHECKING,
     Any,
     ClassVar,
     Protocol,
@@ -38,10 +37,8 @@ from typing import (
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from fedad.catalog import detector_entries, import_detector
 from fedad.errors import FedadError
-
-if TYPE_CHECKING:
-    from fedad.inputs import Inputs
 
 DEFAULT_CONTAMINATION = 0.05
 """Threshold quantile used when neither the config nor the method gives a contamination."""
@@ -87,6 +84,14 @@ def shared_field(model: type[BaseModel], name: str, description: str | None = No
     return info
 
 
+class RawRows(Protocol):
+    """What turns raw table rows into model inputs: a run's :class:`fedad.inputs.Inputs`."""
+
+    def table(self, frame: Any, where: str = ...) -> np.ndarray:
+        """The rows of the DataFrame ``frame`` as model inputs, preprocessed as in training."""
+        ...
+
+
 class BaseDetector(ABC):
     """Base class of every detector.
 
@@ -105,7 +110,7 @@ class BaseDetector(ABC):
     """
 
     threshold_: float
-    inputs_: Inputs | None = None
+    inputs_: RawRows | None = None
     """The run's preprocessing, set by :func:`fedad.load` (:class:`fedad.inputs.Inputs`):
     with it, ``score`` and ``predict`` also accept a pandas DataFrame of raw table rows,
     which are preprocessed exactly as the run's training data were."""
@@ -332,26 +337,41 @@ def register_detector(name: str) -> Callable[[D], D]:
 
 
 def detector_classes() -> dict[str, type[BaseDetector]]:
-    """Every registered detector class by name (the built-in methods' included)."""
-    import fedad.methods  # noqa: F401  (defining modules register their classes)
-
+    """Every detector class by name: each declared one imported (:mod:`fedad.catalog`), and
+    those registered without a declaration."""
+    for name in detector_entries():
+        import_detector(name)
     return dict(sorted(_DETECTORS.items()))
 
 
+def detector_class(name: str) -> type[BaseDetector] | None:
+    """The detector class registered as ``name``, its module imported if it is only
+    declared; ``None`` for an unknown name."""
+    if name not in _DETECTORS:
+        import_detector(name)
+    return _DETECTORS.get(name)
+
+
 def _lookup(name: object) -> type[BaseDetector]:
-    classes = detector_classes()
     if isinstance(name, str):
-        if name in classes:
-            return classes[name]
+        cls = detector_class(name)
+        if cls is not None:
+            return cls
         # Run directories written before the registry named classes "module:qualname";
-        # such a name is only compared with the registered classes, never imported.
-        for cls in classes.values():
+        # such a name is only compared with the classes of the declared modules, never
+        # imported itself.
+        module = name.partition(":")[0]
+        for entry in detector_entries().values():
+            if entry.module == module:
+                import_detector(entry.name)
+        for cls in _DETECTORS.values():
             if name == f"{cls.__module__}:{cls.__qualname__}":
                 return cls
     shown = repr(name)[:80]
+    known = sorted({*detector_entries(), *_DETECTORS})
     raise FedadError(
         f"checkpoint names detector class {shown}, which is not a registered detector",
-        f"known: {', '.join(classes)}",
+        f"known: {', '.join(known)}",
     )
 
 

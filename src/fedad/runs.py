@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+import fedad.methods  # noqa: F401  (a run's detectors are looked up among the built-in ones)
 from fedad.detector import BaseDetector, detector_from_config
 from fedad.errors import FedadError
 from fedad.inputs import INPUTS_FILE, Inputs, read_inputs

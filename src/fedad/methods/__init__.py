@@ -1,13 +1,17 @@
-"""Built-in methods; importing this package registers them."""
+"""Built-in methods. Importing this package reads each method folder's declarations (its
+``__init__.py``: names, data kinds, detectors, the module behind each; nothing heavy) into
+:mod:`fedad.catalog`; a method's own modules are imported when its name is looked up.
+Only the composition root imports it: the CLI, the runner, :func:`fedad.load` and the
+Flower apps. A new method is a folder and one line here."""
 
-from fedad.methods.baselines import federated as _baselines  # noqa: F401
-from fedad.methods.fadngs import federated as _fadngs  # noqa: F401
-from fedad.methods.fedbn import federated as _fedbn  # noqa: F401
-from fedad.methods.feddymem import federated as _feddymem  # noqa: F401
-from fedad.methods.fedstar import federated as _fedstar  # noqa: F401
-from fedad.methods.feduv import federated as _feduv  # noqa: F401
-from fedad.methods.fgad import federated as _fgad  # noqa: F401
-from fedad.methods.gcfl import federated as _gcfl  # noqa: F401
-from fedad.methods.onlad import federated as _onlad  # noqa: F401
-from fedad.methods.protofl import federated as _protofl  # noqa: F401
-from fedad.methods.scaffold import federated as _scaffold  # noqa: F401
+from fedad.methods import baselines as _baselines  # noqa: F401
+from fedad.methods import fadngs as _fadngs  # noqa: F401
+from fedad.methods import fedbn as _fedbn  # noqa: F401
+from fedad.methods import feddymem as _feddymem  # noqa: F401
+from fedad.methods import fedstar as _fedstar  # noqa: F401
+from fedad.methods import feduv as _feduv  # noqa: F401
+from fedad.methods import fgad as _fgad  # noqa: F401
+from fedad.methods import gcfl as _gcfl  # noqa: F401
+from fedad.methods import onlad as _onlad  # noqa: F401
+from fedad.methods import protofl as _protofl  # noqa: F401
+from fedad.methods import scaffold as _scaffold  # noqa: F401

@@ -57,6 +57,7 @@ from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
+import fedad.methods  # noqa: F401  (the Flower apps' composition root: the built-in methods)
 from fedad.config import ExperimentConfig, read_toml
 from fedad.data.types import ClientData, Features, Samples
 from fedad.errors import ConfigError, FedadError

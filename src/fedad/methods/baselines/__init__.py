@@ -1,1 +1,38 @@
 """Generic baselines: local, centralized, FedAvg, FedProx with autoencoder / Deep SVDD."""
+
+from fedad.catalog import declare_detector, declare_method
+
+declare_method(
+    "centralized",
+    "fedad.methods.baselines.federated",
+    "Centralized: clients upload their data, one model on the pool (upper reference)",
+    ("vector", "image"),
+    ("autoencoder", "deepsvdd", "contrastive", "patchcore", "pretrained", "ocsvm"),
+)
+declare_method(
+    "fedavg",
+    "fedad.methods.baselines.federated",
+    "FedAvg: example-weighted mean of client models each round",
+    ("vector", "image", "graph"),
+    ("autoencoder", "deepsvdd", "contrastive", "patchcore"),
+)
+declare_method(
+    "fedprox",
+    "fedad.methods.baselines.federated",
+    "FedProx: FedAvg with a proximal term mu/2 ||w - w_global||^2 on clients",
+    ("vector", "image", "graph"),
+    ("autoencoder", "deepsvdd", "contrastive", "patchcore"),
+)
+declare_method(
+    "local",
+    "fedad.methods.baselines.federated",
+    "Local: each client trains alone (no federation), lower reference",
+    ("vector", "image", "graph"),
+    ("autoencoder", "deepsvdd", "contrastive", "patchcore", "pretrained", "ocsvm"),
+)
+declare_detector("autoencoder", "fedad.methods.baselines.detectors")
+declare_detector("contrastive", "fedad.methods.baselines.contrastive")
+declare_detector("deepsvdd", "fedad.methods.baselines.detectors")
+declare_detector("ocsvm", "fedad.methods.baselines.ocsvm")
+declare_detector("patchcore", "fedad.methods.baselines.patchcore")
+declare_detector("pretrained", "fedad.methods.baselines.pretrained")

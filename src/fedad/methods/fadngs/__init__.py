@@ -36,3 +36,19 @@ Algorithm 1 (GetDensityFunctions,          ``federated.FADngs``, ``federated.FAD
 LocalUpdate, Aggregate)                    (``train.local_update``, ``train.sed_distill``)
 =========================================  ===================================================
 """
+
+from fedad.catalog import declare_detector, declare_method
+
+declare_method(
+    "fadngs",
+    "fedad.methods.fadngs.federated",
+    "FADngs: noisy global densities, contrastive CRAD, ensemble distillation (SED)",
+    ("image",),
+)
+declare_method(
+    "fadngs-nosed",
+    "fedad.methods.fadngs.federated",
+    "FADngs without SED: noisy global densities and CRAD, FedAvg aggregation",
+    ("image",),
+)
+declare_detector("fadngs", "fedad.methods.fadngs.detector")

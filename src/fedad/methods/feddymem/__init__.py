@@ -16,3 +16,13 @@ scoring (Sec. VI-E, Fig. 9)                ``detector.FedDyMemDetector``,
                                            :mod:`fedad.components.nn.patchscore`
 =========================================  ===================================================
 """
+
+from fedad.catalog import declare_detector, declare_method
+
+declare_method(
+    "feddymem",
+    "fedad.methods.feddymem.federated",
+    "FedDyMem: memory banks shared instead of models, pixel-level anomaly maps",
+    ("image",),
+)
+declare_detector("feddymem", "fedad.methods.feddymem.detector")

@@ -1,1 +1,11 @@
 """FedStar (Tan et al., AAAI 2023): shared structure encoder, personal feature encoder."""
+
+from fedad.catalog import declare_detector, declare_method
+
+declare_method(
+    "fedstar",
+    "fedad.methods.fedstar.federated",
+    "FedStar: shared structure encoder, personal feature encoder, Deep SVDD",
+    ("graph",),
+)
+declare_detector("fedstar", "fedad.methods.fedstar.detector")

@@ -30,3 +30,13 @@ verification          score -rho(x) (``model.feduv_score``, ``detector.FedUVDete
                       not built)
 ====================  ==============================================================================
 """
+
+from fedad.catalog import declare_detector, declare_method
+
+declare_method(
+    "feduv",
+    "fedad.methods.feduv.federated",
+    "FedUV: each client fits the shared model to its own secret code (FedAvg)",
+    ("vector", "image"),
+)
+declare_detector("feduv", "fedad.methods.feduv.detector")

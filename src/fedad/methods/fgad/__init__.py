@@ -18,3 +18,25 @@ eq. 15 (student head averaged)             ``federated.FGAD`` (``ctx.mean``)
 score                                      ``detector.FGADDetector.score``
 =========================================  ===================================================
 """
+
+from fedad.catalog import declare_detector, declare_method
+
+declare_method(
+    "fgad",
+    "fedad.methods.fgad.federated",
+    (
+        "FGAD as published (for reproduction; below chance on our graphs: use fgad-plus): VGAE-"
+        "generated anomalies, teacher-student distillation, head-only FL"
+    ),
+    ("graph",),
+)
+declare_method(
+    "fgad-plus",
+    "fedad.methods.fgad.federated",
+    (
+        "FGAD that works (ours): learnt VGAE, 0/1 generated graphs with their own degree "
+        "features, the student trained on them too; student head only"
+    ),
+    ("graph",),
+)
+declare_detector("fgad", "fedad.methods.fgad.detector")

@@ -63,3 +63,34 @@ and the whole of ``onlad-robust`` (``credit.exceedance_mass``, ``credit.exceedan
 ``credit.update_effects``, ``credit.effect_gate``, ``credit.robust_credit_scores``,
 ``credit.accept_aggregate``, ``federated.ONLADRobust``).
 """
+
+from fedad.catalog import declare_detector, declare_method
+
+declare_method(
+    "onlad",
+    "fedad.methods.onlad.federated",
+    "ONLAD: online OS-ELM autoencoders, FedAvg of beta and P [ONLAD eq. 6]",
+    ("vector", "image"),
+)
+declare_method(
+    "onlad-robust",
+    "fedad.methods.onlad.federated",
+    (
+        "ONLAD + credit scores over clients that pass an exceedance check and whose update does "
+        "not raise the observed loss (ours)"
+    ),
+    ("vector", "image"),
+)
+declare_method(
+    "onlad-score",
+    "fedad.methods.onlad.federated",
+    "ONLAD + credit scores from observed-set losses [ONLAD eq. 7, Alg. 1 l. 8]",
+    ("vector", "image"),
+)
+declare_method(
+    "onlad-selective",
+    "fedad.methods.onlad.federated",
+    "ONLAD + selective aggregation: credit scores, clients over lambda excluded",
+    ("vector", "image"),
+)
+declare_detector("oselm-autoencoder", "fedad.methods.onlad.detector")

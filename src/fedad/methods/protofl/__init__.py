@@ -48,3 +48,13 @@ picked on held-out training samples (``train.choose_flow_epochs``); the ``phase1
 baseline (``federated.ProtoFL``); the ``trunk = "pretrained"`` variant (an MLP trunk on frozen
 backbone features, :mod:`.features`).
 """
+
+from fedad.catalog import declare_detector, declare_method
+
+declare_method(
+    "protofl",
+    "fedad.methods.protofl.federated",
+    "ProtoFL: prototypical distillation from a pretrained model + local flows",
+    ("vector", "image"),
+)
+declare_detector("protofl", "fedad.methods.protofl.detector")

@@ -1,0 +1,73 @@
+"""The catalog (:mod:`fedad.catalog`): each method folder's declarations agree with the classes
+they name, and a run imports only the methods and detectors its config names."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from fedad.catalog import declare_detector, declare_method, detector_entries, method_entries
+from fedad.detector import detector_class, detector_classes
+from fedad.fl.algorithm import method_class, method_names, registry
+
+
+@pytest.mark.parametrize("name", sorted(method_entries()))
+def test_declaration_agrees_with_the_method(name: str) -> None:
+    entry = method_entries()[name]
+    cls = method_class(name)
+    assert cls is not None and cls.name == name
+    assert cls.__module__ == entry.module
+    assert (cls.summary, tuple(cls.kinds), tuple(cls.detectors)) == (
+        entry.summary,
+        entry.kinds,
+        entry.detectors,
+    )
+    assert set(entry.detectors) <= set(detector_entries())
+
+
+@pytest.mark.parametrize("name", sorted(detector_entries()))
+def test_declaration_agrees_with_the_detector(name: str) -> None:
+    cls = detector_class(name)
+    assert cls is not None and cls.registry_name == name
+    assert cls.__module__ == detector_entries()[name].module
+
+
+def test_every_builtin_class_is_declared() -> None:
+    builtin = {n for n, c in registry().items() if c.__module__.startswith("fedad.methods.")}
+    assert builtin == set(method_entries())
+    detectors = {n for n, c in detector_classes().items() if c.__module__.startswith("fedad.")}
+    assert detectors == set(detector_entries())
+    assert set(method_entries()) <= set(method_names())
+
+
+def test_unknown_names_and_conflicting_declarations() -> None:
+    assert method_class("no-such-method") is None and detector_class("no-such") is None
+    with pytest.raises(ValueError, match="declared twice"):
+        declare_method("onlad", "fedad.methods.fgad.federated", "x", ("graph",))
+    with pytest.raises(ValueError, match="declared twice"):
+        declare_detector("fgad", "os")
+    # the same declaration again is harmless (a module imported twice)
+    entry = method_entries()["onlad"]
+    declare_method(entry.name, entry.module, entry.summary, entry.kinds, entry.detectors)
+
+
+def test_a_run_imports_only_its_methods() -> None:
+    """Building ONLAD imports ONLAD's modules and no other method's (nor their heavy
+    dependencies: torch-geometric, kornia, zuko)."""
+    code = (
+        "import sys\n"
+        "import fedad.runner\n"
+        "from fedad.fl.algorithm import method_class\n"
+        "from fedad.detector import detector_class\n"
+        "assert method_class('onlad') is not None\n"
+        "assert detector_class('oselm-autoencoder') is not None\n"
+        "mods = {m.split('.')[2] for m in sys.modules\n"
+        "        if m.startswith('fedad.methods.') and m.count('.') > 2}\n"
+        "assert mods == {'onlad'}, mods\n"
+        "heavy = [m for m in ('torch_geometric', 'kornia', 'zuko') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
