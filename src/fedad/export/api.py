@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+import fedad.export.detectors  # noqa: F401  (the composition root: fedad's exporters)
 from fedad.detector import BaseDetector
 from fedad.errors import FedadError
 from fedad.export import deps

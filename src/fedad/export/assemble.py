@@ -24,17 +24,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fedad.export import deps
-from fedad.export.preprocess import Preprocessing, X
+from fedad.export.preprocess import ML_OPSET, Preprocessing, X
 from fedad.export.registry import Core
 from fedad.export.torchgraph import INPUT, OPSET
 
 if TYPE_CHECKING:
     import onnx as onnx_t
 
-__all__ = ["ML_OPSET", "assemble"]
+__all__ = ["assemble"]
 
-ML_OPSET = 3
-"""Opset of the ``ai.onnx.ml`` domain (its ``LabelEncoder`` reads text categories)."""
 PREFIX = "core/"
 
 

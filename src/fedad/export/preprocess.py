@@ -38,7 +38,7 @@ from fedad.export.registry import NotExportable
 if TYPE_CHECKING:
     from fedad.inputs import Inputs
 
-__all__ = ["MISSING_TEXT", "OUTPUT_NAMES", "Preprocessing", "preprocessing"]
+__all__ = ["ML_OPSET", "MISSING_TEXT", "OUTPUT_NAMES", "Preprocessing", "preprocessing"]
 
 MISSING_TEXT: tuple[str, ...] = (
     "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND",
@@ -52,6 +52,9 @@ X = "fedad/x"
 BAD = "fedad/bad"
 UNKNOWN, MISSING = -1, -2
 """What the text lookup gives a category never seen, and a missing cell."""
+
+ML_OPSET = 3
+"""Opset of the ``ai.onnx.ml`` domain (its ``LabelEncoder`` reads text categories)."""
 
 
 @dataclass
@@ -210,7 +213,6 @@ def _standardise(p: Preprocessing, inputs: Inputs, x: str) -> str:
 def standalone(p: Preprocessing) -> Any:
     """The preprocessing alone as an ONNX model (outputs :data:`X` and, when some row can
     be refused, :data:`BAD`): what its tests compare with :meth:`Inputs.table`."""
-    from fedad.export.assemble import ML_OPSET
     from fedad.export.torchgraph import OPSET
 
     helper, tp = deps.onnx().helper, deps.onnx().TensorProto

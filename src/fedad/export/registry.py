@@ -76,19 +76,14 @@ def refuse(name: str, why: str) -> None:
     _REFUSED[name] = why
 
 
-def _load() -> None:
-    import fedad.export.detectors  # noqa: F401  (the modules register their exporters)
-
-
 def exporters() -> dict[str, Exporter]:
-    """Every registered exporter by detector name."""
-    _load()
+    """Every registered exporter by detector name (:mod:`fedad.export.detectors` registers
+    fedad's own: :mod:`fedad.export.api`, the export's composition root, imports it)."""
     return dict(sorted(_EXPORTERS.items()))
 
 
 def exporter_for(detector: BaseDetector, label: str = "") -> Exporter:
     """The exporter of ``detector``'s class, or a one-line :class:`NotExportable`."""
-    _load()
     name = type(detector).registry_name or type(detector).__name__
     fn = _EXPORTERS.get(name)
     if fn is not None:

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedad import __version__
-from fedad.export.assemble import ML_OPSET
 from fedad.export.check import Parity
-from fedad.export.preprocess import MISSING_TEXT
+from fedad.export.preprocess import MISSING_TEXT, ML_OPSET
 from fedad.export.torchgraph import OPSET
 
 __all__ = ["FORMAT", "ModelEntry", "sidecar"]
