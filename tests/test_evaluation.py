@@ -22,21 +22,24 @@ from fedad.data.registry import register_dataset, unregister_dataset
 from fedad.data.types import ClientData, Dataset, Federation
 from fedad.detector import BaseDetector, localizes
 from fedad.errors import FedadError
-from fedad.evaluation import (
-    IMAGE,
-    MAPS_CAP,
-    NORMAL_POSITIVE,
-    PIXEL,
-    Pooled,
-    client_sample_indices,
+from fedad.evaluation.columns import (
     column_spec,
     columns_of,
-    evaluate_replies,
-    map_sample,
-    monitor_metrics,
+    families_json,
+    families_of,
     run_columns,
-    sample_indices,
 )
+from fedad.evaluation.families import (
+    IMAGE,
+    NORMAL_POSITIVE,
+    PIXEL,
+    TRAINING,
+    Pooled,
+    evaluate_replies,
+    families_for,
+    monitor_metrics,
+)
+from fedad.evaluation.samples import MAPS_CAP, client_sample_indices, map_sample, sample_indices
 from fedad.fl import algorithm as algmod
 from fedad.fl.algorithm import Algorithm, ClientState, Params, ServerResult, register
 from fedad.fl.context import ServerContext
@@ -118,6 +121,7 @@ class _Toy(Algorithm):
     kinds = ("image",)
     personalized = True
     ParamsModel = _ToyParams
+    metric_families: ClassVar[tuple[Any, ...]] = (NORMAL_POSITIVE,)
 
     def server(self, ctx: ServerContext) -> ServerResult:
         for r in range(1, ctx.rounds + 1):
@@ -313,7 +317,7 @@ def test_normal_positive_is_declared_and_computed_from_the_same_decisions(toy: N
     metrics, arrays = summarize("toy-maps", alg, out, fed)
     want = normal_positive_metrics(arrays["toy-maps/label"], arrays["toy-maps/pred"])
     assert {k: metrics[f"normal_{k}"] for k in want} == want
-    assert "eval_normal_f1" in monitor_metrics(out.evaluations)
+    assert "eval_normal_f1" in monitor_metrics(out.evaluations, families_for(alg))
     plain, _ = summarize("toy-plain", *runs["toy-plain"], fed)
     assert not any(k.startswith("normal_") for k in plain)
     assert "eval_normal_f1" not in monitor_metrics(out.evaluations, (IMAGE, PIXEL))
@@ -333,22 +337,25 @@ def test_onlad_declares_normal_positive() -> None:
 def test_monitor_metrics_keep_their_keys() -> None:
     masks = np.zeros((4, 3, 3), np.uint8)
     masks[:2, 0, 0] = 1
-    m = monitor_metrics({0: _reply(np.random.default_rng(0).random((4, 3, 3)), masks)})
+    reply = _reply(np.random.default_rng(0).random((4, 3, 3)), masks)
+    assert list(monitor_metrics({0: reply})) == ["eval_auroc", "eval_f1"]
+    m = monitor_metrics({0: reply}, (IMAGE, PIXEL, NORMAL_POSITIVE))
     assert list(m) == ["eval_auroc", "eval_f1", "eval_normal_f1"]
     assert monitor_metrics({}) == {}
 
 
 def test_column_specs_known_and_generic() -> None:
-    assert column_spec("pixel_auroc").header == "Pixel AUROC"
-    assert column_spec("eer").terminal is None and column_spec("eer").better == "min"
-    c = column_spec("my_new_metric")
+    fams = (IMAGE, PIXEL, NORMAL_POSITIVE)
+    assert column_spec("pixel_auroc", fams).header == "Pixel AUROC"
+    assert column_spec("eer", fams).terminal is None and column_spec("eer", fams).better == "min"
+    c = column_spec("my_new_metric", fams)
     assert (c.header, c.kind, c.better) == ("my_new_metric", "number", "")
     assert c.terminal == "my_new_metric"
     # an old metrics.json without columns: derived from its entries
     old = {"methods": {"a": {"auroc": 0.5, "normal_f1": 0.9}}}
-    cols = columns_of(old)
+    cols = columns_of(old, fams)
     assert cols["summary"][:2] == ["auroc", "aupr"] and "normal-positive" in cols
-    assert columns_of({"columns": {"summary": ["x", 3, "x"]}})["summary"] == ["x"]
+    assert columns_of({"columns": {"summary": ["x", 3, "x"]}}, fams)["summary"] == ["x"]
 
 
 # -- maps.npz -------------------------------------------------------------------------------
@@ -418,7 +425,9 @@ def test_run_writes_columns_maps_and_overlays(maps_run: Path) -> None:
     from fedad.report.rundir import read_maps
 
     m = json.loads((maps_run / "metrics.json").read_text())
-    assert list(m) == ["methods", "experiment", "columns"]
+    assert list(m) == ["methods", "experiment", "columns", "families"]
+    assert m["families"] == families_json((IMAGE, PIXEL, TRAINING, NORMAL_POSITIVE))
+    assert families_json(families_of(m) or ()) == m["families"]  # read back as written
     assert m["columns"]["summary"][:10] == [
         "auroc", "aupr", "eer", "f1", "precision", "recall", "fe", "me", "pixel_auroc", "pro"
     ]  # fmt: skip

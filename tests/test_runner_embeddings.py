@@ -15,12 +15,8 @@ import pytest
 from fedad.config import parse_config
 from fedad.data.registry import register_dataset, unregister_dataset
 from fedad.data.types import Dataset
-from fedad.evaluation import (
-    EMBED_PER_CLIENT,
-    Pooled,
-    embedding_indices,
-    embedding_sample,
-)
+from fedad.evaluation.families import Pooled
+from fedad.evaluation.samples import EMBED_PER_CLIENT, embedding_indices, embedding_sample
 from fedad.fl.algorithm import Setup, build_algorithm
 from fedad.fl.messages import Message
 from fedad.report.html import render_report

@@ -8,7 +8,7 @@ training data, and writes ``config.toml``, ``metrics.json``, ``history.csv``,
 ``scores.npz``, ``maps.npz`` (methods with anomaly maps only), ``embeddings.npz``
 (methods whose detector has ``represent`` only), ``checkpoints/`` and
 ``report.html``. Which metrics: every metric family that applies to a method
-(:mod:`fedad.evaluation`). The standard files are rewritten
+(:mod:`fedad.evaluation.families`). The standard files are rewritten
 (atomically) as each method finishes, so an interruption or a later error keeps what was
 done; ``resume=True`` runs only the methods not yet done.
 """
@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+import fedad.methods  # noqa: F401  (the composition root: the built-in methods' declarations)
 from fedad.accounting import calibrate_noise_multiplier, client_level_guarantee, default_delta
 from fedad.blas import one_blas_thread
 from fedad.checkpoints import node_models, save_checkpoint
@@ -38,18 +39,11 @@ from fedad.data.types import Federation
 from fedad.detector import DEFAULT_CONTAMINATION
 from fedad.devices import resolve_device
 from fedad.errors import FedadError, Interrupted
-from fedad.evaluation import (
-    BUILTIN,
-    MetricFamily,
-    Pooled,
-    embedding_sample,
-    evaluate_replies,
-    families_for,
-    map_sample,
-    run_columns,
-)
+from fedad.evaluation.columns import families_json, run_columns
+from fedad.evaluation.families import BUILTIN, MetricFamily, Pooled, evaluate_replies, families_for
+from fedad.evaluation.samples import embedding_sample, map_sample
 from fedad.federation import build_federation, plan_federation
-from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
+from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, method_class
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.node import update_phases
 from fedad.fl.server_inputs import check_requirements, supplied_fields
@@ -87,11 +81,11 @@ def with_server_data(cfg: ExperimentConfig) -> ExperimentConfig:
     the normal training pool so that small data sets still leave clients most of their data.
     All methods of a run share the federation, so they all train without those samples.
     """
-    reg = registry()
 
     def asks(name: str, params: dict[str, Any]) -> int:
+        cls = method_class(name)
         try:
-            return reg[name].server_samples(params) if name in reg else 0
+            return cls.server_samples(params) if cls is not None else 0
         except ValidationError:  # reported, in one line, when the method is built
             return 0
 
@@ -199,13 +193,13 @@ def summarize(
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Pooled and per-client metrics of one method, plus its pooled score arrays.
 
-    The metrics are those of every metric family that applies (:mod:`fedad.evaluation`),
+    The metrics are those of every metric family that applies (:mod:`fedad.evaluation.families`),
     family by family. With ``fed`` (the federation the method ran on) and anomaly maps in
     the replies, the arrays also hold a capped sample of maps with their test images for
     ``maps.npz`` (keys ``maps:LABEL/...``, a prefix no label can have;
-    :func:`fedad.evaluation.map_sample`). With representations in the replies (a detector
-    with ``represent``), a capped sample of them for ``embeddings.npz`` (keys
-    ``embeddings:LABEL/...``; :func:`fedad.evaluation.embedding_sample`).
+    :func:`fedad.evaluation.samples.map_sample`). With representations in the replies (a
+    detector with ``represent``), a capped sample of them for ``embeddings.npz`` (keys
+    ``embeddings:LABEL/...``; :func:`fedad.evaluation.samples.embedding_sample`).
     """
     ids = sorted(outcome.evaluations)
     ev = [outcome.evaluations[i] for i in ids]
@@ -343,7 +337,8 @@ def write_outputs(
     Methods appear in config order. ``experiment.status`` is ``"complete"`` once every
     method is done, else ``"partial"`` with the missing ones in ``experiment.pending``.
     ``columns`` lists the metric columns the finished methods have, from ``families`` (every
-    family of the run's methods, :func:`run_columns`).
+    family of the run's methods, :func:`run_columns`), and ``families`` describes those
+    families (:func:`families_json`), so that the report and the summary import no method.
     """
     finished = [lab for lab in labels if lab in done]
     pending = [lab for lab in labels if lab not in done]
@@ -359,6 +354,7 @@ def write_outputs(
         "methods": methods,
         "experiment": experiment,
         "columns": run_columns(methods.values(), families),
+        "families": families_json(families),
     }
     arrays: dict[str, np.ndarray] = {}
     maps: dict[str, np.ndarray] = {}

@@ -138,7 +138,18 @@ def aggregate(
             ):
                 experiment[k] = v
     experiment["seeds"] = list(seeds)
-    return {"methods": methods, "experiment": experiment, "columns": _columns(per_seed, done)}
+    return {
+        "methods": methods,
+        "experiment": experiment,
+        "columns": _columns(per_seed, done),
+        "families": {k: v for s in reversed(done) for k, v in _families(per_seed[s]).items()},
+    }
+
+
+def _families(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """A seed's ``families`` (the description of its metric families), or ``{}``."""
+    raw = metrics.get("families")
+    return raw if isinstance(raw, dict) else {}
 
 
 def _columns(
@@ -146,11 +157,11 @@ def _columns(
 ) -> dict[str, list[str]]:
     """The union, in order, of the finished seeds' ``columns`` (each seed's runs the same
     methods on the same kind of data, so they are normally equal)."""
-    from fedad.evaluation import columns_of
+    from fedad.evaluation.columns import columns_of, families_of
 
     out: dict[str, list[str]] = {}
     for s in done:
-        for group, cols in columns_of(per_seed[s]).items():
+        for group, cols in columns_of(per_seed[s], families_of(per_seed[s]) or ()).items():
             have = out.setdefault(group, [])
             have += [c for c in cols if c not in have]
     return out

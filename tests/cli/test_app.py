@@ -78,9 +78,10 @@ def test_outputs_follow_the_contract(run_dir: Path) -> None:
     m = json.loads((run_dir / "metrics.json").read_text())
     assert list(m["methods"]) == ["fedavg", "local", "again"]
     keys = {"auroc", "aupr", "f1", "precision", "recall", "accuracy", "fe", "me"}
-    keys |= {"bytes_up", "bytes_down", "seconds", "rounds", "per_client", "normal_f1"}
+    keys |= {"bytes_up", "bytes_down", "seconds", "rounds", "per_client"}
     for label, entry in m["methods"].items():
         assert keys <= set(entry), label
+        assert "normal_f1" not in entry  # ONLAD's family: only for the methods declaring it
         assert len(entry["per_client"]) == 3
         assert entry["rounds"] == 2
     assert m["methods"]["local"]["bytes_up"] < m["methods"]["fedavg"]["bytes_up"]
@@ -104,8 +105,8 @@ def test_columns_listed_and_the_table_renders_from_them(run_dir: Path) -> None:
             "bytes_up", "bytes_down", "bytes_up_per_client_round", "seconds", "rounds",
         ],
         "per_client": ["auroc", "f1"],
-        "normal-positive": ["normal_precision", "normal_recall", "accuracy", "normal_f1"],
     }  # fmt: skip
+    assert list(m["families"]) == ["image", "pixel", "training"]
     headers = [str(c.header) for c in results_table(m).columns]
     assert headers == [
         "method", "AUROC", "AUPR", "F1", "precision", "recall", "FE", "ME", "MB up", "MB down", "s"
@@ -150,6 +151,23 @@ def test_report_command_rebuilds(run_dir: Path) -> None:
     (run_dir / "report.html").unlink()
     res = runner.invoke(app, ["report", str(run_dir)])
     assert res.exit_code == 0 and (run_dir / "report.html").is_file()
+
+
+@pytest.mark.parametrize("args", [["report", "RUN"], ["list", "methods"]])
+def test_report_and_list_import_no_torch(run_dir: Path, args: list[str]) -> None:
+    """The report and the method list render from metrics.json and the catalog alone."""
+    argv = [str(run_dir) if a == "RUN" else a for a in args]
+    code = (
+        "import sys\n"
+        "from fedad.cli import app\n"
+        f"try:\n    app({argv!r})\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        "heavy = [m for m in ('torch', 'torch_geometric', 'kornia', 'zuko') if m in sys.modules]\n"
+        "methods = [m for m in sys.modules if m.count('.') > 2 and 'methods' in m]\n"
+        "assert not heavy and not methods, (heavy, methods)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
 
 
 @pytest.mark.parametrize("what", ["methods", "datasets", "partitions"])

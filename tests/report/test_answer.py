@@ -213,7 +213,7 @@ def test_a_crafted_metrics_json_renders_with_notes(tmp_path: Path) -> None:
 
 def test_one_vs_rest_reports_the_client_mean_once(tmp_path: Path) -> None:
     """Overlapping local test sets (one-vs-rest): the pooled metrics are already the
-    client mean (fedad.evaluation.evaluate_replies), so the answer shows one AUROC."""
+    client mean (fedad.evaluation.families.evaluate_replies), so the answer shows one AUROC."""
     run = tmp_path / "run"
     run.mkdir()
     methods = {"fedavg-ae": _entry("fedavg-ae", 0), "local-ae": _entry("local-ae", 0)}

@@ -1,6 +1,6 @@
 """``fedad list methods | datasets | partitions``.
 
-The methods come from :func:`method_rows`, the one place that reads the method registry's
+The methods come from :func:`method_rows`, the one place that reads the method catalog's
 names, data kinds, detectors and descriptions.
 """
 
@@ -26,13 +26,14 @@ PARTITIONS = {
 
 
 def method_rows() -> list[tuple[str, str, str, str]]:
-    """One row per registered method: name, detectors (``own`` if none), data kinds, what
-    it is."""
-    from fedad.fl.algorithm import registry
+    """One row per method: name, detectors (``own`` if none), data kinds, what it is; from
+    the catalog's declarations (:mod:`fedad.catalog`), importing no method module."""
+    import fedad.methods  # noqa: F401  (the built-in methods' declarations)
+    from fedad.catalog import method_entries
 
     return [
-        (name, ", ".join(cls.detectors) or "own", ", ".join(cls.kinds), cls.summary)
-        for name, cls in registry().items()
+        (name, ", ".join(e.detectors) or "own", ", ".join(e.kinds), e.summary)
+        for name, e in method_entries().items()
     ]
 
 

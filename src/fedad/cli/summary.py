@@ -36,11 +36,11 @@ def _cell(m: dict[str, Any], key: str, kind: str, spread: bool) -> str:
 def results_table(metrics: dict[str, Any]) -> Table:
     """The terminal summary: one row per method, pooled metrics (mean +- std over seeds).
 
-    The columns are metrics.json's ``columns["summary"]`` (:func:`fedad.evaluation.
-    columns_of`), each shown as its :func:`~fedad.evaluation.column_spec` says: those with a
+    The columns are metrics.json's ``columns["summary"]``, each shown as its ``families``
+    say (:mod:`fedad.evaluation.columns`, which imports no method): those with a
     terminal header, and with seeds only those kept beside the ``± std`` of the spread ones.
     """
-    from fedad.evaluation import column_spec, columns_of
+    from fedad.evaluation.columns import column_spec, columns_of, families_of
 
     seeds = metrics.get("experiment", {}).get("seeds")
     several = isinstance(seeds, list)
@@ -52,7 +52,8 @@ def results_table(metrics: dict[str, Any]) -> Table:
         title = f"results: mean ± std over {len(seeds)} seeds ({how})"
     t = Table(title=title)
     t.add_column("method", no_wrap=True)
-    specs = [column_spec(k) for k in columns_of(metrics)["summary"]]
+    families = families_of(metrics) or ()
+    specs = [column_spec(k, families) for k in columns_of(metrics, families)["summary"]]
     specs = [c for c in specs if c.terminal is not None and (c.with_seeds or not several)]
     for c in specs:
         wraps = c.kind in ("bytes", "seconds")

@@ -38,7 +38,7 @@ from fedad.export.registry import NotExportable
 if TYPE_CHECKING:
     from fedad.inputs import Inputs
 
-__all__ = ["ML_OPSET", "MISSING_TEXT", "OUTPUT_NAMES", "Preprocessing", "preprocessing"]
+__all__ = ["MISSING_TEXT", "ML_OPSET", "OUTPUT_NAMES", "Preprocessing", "preprocessing"]
 
 MISSING_TEXT: tuple[str, ...] = (
     "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND",

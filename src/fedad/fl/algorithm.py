@@ -11,7 +11,7 @@ final detector from its state and the server's last message, sets the threshold 
 *training* scores (unless the server sent one), scores its local test set and replies with
 the scores (and, for a detector that localises on images with defect masks, its per-pixel
 anomaly maps with the masks). The test data never leave the client except as scores and maps.
-Which metrics are computed from the replies: :mod:`fedad.evaluation` (metric families).
+Which metrics are computed from the replies: :mod:`fedad.evaluation.families`.
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ from typing import Any, ClassVar, Literal, cast
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from fedad.catalog import import_method, method_entries
 from fedad.data.types import ClientData, DataKind
 from fedad.detector import BaseDetector, Localizer, flag, localizes, quantile_threshold
 from fedad.errors import ConfigError
-from fedad.evaluation import NORMAL_POSITIVE, MetricFamily, embedding_indices
+from fedad.evaluation.families import MetricFamily
+from fedad.evaluation.samples import embedding_indices
 from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message, prefixed
 
@@ -131,18 +133,13 @@ class Algorithm(ABC):
     detector_kinds: ClassVar[dict[str, tuple[DataKind, ...]]] = {}
     """Detectors that take fewer data kinds than the method (default: all of ``kinds``)."""
     ParamsModel: ClassVar[type[Params]] = Params
-    metric_families: ClassVar[tuple[MetricFamily, ...]] = (NORMAL_POSITIVE,)
+    metric_families: ClassVar[tuple[MetricFamily, ...]] = ()
     """Metric families this method declares, computed beside the built-in ones (image
     level always, pixel level when the evaluate replies carry anomaly maps; see
-    :mod:`fedad.evaluation`). Each adds its keys to ``metrics.json`` and its columns to the
-    terminal table or the report.
-
-    The default is :data:`~fedad.evaluation.NORMAL_POSITIVE` (precision, recall and F1 with
-    normal as the positive class, ONLAD's Table I convention) for **every** method, not
-    only ONLAD, which declares it explicitly: every method reported those keys before
-    families existed, and every existing config must keep giving the same ``metrics.json``.
-    The metrics themselves are named nowhere but in that family. A new method that has no
-    use for them sets ``metric_families = ()``.
+    :mod:`fedad.evaluation.families`). Each adds its keys to ``metrics.json`` and its
+    columns to the terminal table or the report, for this method only: ONLAD declares
+    :data:`~fedad.evaluation.families.NORMAL_POSITIVE` (precision, recall and F1 with
+    normal as the positive class, its paper's Table I convention); the default is none.
     """
 
     def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
@@ -260,8 +257,8 @@ class Algorithm(ABC):
     def embeddings(self, det: BaseDetector, data: ClientData) -> dict[str, np.ndarray]:
         """``{"embedding", "embedding_index"}``: ``det.represent`` of a bounded sample of the
         client's test samples as float32 ``(n, D)``, and their positions in the test set
-        (int64, sorted; :func:`fedad.evaluation.embedding_indices`: at most 200, both classes
-        kept, chosen from the labels only, so the same samples every time). Only for the
+        (int64, sorted; :func:`fedad.evaluation.samples.embedding_indices`: at most 200, both
+        classes kept, chosen from the labels only, so the same samples every time). Only for the
         report's figure: a detector whose ``represent`` fails or gives no finite ``(n, D)``
         array costs the figure (a warning), never the evaluation; ``{}`` then."""
         take = embedding_indices(data.y_test)
@@ -309,14 +306,27 @@ def register(cls: type[Algorithm]) -> type[Algorithm]:
     return cls
 
 
-def _load_builtin() -> None:
-    import fedad.methods  # noqa: F401  (registers the built-in methods)
-
-
 def registry() -> dict[str, type[Algorithm]]:
-    """All registered algorithms by name."""
-    _load_builtin()
+    """Every method by name: each declared one imported (:mod:`fedad.catalog`), and those
+    registered without a declaration (a test's, a user's). Imports every method module:
+    for listing or checking them all; a run looks its methods up by name
+    (:func:`method_class`)."""
+    for name in method_entries():
+        import_method(name)
     return dict(sorted(_REGISTRY.items()))
+
+
+def method_names() -> list[str]:
+    """The names of every declared or registered method, sorted, importing none."""
+    return sorted({*method_entries(), *_REGISTRY})
+
+
+def method_class(name: str) -> type[Algorithm] | None:
+    """The method registered as ``name``, its module imported if it is only declared;
+    ``None`` for an unknown name."""
+    if name not in _REGISTRY and import_method(name) and name not in _REGISTRY:
+        raise TypeError(f"method '{name}' is declared but its module does not register it")
+    return _REGISTRY.get(name)
 
 
 def build_algorithm(
@@ -327,13 +337,12 @@ def build_algorithm(
     where: str = "methods",
 ) -> Algorithm:
     """Instantiate a registered method, with one-line errors for every user mistake."""
-    reg = registry()
-    if name not in reg:
+    cls = method_class(name)
+    if cls is None:
         raise ConfigError(
             f"unknown method '{name}' at {where}.name",
-            f"available: {', '.join(reg)}; see `fedad list methods`",
+            f"available: {', '.join(method_names())}; see `fedad list methods`",
         )
-    cls = reg[name]
     if setup.kind not in cls.kinds:
         raise ConfigError(
             f"method '{name}' does not handle {setup.kind} data",

@@ -18,7 +18,7 @@ from typing import Any, Protocol, cast
 from fedad.config import AttackConfig, PrivacyConfig
 from fedad.data.types import Features, Federation
 from fedad.errors import RunError
-from fedad.evaluation import families_for, monitor_metrics
+from fedad.evaluation.families import families_for, monitor_metrics
 from fedad.fl.algorithm import EVALUATE, Algorithm, ClientState, ServerResult
 from fedad.fl.context import ServerContext
 from fedad.fl.grid import Grid

@@ -10,56 +10,56 @@ embedded as base64 PNG (per-client score boxes; anomaly-map overlays when the ru
 maps; t-SNE maps of the test samples' representations when it kept those), a per-client
 table, the evaluation protocol and the resolved config.
 Which metric columns the tables show comes from metrics.json's ``columns``
-(:func:`fedad.evaluation.columns_of`), their headers and formats from
-:func:`fedad.evaluation.column_spec`. The page has no external CSS, JS or
-images, so it can be mailed or archived as one file. Every piece of text taken from the run
-directory is HTML-escaped. The run directory is read as untrusted input
-(:func:`fedad.outdir.reading`): a symbolic link anywhere in its structure is a one-line
-error before anything is read, and no file is read through a link.
+(:func:`fedad.evaluation.columns.columns_of`), their headers, formats and the families'
+titles and notes from its ``families`` (:func:`fedad.report.families.run_families`). The
+page has no external CSS, JS or images, so it can be mailed or archived as one file. Every
+piece of text taken from the run directory is HTML-escaped. The run directory is read as
+untrusted input (:func:`fedad.outdir.reading`): a symbolic link anywhere in its structure is
+a one-line error before anything is read, and no file is read through a link.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.figure import Figure
 
 import fedad
-from fedad.errors import FedadError
-from fedad.evaluation import (
+from fedad.evaluation.columns import (
     PER_CLIENT,
     SUMMARY,
     Column,
+    FamilySpec,
     column_spec,
     columns_of,
-    family_named,
-    known_families,
 )
 from fedad.metrics import evaluate_clients
-from fedad.outdir import LinkError, reading
+from fedad.outdir import reading
 from fedad.report import plots
 from fedad.report.answer import answer_section
+from fedad.report.families import run_families
+from fedad.report.figures import (
+    embedding_section,
+    figures_section,
+    maps_section,
+    read_embedding_sample,
+    read_map_sample,
+)
+from fedad.report.fmt import DASH, esc, figure_html, fmt, num
 from fedad.report.rundir import (
-    MethodEmbedding,
-    MethodMaps,
     MethodScores,
     read_config_text,
-    read_embeddings,
     read_history,
-    read_maps,
     read_metrics,
     read_scores,
 )
 
 __all__ = ["render_report", "write_report"]
 
-DASH = "–"
 
 PROTOCOL_NOTE = (
     "Thresholds and any model selection come from training data only; the test set is never "
@@ -99,36 +99,6 @@ details[open] > summary > h2 { border-bottom: 1px solid #ddd; }
 # --------------------------------------------------------------------------- formatting
 
 
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def _num(value: object) -> float | None:
-    """A finite float, or ``None`` for null, booleans, non-numbers, nan and inf."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    x = float(value)
-    return x if math.isfinite(x) else None
-
-
-def _fmt(value: object, kind: str) -> str:
-    x = _num(value)
-    if x is None:
-        return DASH
-    if kind == "ratio":
-        return f"{x:.3f}"
-    if kind == "bytes":
-        for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-            if abs(x) >= size:
-                return f"{x / size:.2f} {unit}"
-        return f"{x:.0f} B"
-    if kind == "seconds":
-        return f"{x:.2f}" if abs(x) < 10 else f"{x:.1f}"
-    if kind == "int":
-        return f"{x:.0f}" if x == round(x) else f"{x:g}"
-    return f"{x:g}"
-
-
 def _fact(value: object) -> str:
     if isinstance(value, str):
         return value
@@ -137,14 +107,6 @@ def _fact(value: object) -> str:
     if isinstance(value, dict | list | tuple):
         return json.dumps(value, default=str)
     return str(value)
-
-
-def _figure_html(fig: Figure, alt: str, caption: str) -> str:
-    data = plots.figure_to_png_base64(fig)
-    return (
-        f'<figure><img src="data:image/png;base64,{data}" alt="{_e(alt)}">'
-        f"<figcaption>{_e(caption)}</figcaption></figure>"
-    )
 
 
 # --------------------------------------------------------------------------- data helpers
@@ -161,23 +123,6 @@ def _method_entries(metrics: Mapping[str, Any], notes: list[str]) -> dict[str, d
     return out
 
 
-def _threshold(entry: Mapping[str, Any]) -> float | None:
-    """The method's threshold: its pooled ``threshold``, else the mean of per-client ones."""
-    t = _num(entry.get("threshold"))
-    if t is not None:
-        return t
-    per_client = entry.get("per_client")
-    if not isinstance(per_client, list):
-        return None
-    values = [
-        v
-        for row in per_client
-        if isinstance(row, dict)
-        if (v := _num(row.get("threshold"))) is not None
-    ]
-    return sum(values) / len(values) if values else None
-
-
 def _per_client(
     entries: Mapping[str, Mapping[str, Any]], scores: Mapping[str, MethodScores]
 ) -> dict[str, dict[int, dict[str, Any]]]:
@@ -188,7 +133,7 @@ def _per_client(
         listed = entry.get("per_client")
         if isinstance(listed, list):
             for row in listed:
-                if isinstance(row, dict) and (cid := _num(row.get("client"))) is not None:
+                if isinstance(row, dict) and (cid := num(row.get("client"))) is not None:
                     rows[int(cid)] = row
         ms = scores.get(label)
         if not rows and ms is not None and ms.client is not None:
@@ -209,7 +154,7 @@ def _partial_banner(experiment: Mapping[str, Any]) -> str:
     pending = experiment.get("pending")
     missing = ", ".join(map(str, pending)) if isinstance(pending, list) and pending else "?"
     return (
-        f'<p class="warning">This run is incomplete; not finished: {_e(missing)}. Complete '
+        f'<p class="warning">This run is incomplete; not finished: {esc(missing)}. Complete '
         "it with <code>fedad run CONFIG --resume --out DIR</code> (same config).</p>"
     )
 
@@ -218,19 +163,20 @@ def _facts_section(run_dir: Path, metrics: Mapping[str, Any], n_methods: int) ->
     facts: list[tuple[str, str]] = [("run directory", str(run_dir.resolve()))]
     facts += [(str(k), _fact(v)) for k, v in metrics["experiment"].items()]
     facts.append(("methods", str(n_methods)))
-    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts)
+    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in facts)
     return f'<h2>Experiment</h2><table class="facts">{rows}</table>'
 
 
 def _std(entry: Mapping[str, Any], key: str) -> float | None:
     """The standard deviation over seeds of ``key`` (several-seed runs), else None."""
     std = entry.get("std")
-    return _num(std.get(key)) if isinstance(std, dict) else None
+    return num(std.get(key)) if isinstance(std, dict) else None
 
 
 def _summary_section(
     entries: Mapping[str, Mapping[str, Any]],
     columns: list[Column],
+    families: Sequence[FamilySpec],
     n_seeds: int = 0,
     client_mean: bool = False,
 ) -> str:
@@ -239,44 +185,44 @@ def _summary_section(
     best: dict[str, float] = {}
     if len(entries) > 1:
         for c in columns:
-            values = [v for e in entries.values() if (v := _num(e.get(c.key))) is not None]
+            values = [v for e in entries.values() if (v := num(e.get(c.key))) is not None]
             if c.better and values:
                 best[c.key] = max(values) if c.better == "max" else min(values)
-    head = "".join(f"<th>{_e(c.header)}</th>" for c in columns)
+    head = "".join(f"<th>{esc(c.header)}</th>" for c in columns)
     body = []
     for label, entry in entries.items():
         kind_parts = [str(entry[k]) for k in ("method", "detector") if entry.get(k)]
-        cells = [f"<td>{_e(label)}</td>", f"<td>{_e(' / '.join(kind_parts) or DASH)}</td>"]
+        cells = [f"<td>{esc(label)}</td>", f"<td>{esc(' / '.join(kind_parts) or DASH)}</td>"]
         for c in columns:
             value = entry.get(c.key)
-            x = _num(value)
+            x = num(value)
             cls = "num best" if c.key in best and x is not None and x == best[c.key] else "num"
-            title = f' title="{_e(_fmt(value, "int"))} bytes"' if c.kind == "bytes" and x else ""
-            text = _fmt(value, c.kind)
+            title = f' title="{esc(fmt(value, "int"))} bytes"' if c.kind == "bytes" and x else ""
+            text = fmt(value, c.kind)
             sd = _std(entry, c.key)
             if sd is not None and x is not None and c.kind == "ratio":
-                text += f" ± {_fmt(sd, c.kind)}"
-            cells.append(f'<td class="{cls}"{title}>{_e(text)}</td>')
+                text += f" ± {fmt(sd, c.kind)}"
+            cells.append(f'<td class="{cls}"{title}>{esc(text)}</td>')
         body.append(f"<tr>{''.join(cells)}</tr>")
     what = (
         f"Mean ± standard deviation over {n_seeds} seeds (each a complete run) of the pooled"
         if n_seeds
         else "Pooled"
     )
-    if client_mean:  # one-vs-rest: local test sets overlap (fedad.evaluation.evaluate_replies)
+    if client_mean:  # one-vs-rest: local test sets overlap (families.evaluate_replies)
         what += (
             " (here: the mean over clients of each client's metric, since the clients' "
             "one-vs-rest test sets overlap)"
         )
     keys = {c.key for c in columns}
     notes = "".join(
-        f'<p class="muted">{_e(f.note)}</p>'
-        for f in known_families()
+        f'<p class="muted">{esc(f.note)}</p>'
+        for f in families
         if f.in_summary and f.note and any(c.key in keys for c in f.columns)
     )
     return (
         "<h2>Summary</h2>"
-        f'<p class="muted">{_e(what)} test-set metrics of the last round\'s model; the best '
+        f'<p class="muted">{esc(what)} test-set metrics of the last round\'s model; the best '
         "value of each metric is in bold.</p>"
         f'<div class="scroll"><table><thead><tr><th>Label</th><th>Method / detector</th>{head}'
         f"</tr></thead><tbody>{''.join(body)}</tbody></table></div>" + notes
@@ -284,7 +230,9 @@ def _summary_section(
 
 
 def _family_sections(
-    entries: Mapping[str, Mapping[str, Any]], groups: Mapping[str, list[str]]
+    entries: Mapping[str, Mapping[str, Any]],
+    groups: Mapping[str, list[str]],
+    families: Sequence[FamilySpec],
 ) -> str:
     """One table per metric family that metrics.json lists apart from the summary (e.g.
     ONLAD's normal-positive metrics), left out when none of its own values is defined."""
@@ -292,22 +240,22 @@ def _family_sections(
     for name, keys in groups.items():
         if name in (SUMMARY, PER_CLIENT) or not keys:
             continue
-        family = family_named(name)
+        family = next((f for f in families if f.name == name), None)
         own = family.keys if family is not None and family.keys else tuple(keys)
-        if not any(_num(e.get(k)) is not None for e in entries.values() for k in own):
+        if not any(num(e.get(k)) is not None for e in entries.values() for k in own):
             continue
-        specs = [column_spec(k) for k in keys]
-        head = "".join(f"<th>{_e(c.header)}</th>" for c in specs)
+        specs = [column_spec(k, families) for k in keys]
+        head = "".join(f"<th>{esc(c.header)}</th>" for c in specs)
         rows = "".join(
-            f"<tr><td>{_e(label)}</td>"
-            + "".join(f'<td class="num">{_e(_fmt(e.get(c.key), c.kind))}</td>' for c in specs)
+            f"<tr><td>{esc(label)}</td>"
+            + "".join(f'<td class="num">{esc(fmt(e.get(c.key), c.kind))}</td>' for c in specs)
             + "</tr>"
             for label, e in entries.items()
         )
         title = family.title if family is not None and family.title else f"Metrics: {name}"
-        note = f'<p class="muted">{_e(family.note)}</p>' if family and family.note else ""
+        note = f'<p class="muted">{esc(family.note)}</p>' if family and family.note else ""
         parts.append(
-            f"<h2>{_e(title)}</h2>{note}"
+            f"<h2>{esc(title)}</h2>{note}"
             f"<table><thead><tr><th>Label</th>{head}</tr></thead><tbody>{rows}</tbody></table>"
         )
     return "".join(parts)
@@ -319,12 +267,13 @@ def _seeds_section(
     seeds: list[Any],
     notes: list[str],
     columns: list[Column],
+    families: Sequence[FamilySpec],
 ) -> str:
     """A several-seed run: each seed's values, their spread, and links to the seeds' reports.
 
     The per-seed table shows the summary's columns with a spread (AUROC, AUPR, F1, and the
     pixel metrics when the run has them)."""
-    shown_cols = [c for c in columns if c.spread] or [column_spec(k) for k in ("auroc",)]
+    shown_cols = [c for c in columns if c.spread] or [column_spec(k, families) for k in ("auroc",)]
     per_seed: dict[str, dict[int, dict[str, Any]]] = {}
     for label, entry in entries.items():
         rows = entry.get("per_seed")
@@ -332,25 +281,25 @@ def _seeds_section(
             per_seed[label] = {
                 int(seed): r
                 for r in rows
-                if isinstance(r, dict) and (seed := _num(r.get("seed"))) is not None
+                if isinstance(r, dict) and (seed := num(r.get("seed"))) is not None
             }
     shown = [int(s) for s in seeds if isinstance(s, int) and not isinstance(s, bool)]
     labels = list(per_seed)
-    top = "".join(f'<th colspan="{len(shown_cols)}">{_e(lab)}</th>' for lab in labels)
-    sub = "".join(f"<th>{_e(c.header)}</th>" for c in shown_cols) * len(labels)
+    top = "".join(f'<th colspan="{len(shown_cols)}">{esc(lab)}</th>' for lab in labels)
+    sub = "".join(f"<th>{esc(c.header)}</th>" for c in shown_cols) * len(labels)
     body = []
     for s in shown:
         name = f"seed-{s}"
         link = (
-            f'<a href="{_e(name)}/report.html">{_e(s)}</a>'
+            f'<a href="{esc(name)}/report.html">{esc(s)}</a>'
             if (run_dir / name / "report.html").is_file()
-            else _e(s)
+            else esc(s)
         )
         cells = [f'<td class="num">{link}</td>']
         for lab in labels:
             row = per_seed[lab].get(s, {})
             cells += [
-                f'<td class="num">{_e(_fmt(row.get(c.key), c.kind))}</td>' for c in shown_cols
+                f'<td class="num">{esc(fmt(row.get(c.key), c.kind))}</td>' for c in shown_cols
             ]
         body.append(f"<tr>{''.join(cells)}</tr>")
     table = (
@@ -359,12 +308,12 @@ def _seeds_section(
         f"<tbody>{''.join(body)}</tbody></table></div>"
     )
     auroc = {
-        lab: {s: _num(r.get("auroc")) for s, r in rows.items()} for lab, rows in per_seed.items()
+        lab: {s: num(r.get("auroc")) for s, r in rows.items()} for lab, rows in per_seed.items()
     }
     figure = ""
     if any(v is not None for rows in auroc.values() for v in rows.values()):
         try:
-            figure = _figure_html(
+            figure = figure_html(
                 plots.seed_spread_figure(auroc),
                 "AUROC per seed",
                 "Pooled AUROC of each seed's run (dots) with the mean and one standard deviation "
@@ -402,38 +351,40 @@ def _mean_over_seeds(history: Mapping[str, Mapping[str, Any]]) -> dict[str, dict
 
 
 def _per_client_section(
-    per_client: Mapping[str, Mapping[int, Mapping[str, Any]]], keys: list[str]
+    per_client: Mapping[str, Mapping[int, Mapping[str, Any]]],
+    keys: list[str],
+    families: Sequence[FamilySpec],
 ) -> str:
     title = "<h2>Per-client metrics</h2>"
     if not per_client:
         return title + '<p class="muted">No per-client metrics in this run.</p>'
-    specs = [column_spec(k) for k in keys or ["auroc", "f1"]]
+    specs = [column_spec(k, families) for k in keys or ["auroc", "f1"]]
     labels = list(per_client)
     clients = sorted({c for rows in per_client.values() for c in rows})
-    top = "".join(f'<th colspan="{len(specs)}">{_e(lab)}</th>' for lab in labels)
-    sub = "".join(f"<th>{_e(c.header)}</th>" for c in specs) * len(labels)
+    top = "".join(f'<th colspan="{len(specs)}">{esc(lab)}</th>' for lab in labels)
+    sub = "".join(f"<th>{esc(c.header)}</th>" for c in specs) * len(labels)
     body = []
     for c in clients:
         first = next(rows[c] for rows in per_client.values() if c in rows)
         name = first.get("client_name")
-        shown = f"{c} {_e(name[:60])}" if isinstance(name, str) and name else str(c)
+        shown = f"{c} {esc(name[:60])}" if isinstance(name, str) and name else str(c)
         cells = [
             f'<td class="num">{shown}</td>',
-            f'<td class="num">{_e(_fmt(first.get("n"), "int"))}</td>',
-            f'<td class="num">{_e(_fmt(first.get("n_anomalies"), "int"))}</td>',
+            f'<td class="num">{esc(fmt(first.get("n"), "int"))}</td>',
+            f'<td class="num">{esc(fmt(first.get("n_anomalies"), "int"))}</td>',
         ]
         for lab in labels:
             row = per_client[lab].get(c, {})
-            cells += [f'<td class="num">{_e(_fmt(row.get(s.key), s.kind))}</td>' for s in specs]
+            cells += [f'<td class="num">{esc(fmt(row.get(s.key), s.kind))}</td>' for s in specs]
         body.append(f"<tr>{''.join(cells)}</tr>")
     mean_cells = ['<td colspan="3">mean over clients</td>']
     for lab in labels:
         for s in specs:
             values = [
-                v for row in per_client[lab].values() if (v := _num(row.get(s.key))) is not None
+                v for row in per_client[lab].values() if (v := num(row.get(s.key))) is not None
             ]
             mean = sum(values) / len(values) if values else None
-            mean_cells.append(f'<td class="num">{_e(_fmt(mean, s.kind))}</td>')
+            mean_cells.append(f'<td class="num">{esc(fmt(mean, s.kind))}</td>')
     body.append(f'<tr class="mean">{"".join(mean_cells)}</tr>')
     return (
         title
@@ -454,14 +405,14 @@ def _privacy_section(entries: Mapping[str, Mapping[str, Any]]) -> str:
         phases = p.get("privatised_phases")
         shown = ", ".join(map(str, phases)) if isinstance(phases, list) and phases else DASH
         cells = [
-            _e(label),
-            _fmt(p.get("epsilon"), "float"),
-            _fmt(p.get("delta"), "float"),
-            _fmt(p.get("noise_multiplier"), "float"),
-            _fmt(p.get("sampling_rate"), "float"),
-            _fmt(p.get("releases"), "int"),
-            _e(shown),
-            _e(str(p.get("note", ""))[:400]),
+            esc(label),
+            fmt(p.get("epsilon"), "float"),
+            fmt(p.get("delta"), "float"),
+            fmt(p.get("noise_multiplier"), "float"),
+            fmt(p.get("sampling_rate"), "float"),
+            fmt(p.get("releases"), "int"),
+            esc(shown),
+            esc(str(p.get("note", ""))[:400]),
         ]
         rows.append("<tr>" + "".join(
             f'<td class="num">{c}</td>' if 0 < i < 6 else f"<td>{c}</td>"
@@ -480,214 +431,6 @@ def _privacy_section(entries: Mapping[str, Mapping[str, Any]]) -> str:
         f'<div class="scroll"><table><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
-
-
-def _figures_section(
-    entries: Mapping[str, Mapping[str, Any]],
-    scores: Mapping[str, MethodScores],
-    history: Mapping[str, Any],
-    per_client: Mapping[str, Mapping[int, Mapping[str, Any]]],
-    notes: list[str],
-    several: bool = False,
-) -> str:
-    pairs = {lab: (ms.label, ms.score) for lab, ms in scores.items()}
-    by_client = {
-        lab: (ms.label, ms.score, ms.client) for lab, ms in scores.items() if ms.client is not None
-    }
-    boxed = max((len(np.unique(c)) for _, _, c in by_client.values()), default=0)
-    thresholds = {lab: _threshold(entries.get(lab, {})) for lab in pairs}
-    has_loss = any(
-        "loss" in table and any(math.isfinite(v) for v in table["loss"])
-        for table in history.values()
-    )
-    has_bytes = any(("bytes_up" in t or "bytes_down" in t) for t in history.values())
-
-    def logged(column: str) -> bool:
-        return any(
-            column in table and any(math.isfinite(v) for v in table[column])
-            for table in history.values()
-        )
-
-    auroc_by_client = {
-        lab: {c: _num(row.get("auroc")) for c, row in rows.items()}
-        for lab, rows in per_client.items()
-    }
-    client_names = {
-        c: str(row["client_name"])
-        for rows in per_client.values()
-        for c, row in rows.items()
-        if isinstance(row.get("client_name"), str) and row["client_name"]
-    }
-    specs: list[tuple[bool, str, Callable[[], Figure], str]] = [
-        (
-            bool(pairs),
-            "ROC curves",
-            lambda: plots.roc_figure(pairs),
-            "ROC curves of all methods on the pooled test set (anomaly = positive class).",
-        ),
-        (
-            bool(pairs),
-            "Score histograms",
-            lambda: plots.score_histograms(pairs, thresholds),
-            "Test-score distributions of normal and anomalous samples (each normalised to unit "
-            "area); the dashed line is the method's threshold (pooled, or the mean of the "
-            "clients' thresholds), fixed on training data.",
-        ),
-        (
-            bool(by_client),
-            "Scores per client",
-            lambda: plots.score_boxes_figure(by_client, BOX_CLIENTS),
-            "Each client's test scores with its final detector (as in FADngs's Fig. 8): per "
-            "client a box of its normal test samples' scores and one of its anomalous ones "
-            "(quartiles, median as the black line, whiskers at 1.5 IQR); one panel per method, "
-            "all clients on one score axis. A panel whose scores span more than 50 times their "
-            "interquartile range has a symmetric-log axis (its y label says so); non-finite "
-            "scores are left out."
-            + (
-                f" Only the first {BOX_CLIENTS} of {boxed} clients are drawn."
-                if boxed > BOX_CLIENTS
-                else ""
-            ),
-        ),
-        (
-            has_loss,
-            "Loss per round",
-            lambda: plots.loss_figure(history),
-            "Training loss reported in each round.",
-        ),
-        *(
-            (
-                logged(fig.column),
-                fig.title,
-                lambda column=fig.column: plots.loss_figure(history, column),
-                fig.caption,
-            )
-            for family in known_families()
-            for fig in family.figures
-        ),
-        (
-            has_bytes,
-            "Communication",
-            lambda: plots.bytes_figure(history),
-            "Cumulative bytes sent (server to clients plus clients to server) after each round.",
-        ),
-        (
-            bool(per_client),
-            "Per-client AUROC",
-            lambda: plots.per_client_auroc_figure(auroc_by_client, names=client_names),
-            "AUROC on each client's local test set; the dashed line is chance level.",
-        ),
-    ]
-    parts = ["<h2>Figures</h2>"]
-    if several:  # scores and per-client metrics belong to one seed's run: see its report
-        specs = [
-            (a, f"{t} (mean over seeds)", m, c)
-            for a, t, m, c in specs
-            if t not in ("ROC curves", "Score histograms", "Scores per client", "Per-client AUROC")
-        ]
-        parts.append(
-            '<p class="muted">ROC curves, score histograms and per-client metrics are in each '
-            "seed's own report (see Seeds); per-round curves below are means over seeds.</p>"
-        )
-    for available, title, make, caption in specs:
-        parts.append(f"<h3>{_e(title)}</h3>")
-        if not available:
-            parts.append('<p class="muted">Not available for this run.</p>')
-            continue
-        try:
-            parts.append(_figure_html(make(), title, caption))
-        except Exception as exc:  # a broken figure must not cost the rest of the report
-            notes.append(f"figure '{title}' could not be drawn: {type(exc).__name__}: {exc}")
-            parts.append('<p class="muted">Could not be drawn (see notes).</p>')
-    return "".join(parts)
-
-
-BOX_CLIENTS = 20
-"""At most this many clients per method in the per-client score box plots."""
-
-
-def _read_embeddings(run: Path, labels: list[str], notes: list[str]) -> dict[str, MethodEmbedding]:
-    """``embeddings.npz``'s samples; a damaged file is a note, and the report goes on."""
-    try:
-        return read_embeddings(run / "embeddings.npz", labels)
-    except LinkError:
-        raise
-    except FedadError as err:
-        notes.append(f"embeddings.npz left out: {err}")
-        return {}
-
-
-def _embedding_section(embeds: Mapping[str, MethodEmbedding], notes: list[str]) -> str:
-    """t-SNE of each method's test-sample representations (from ``embeddings.npz``)."""
-    if not embeds:
-        return ""
-    parts = [
-        "<h2>Representations (t-SNE)</h2>"
-        '<p class="muted">For methods whose detector represents samples (e.g. FADngs\'s '
-        "projection z(x), on which its score is computed), each client's final detector "
-        "represented a sample of its own test set (at most 200 per client, half anomalous "
-        "when there are enough), and the run kept at most 2,000 of them per method. The "
-        "t-SNE (scikit-learn, seeded, PCA initialisation) is of those samples only, after "
-        "FADngs's Fig. 6 and 7: left the normal ones coloured by client, right normal against "
-        "anomalous. Distances between clusters in a t-SNE map mean little; neighbourhoods "
-        "do.</p>"
-    ]
-    for label, e in embeds.items():
-        title = f"t-SNE: {label}"
-        try:
-            coords = plots.tsne_coordinates(e.embedding)
-            fig = plots.tsne_figure(coords, e.label, e.client)
-            n_anom = int((e.label == 1).sum())
-            caption = (
-                f"t-SNE of the {e.embedding.shape[1]}-dimensional representations of "
-                f"{len(e.label)} test samples of {label} ({len(e.label) - n_anom} normal, "
-                f"{n_anom} anomalous, from {len(np.unique(e.client))} clients)."
-            )
-            parts.append(f"<h3>{_e(label)}</h3>")
-            parts.append(_figure_html(fig, title, caption))
-        except Exception as exc:  # a broken figure must not cost the rest of the report
-            notes.append(f"figure '{title}' could not be drawn: {type(exc).__name__}: {exc}")
-    return "".join(parts)
-
-
-def _read_maps(run: Path, labels: list[str], notes: list[str]) -> dict[str, MethodMaps]:
-    """``maps.npz``'s samples; a damaged file is a note, and the report goes on without it."""
-    try:
-        return read_maps(run / "maps.npz", labels)
-    except LinkError:
-        raise
-    except FedadError as err:
-        notes.append(f"maps.npz left out: {err}")
-        return {}
-
-
-def _maps_section(maps: Mapping[str, MethodMaps], notes: list[str]) -> str:
-    """Anomaly maps over their test images, one figure per method (from ``maps.npz``)."""
-    if not maps:
-        return ""
-    parts = [
-        "<h2>Anomaly maps</h2>"
-        '<p class="muted">A few test images of every client, for every method that localises '
-        "(the same images for every method: mostly anomalous ones). Left: the "
-        "image, the ground-truth defect outlined in red; right: the method's anomaly map as "
-        "heat over the image (one colour scale per method), the defect outlined in cyan. The "
-        "score is the image's anomaly score.</p>"
-    ]
-    for label, m in maps.items():
-        title = f"Anomaly maps: {label}"
-        try:
-            fig = plots.anomaly_map_figure(
-                m.image, m.map, m.mask, m.score, m.label, clients=m.client
-            )
-            parts.append(f"<h3>{_e(label)}</h3>")
-            parts.append(
-                _figure_html(
-                    fig, title, f"{len(m.map)} test images of {label} with their anomaly maps."
-                )
-            )
-        except Exception as exc:  # a broken figure must not cost the rest of the report
-            notes.append(f"figure '{title}' could not be drawn: {type(exc).__name__}: {exc}")
-    return "".join(parts)
 
 
 # --------------------------------------------------------------------------- entry points
@@ -732,10 +475,11 @@ def _render(run: Path) -> str:
         scores = {}
         notes.append("no scores.npz: ROC curves and histograms are left out")
     per_client = _per_client(entries, scores)
-    maps = _read_maps(run, list(entries), notes)
-    embeds = _read_embeddings(run, list(entries), notes)
-    groups = columns_of(metrics)
-    summary = [column_spec(k) for k in groups[SUMMARY]]
+    maps = read_map_sample(run, list(entries), notes)
+    embeds = read_embedding_sample(run, list(entries), notes)
+    families = run_families(metrics)
+    groups = columns_of(metrics, families)
+    summary = [column_spec(k, families) for k in groups[SUMMARY]]
     config = read_config_text(run / "config.toml")
     seeds = metrics["experiment"].get("seeds")
     several = isinstance(seeds, list)
@@ -752,27 +496,28 @@ def _render(run: Path) -> str:
         _summary_section(
             entries,
             summary,
+            families,
             len(seeds) if several else 0,
             metrics["experiment"].get("pooled") == "client-mean",
         ),
     ]
     sections = [
         _facts_section(run, metrics, len(entries)),
-        _seeds_section(run, entries, seeds, notes, summary) if several else "",
-        _family_sections(entries, groups),
-        _figures_section(entries, scores, history, per_client, notes, several),
-        _maps_section(maps, notes),
-        _embedding_section(embeds, notes),
-        "" if several else _per_client_section(per_client, groups.get(PER_CLIENT, [])),
+        _seeds_section(run, entries, seeds, notes, summary, families) if several else "",
+        _family_sections(entries, groups, families),
+        figures_section(entries, scores, history, per_client, notes, families, several),
+        maps_section(maps, notes),
+        embedding_section(embeds, notes),
+        "" if several else _per_client_section(per_client, groups.get(PER_CLIENT, []), families),
         _privacy_section(entries),
-        f'<h2>Evaluation protocol</h2><p class="note">{_e(PROTOCOL_NOTE)}</p>',
+        f'<h2>Evaluation protocol</h2><p class="note">{esc(PROTOCOL_NOTE)}</p>',
     ]
     if notes:
-        items = "".join(f"<li>{_e(n)}</li>" for n in notes)
+        items = "".join(f"<li>{esc(n)}</li>" for n in notes)
         sections.append(f"<h2>Notes</h2><ul>{items}</ul>")
     sections.append("<h2>Configuration</h2>")
     sections.append(
-        f"<pre>{_e(config)}</pre>"
+        f"<pre>{esc(config)}</pre>"
         if config is not None
         else '<p class="muted">No config.toml in the run directory.</p>'
     )
@@ -780,12 +525,12 @@ def _render(run: Path) -> str:
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
-        f"<h1>{_e(title)}</h1>"
-        + (f'<p class="muted">{_e(subtitle)}</p>' if subtitle else "")
+        f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>{esc(title)}</h1>"
+        + (f'<p class="muted">{esc(subtitle)}</p>' if subtitle else "")
         + "".join(lead)
         + _fold("".join(sections))
-        + f'<p class="muted">Generated by fedad {_e(fedad.__version__)}.</p>'
+        + f'<p class="muted">Generated by fedad {esc(fedad.__version__)}.</p>'
         + "</body></html>\n"
     )
 

@@ -378,7 +378,8 @@ class MethodMaps:
 MAPS_MAX_BYTES = 512 << 20
 """``maps.npz`` is refused when it would unpack to more than this (a zip bomb)."""
 MAPS_MAX_IMAGES = 64
-"""At most this many images per method (a run keeps 16, :data:`fedad.evaluation.MAPS_CAP`)."""
+"""At most this many images per method (a run keeps 16:
+:data:`fedad.evaluation.samples.MAPS_CAP`)."""
 MAPS_MAX_SIDE = 4096
 """Largest image side accepted."""
 _MAPS_FIELDS = ("image", "map", "mask", "score", "label")
@@ -484,7 +485,8 @@ class MethodEmbedding:
 EMBED_MAX_BYTES = 256 << 20
 """``embeddings.npz`` is refused when it would unpack to more than this (a zip bomb)."""
 EMBED_MAX_ROWS = 10_000
-"""At most this many rows per method (a run keeps 2,000, :data:`fedad.evaluation.EMBED_CAP`)."""
+"""At most this many rows per method (a run keeps 2,000:
+:data:`fedad.evaluation.samples.EMBED_CAP`)."""
 EMBED_MAX_DIM = 8192
 """At most this many columns."""
 EMBED_MAX_TOTAL = 40_000

@@ -153,7 +153,7 @@ def test_same_seed_same_scores_other_seed_other_scores() -> None:
 
 
 def test_privacy_measure_and_density_dp_in_metrics() -> None:
-    from fedad.evaluation import Pooled
+    from fedad.evaluation.families import Pooled
     from fedad.methods.fadngs.family import PRIVACY
 
     fed = make_federation("image")

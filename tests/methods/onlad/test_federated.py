@@ -64,7 +64,7 @@ def test_clean_run_excludes_nobody_and_detects() -> None:
 def test_normal_positive_metrics_come_from_onlads_declared_family() -> None:
     """metrics.json keeps its keys in their order: image metrics, then the normal-positive
     ones (ONLAD's Table I), then the run's costs; no pixel keys on data without masks."""
-    from fedad.evaluation import NORMAL_POSITIVE
+    from fedad.evaluation.families import NORMAL_POSITIVE
     from fedad.metrics import EVALUATE_KEYS, normal_positive_metrics
 
     out = _run("onlad-selective")

@@ -21,7 +21,7 @@ from fedad.data.idx import FASHION_MNIST_DIR
 from fedad.data.types import ClientData, Federation
 from fedad.detector import detector_from_config
 from fedad.errors import FedadError, RunError
-from fedad.evaluation import pooled_arrays
+from fedad.evaluation.families import pooled_arrays
 from fedad.federation import build_federation
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
 from fedad.fl.engine import RunOutcome, run_inprocess

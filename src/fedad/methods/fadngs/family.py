@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from fedad.evaluation import Column, MetricFamily, Pooled
+from fedad.evaluation.columns import Column
+from fedad.evaluation.families import MetricFamily, Pooled
 
 DCOR_KEYS = ("dcor_shared", "dcor_random", "dcor_shared_u", "dcor_random_u")
 

@@ -53,7 +53,7 @@ from fedad.data.types import ClientData, dense
 from fedad.detector import shared_field
 from fedad.devices import resolve_device
 from fedad.errors import ConfigError, RunError
-from fedad.evaluation import MetricFamily
+from fedad.evaluation.families import MetricFamily
 from fedad.fl.aggregate import weighted_mean_dicts
 from fedad.fl.algorithm import (
     Algorithm,

@@ -35,7 +35,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from fedad.data.types import ClientData
 from fedad.detector import shared_field
-from fedad.evaluation import MetricFamily
+from fedad.evaluation.families import MetricFamily
 from fedad.fl.algorithm import (
     Algorithm,
     ClientState,

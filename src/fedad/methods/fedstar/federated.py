@@ -37,7 +37,7 @@ from pydantic import Field
 
 from fedad.data.types import ClientData, GraphSet
 from fedad.detector import shared_field
-from fedad.evaluation import MetricFamily
+from fedad.evaluation.families import MetricFamily
 from fedad.fl.algorithm import (
     Algorithm,
     ClientState,

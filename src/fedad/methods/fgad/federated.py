@@ -37,7 +37,7 @@ from pydantic import Field
 
 from fedad.data.types import ClientData, GraphSet
 from fedad.detector import BaseDetector, shared_field
-from fedad.evaluation import MetricFamily, ranking_scores
+from fedad.evaluation.families import MetricFamily, ranking_scores
 from fedad.fl.algorithm import (
     Algorithm,
     ClientState,

@@ -75,7 +75,7 @@ from pydantic import Field
 
 from fedad.data.types import ClientData, dense
 from fedad.detector import quantile_threshold, shared_field
-from fedad.evaluation import NORMAL_POSITIVE, MetricFamily
+from fedad.evaluation.families import NORMAL_POSITIVE, MetricFamily
 from fedad.fl.algorithm import (
     Algorithm,
     ClientState,
@@ -246,7 +246,7 @@ class _ONLAD(Algorithm):
     metric_families: ClassVar[tuple[MetricFamily, ...]] = (NORMAL_POSITIVE,)
     """[ONLAD Table I] reports precision, recall and F-score with normal as the positive
     class: ``normal_precision``, ``normal_recall``, ``normal_f1`` and the learning curve
-    ``eval_normal_f1`` (:data:`fedad.evaluation.NORMAL_POSITIVE`)."""
+    ``eval_normal_f1`` (:data:`fedad.evaluation.families.NORMAL_POSITIVE`)."""
     nobody_passes: ClassVar[str] = "no client's update can be used"
     """The event's words when every update gets weight 0 (empty: no event, only ``kept``)."""
     reports: ClassVar[bool] = False

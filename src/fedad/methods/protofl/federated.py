@@ -45,7 +45,7 @@ from fedad.data.types import ClientData, dense
 from fedad.detector import shared_field
 from fedad.devices import resolve_device
 from fedad.errors import ConfigError, RunError
-from fedad.evaluation import MetricFamily, ranking_scores
+from fedad.evaluation.families import MetricFamily, ranking_scores
 from fedad.fl.algorithm import (
     Algorithm,
     ClientState,
