@@ -157,11 +157,14 @@ def _columns(
 ) -> dict[str, list[str]]:
     """The union, in order, of the finished seeds' ``columns`` (each seed's runs the same
     methods on the same kind of data, so they are normally equal)."""
-    from fedad.evaluation.columns import columns_of, families_of
+    from fedad.evaluation.columns import columns_of
+    from fedad.report.families import run_families
 
     out: dict[str, list[str]] = {}
     for s in done:
-        for group, cols in columns_of(per_seed[s], families_of(per_seed[s]) or ()).items():
+        metrics = per_seed[s]  # a seed written before columns were listed: as the report
+        listed = isinstance(metrics.get("columns"), dict)
+        for group, cols in columns_of(metrics, () if listed else run_families(metrics)).items():
             have = out.setdefault(group, [])
             have += [c for c in cols if c not in have]
     return out
