@@ -159,7 +159,7 @@ def test_report_and_list_import_no_torch(run_dir: Path, args: list[str]) -> None
     argv = [str(run_dir) if a == "RUN" else a for a in args]
     code = (
         "import sys\n"
-        "from fedad.cli import app\n"
+        "from fedad.cli.app import app\n"
         f"try:\n    app({argv!r})\n"
         "except SystemExit as e:\n    assert not e.code, e.code\n"
         "heavy = [m for m in ('torch', 'torch_geometric', 'kornia', 'zuko') if m in sys.modules]\n"
