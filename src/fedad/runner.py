@@ -447,20 +447,7 @@ def run_experiment(
                     continue
                 if on_method is not None:
                     on_method(label)
-
-                def cb(row: dict[str, Any], label: str = label) -> None:
-                    if on_round is not None:
-                        on_round(label, row)
-
-                started = time.perf_counter()
-                outcome = run_method(cfg, alg, fed, on_round=cb, workdir=out, pool=pool)
-                metrics, arr = summarize(label, alg, outcome, fed)
-                metrics.update(method_seconds(outcome, time.perf_counter() - started))
-                if cfg.privacy.mechanism == "gaussian":
-                    metrics["privacy"] = privacy_guarantee(cfg, alg, outcome, len(fed.clients))
-                rows = [{"method": label, **row} for row in outcome.history]
-                save_checkpoint(out, label, alg, outcome)
-                done[label] = Done(_clean(metrics), _clean(rows), arr)
+                done[label] = _run_one(cfg, label, alg, fed, out, pool, on_round)
                 rd.save_done(label, done[label])
                 write_outputs(out, labels, done, facts, time.perf_counter() - t0, families)
                 if tracker is not None:
@@ -483,6 +470,33 @@ def run_experiment(
             tracker.finish(out)
         rd.set_state("finished")
     return data
+
+
+def _run_one(
+    cfg: ExperimentConfig,
+    label: str,
+    alg: Algorithm,
+    fed: Federation,
+    out: Path,
+    pool: WorkerPool | None,
+    on_round: RoundCallback | None,
+) -> Done:
+    """Run one method to its end, save its checkpoint; its metrics, history rows and kept
+    arrays. Its ``seconds`` count everything from the first round to the summary."""
+
+    def cb(row: dict[str, Any]) -> None:
+        if on_round is not None:
+            on_round(label, row)
+
+    started = time.perf_counter()
+    outcome = run_method(cfg, alg, fed, on_round=cb, workdir=out, pool=pool)
+    metrics, arr = summarize(label, alg, outcome, fed)
+    metrics.update(method_seconds(outcome, time.perf_counter() - started))
+    if cfg.privacy.mechanism == "gaussian":
+        metrics["privacy"] = privacy_guarantee(cfg, alg, outcome, len(fed.clients))
+    rows = [{"method": label, **row} for row in outcome.history]
+    save_checkpoint(out, label, alg, outcome)
+    return Done(_clean(metrics), _clean(rows), arr)
 
 
 def _planned_releases(
