@@ -65,6 +65,7 @@ ignored (the projection keeps the feature width); and it takes keys of its own,
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -84,8 +85,8 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
-from fedad.fl.fedavg import fedavg_rounds, log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
+from fedad.fl.rounds import close_round, fedavg_rounds
 from fedad.fl.validate import ArraySpec
 from fedad.methods.baselines.contrastive import CONTRASTIVE, ContrastiveDetector
 from fedad.methods.baselines.detectors import (
@@ -401,16 +402,7 @@ class Local(TorchBaseline):
     def server(self, ctx: ServerContext) -> ServerResult:
         torch_cls = TORCH_DETECTORS.get(self.detector or "autoencoder")
         keys = ["loss", *(torch_cls.monitor_keys if torch_cls is not None else ())]
-        for r in range(1, ctx.rounds + 1):
-            ids = ctx.sample()
-            replies = ctx.send(
-                {i: Message(TRAIN, {}, {"round": r}) for i in ids},
-                scalars=["num_examples", *keys],
-            )
-            if replies:
-                log_weighted_scalars(ctx, replies, keys)
-            ctx.checkpoint(r, ServerResult(arrays={}, scalars={}))
-            ctx.end_round(r)
+        fedavg_rounds(ctx, {}, TRAIN, keys)  # nothing to average: the clients train alone
         return ServerResult(arrays={}, scalars={})
 
 
@@ -459,11 +451,12 @@ class Centralized(TorchBaseline):
             ctx.log(loss=det.train_epochs(pooled, self.params.local_epochs, rng))
             if isinstance(det, TorchDetector):
                 ctx.log(**det.train_monitor())
-            if ctx.wants_checkpoint(r):
-                self._with_bank(det, pooled)
-                t = quantile_threshold(det.score(pooled), self.contamination)
-                ctx.checkpoint(r, ServerResult(self._shared_arrays(det), {"threshold": t}))
-            ctx.end_round(r)
+            close_round(ctx, r, partial(self._pooled_result, det, pooled))
+        return self._pooled_result(det, pooled)
+
+    def _pooled_result(self, det: BaselineDetector, pooled: np.ndarray) -> ServerResult:
+        """The model trained on the pooled data, ready to score, with the threshold of its
+        scores on that data."""
         self._with_bank(det, pooled)
         threshold = quantile_threshold(det.score(pooled), self.contamination)
         return ServerResult(arrays=self._shared_arrays(det), scalars={"threshold": threshold})

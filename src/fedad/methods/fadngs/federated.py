@@ -67,8 +67,8 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
-from fedad.fl.fedavg import log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
+from fedad.fl.rounds import log_weighted_scalars
 from fedad.fl.validate import ArraySpec, spec_of
 from fedad.methods.fadngs.density import min_mahalanobis
 from fedad.methods.fadngs.detector import COVS, MEANS, FADngsDetector, FADngsDetectorParams

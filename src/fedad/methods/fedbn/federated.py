@@ -31,8 +31,8 @@ from fedad.data.types import ClientData
 from fedad.errors import RunError
 from fedad.fl.algorithm import ClientState, ServerResult, register
 from fedad.fl.context import ServerContext
-from fedad.fl.fedavg import fedavg_rounds
 from fedad.fl.messages import Message, prefixed, unprefixed
+from fedad.fl.rounds import fedavg_rounds
 from fedad.fl.validate import ArraySpec
 from fedad.methods.baselines.detectors import DeepSVDDDetector, TorchDetector
 from fedad.methods.baselines.federated import (

@@ -47,8 +47,8 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
-from fedad.fl.fedavg import log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
+from fedad.fl.rounds import close_round, log_weighted_scalars
 from fedad.fl.validate import ArraySpec
 from fedad.methods.feddymem.detector import (
     BANK,
@@ -283,7 +283,6 @@ class FedDyMem(Algorithm):
     def server(self, ctx: ServerContext) -> ServerResult:
         spec = self.bank_spec()
         bank: np.ndarray | None = None
-        result = ServerResult({}, {})
         for r in range(1, ctx.rounds + 1):
             if bank is None:  # Algorithm 4 (repeated next round if nobody answered)
                 init = ctx.send(
@@ -302,10 +301,7 @@ class FedDyMem(Algorithm):
                 log_weighted_scalars(ctx, replies, ["loss", "scale"])
             else:
                 ctx.event("no valid replies; the global bank is unchanged")
-            result = ServerResult({BANK: bank}, {})
-            if ctx.wants_checkpoint(r) and r < ctx.rounds:
-                ctx.checkpoint(r, result)
-            ctx.end_round(r)
+            close_round(ctx, r, ServerResult({BANK: bank}, {}), eval_last=False)
         if bank is None:
             raise RuntimeError("FedDyMem: no client ever answered the initialisation")
         return ServerResult({BANK: bank}, {})

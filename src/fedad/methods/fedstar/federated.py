@@ -48,9 +48,8 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
-from fedad.fl.fedavg import log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
-from fedad.fl.validate import spec_of
+from fedad.fl.rounds import fedavg_rounds
 from fedad.methods.fedstar.detector import FedStarDetector, FedStarDetectorParams
 from fedad.seeding import rng as seeded_rng
 
@@ -149,16 +148,7 @@ class FedStar(Algorithm):
     # -- server -----------------------------------------------------------------------------
     def server(self, ctx: ServerContext) -> ServerResult:
         weights = self.make_detector().build(1).shared_arrays()
-        spec = spec_of(weights)
-        for r in range(1, ctx.rounds + 1):
-            msgs = {i: Message(TRAIN, dict(weights), {"round": r}) for i in ctx.sample()}
-            avg = ctx.mean(msgs, arrays=spec, scalars=["loss"])
-            if avg.arrays is None:
-                ctx.event("no valid replies; the structure encoder is unchanged")
-            else:
-                weights = avg.arrays
-                log_weighted_scalars(ctx, avg.replies, ["loss"])
-            if ctx.wants_checkpoint(r) and r < ctx.rounds:
-                ctx.checkpoint(r, ServerResult(dict(weights), {}))
-            ctx.end_round(r)
+        weights = fedavg_rounds(
+            ctx, weights, TRAIN, unchanged="the structure encoder is unchanged", eval_last=False
+        )
         return ServerResult(dict(weights), {})

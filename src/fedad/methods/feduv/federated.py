@@ -42,8 +42,8 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
-from fedad.fl.fedavg import fedavg_rounds
 from fedad.fl.messages import Message
+from fedad.fl.rounds import fedavg_rounds
 from fedad.methods.feduv.detector import FedUVDetector, FedUVDetectorParams
 from fedad.methods.feduv.model import secret_code
 from fedad.seeding import rng as seeded_rng

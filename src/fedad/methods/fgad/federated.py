@@ -48,9 +48,8 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
-from fedad.fl.fedavg import log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
-from fedad.fl.validate import spec_of
+from fedad.fl.rounds import fedavg_rounds
 from fedad.methods.fgad.detector import GENERATOR, FGADDetector, FGADDetectorParams
 from fedad.methods.fgad.train import LOSS_KEYS
 from fedad.metrics import auroc
@@ -241,28 +240,16 @@ class FGAD(Algorithm):
     # -- server -----------------------------------------------------------------------------
     def server(self, ctx: ServerContext) -> ServerResult:
         init = self.make_detector().build(1)
-        weights = self.shared_arrays(init)
-        spec = spec_of(weights)
-        keys = list(LOSS_KEYS)
-        result = ServerResult(dict(weights), {})
-        for r in range(1, ctx.rounds + 1):
-            msgs = {i: Message(TRAIN, dict(weights), {"round": r}) for i in ctx.sample()}
-            if weights:
-                avg = ctx.mean(msgs, arrays=spec, scalars=keys)
-                if avg.arrays is None:
-                    ctx.event("no valid replies; the shared head is unchanged")
-                else:
-                    weights = avg.arrays
-                    log_weighted_scalars(ctx, avg.replies, keys)
-            else:
-                replies = ctx.send(msgs, scalars=["num_examples", *keys])
-                if replies:
-                    log_weighted_scalars(ctx, replies, keys)
-            result = ServerResult(dict(weights), {})
-            if ctx.wants_checkpoint(r) and r < ctx.rounds:
-                ctx.checkpoint(r, result)
-            ctx.end_round(r)
-        return result
+        # with nothing shared (collaboration "none") the clients train alone
+        weights = fedavg_rounds(
+            ctx,
+            self.shared_arrays(init),
+            TRAIN,
+            LOSS_KEYS,
+            unchanged="the shared head is unchanged",
+            eval_last=False,
+        )
+        return ServerResult(dict(weights), {})
 
     def extra_metrics(self, evaluations: dict[int, Message]) -> dict[str, Any]:
         """``teacher_auroc``: the teacher head's AUROC, mean over the clients."""

@@ -82,8 +82,8 @@ from fedad.data.types import ClientData
 from fedad.fl.aggregate import weighted_mean_dicts
 from fedad.fl.algorithm import ClientState, ServerResult, register
 from fedad.fl.context import ServerContext
-from fedad.fl.fedavg import log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
+from fedad.fl.rounds import close_round, log_weighted_scalars
 from fedad.fl.validate import spec_of
 from fedad.methods.baselines.detectors import DeepSVDDDetector
 from fedad.methods.baselines.federated import TRAIN, BaselineDetector, FedAvg, TrainParams
@@ -229,9 +229,7 @@ class GCFL(FedAvg):
                 log_weighted_scalars(ctx, replies, ["loss"])
             ctx.log(clusters=len(clusters), mean_update_norm=crit[0], max_update_norm=crit[1])
             result = self._result(ids, clusters, models)
-            if ctx.wants_checkpoint(r) and r < ctx.rounds:
-                ctx.checkpoint(r, result)
-            ctx.end_round(r)
+            close_round(ctx, r, result, eval_last=False)
         return result
 
     @staticmethod

@@ -68,6 +68,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -87,6 +88,7 @@ from fedad.fl.algorithm import (
 )
 from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message
+from fedad.fl.rounds import close_round
 from fedad.fl.validate import spec_of
 from fedad.methods.onlad.credit import (
     accept_aggregate,
@@ -426,9 +428,7 @@ class _ONLAD(Algorithm):
                 client_losses=" ".join(f"{i}:{v:.6g}" for i, v in zip(ids, losses, strict=True)),
                 client_weights=" ".join(f"{i}:{v:.4f}" for i, v in zip(ids, c, strict=True)),
             )
-            if ctx.wants_checkpoint(r):
-                ctx.checkpoint(r, self._result(det, beta, p, observed))
-            ctx.end_round(r)
+            close_round(ctx, r, partial(self._result, det, beta, p, observed))
         return self._result(det, beta, p, observed)
 
     @staticmethod

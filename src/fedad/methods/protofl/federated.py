@@ -58,9 +58,8 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
-from fedad.fl.fedavg import log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
-from fedad.fl.validate import spec_of
+from fedad.fl.rounds import Arrays, fedavg_rounds
 from fedad.methods.protofl.augment import Auto
 from fedad.methods.protofl.detector import (
     Head,
@@ -73,6 +72,8 @@ from fedad.methods.protofl.train import train_encoder
 from fedad.seeding import rng as seeded_rng
 
 PROTOTYPE = "prototype"
+LOSSES = ("loss", "l_pd", "l_p")
+"""The scalars of a phase-1 reply logged each round (their example-weighted means)."""
 TRAIN = "train"
 
 
@@ -395,33 +396,28 @@ class ProtoFL(Algorithm):
         have = set(acks)
         ctx.log(clients_new=len(new))
         ctx.end_round(0)
-        weights = self._arrays(self.make_encoder())
-        spec = spec_of(weights)
-        for r in range(1, ctx.rounds + 1):
+
+        def messages(r: int, sent: Arrays) -> dict[int, Message]:
+            """The model (none with ``phase1 = "local"``) and, until a client has it, its
+            prototype."""
             msgs = {}
-            sent = {} if self.params.phase1 == "local" else weights
             for i in ctx.sample(joined):
                 extra = {} if i in have else {"prototype": mine[i]}
                 msgs[i] = Message(TRAIN, {**sent, **extra}, {"round": r})
-            if self.params.phase1 == "local":
-                replies = ctx.send(msgs, scalars=["num_examples", "loss", "l_pd", "l_p"])
-                have.update(replies)
-                if replies:
-                    log_weighted_scalars(ctx, replies, ["loss", "l_pd", "l_p"])
-                ctx.checkpoint(r, ServerResult(arrays={}, scalars={}))
-                ctx.end_round(r)
-                continue
-            avg = ctx.mean(msgs, arrays=spec, scalars=["loss", "l_pd", "l_p"])
-            have.update(avg.replies)
-            if avg.arrays is not None:
-                weights = avg.arrays
-                log_weighted_scalars(ctx, avg.replies, ["loss", "l_pd", "l_p"])
-            else:
-                ctx.event("no valid replies; the global model is unchanged")
-            ctx.checkpoint(r, self._result(weights))
-            ctx.end_round(r)
-        if self.params.phase1 == "local":
+            return msgs
+
+        if self.params.phase1 == "local":  # nothing to average: each client trains alone
+            fedavg_rounds(ctx, {}, TRAIN, LOSSES, messages=messages, replied=have.update)
             return ServerResult(arrays={}, scalars={})
+        weights = fedavg_rounds(
+            ctx,
+            self._arrays(self.make_encoder()),
+            TRAIN,
+            LOSSES,
+            messages=messages,
+            replied=have.update,
+            result=self._result,
+        )
         return self._result(weights)
 
     @staticmethod

@@ -41,6 +41,7 @@ its own Adam loop on frozen backbone features.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import cast
 
 import numpy as np
@@ -49,8 +50,8 @@ from pydantic import Field
 from fedad.data.types import ClientData
 from fedad.fl.algorithm import ClientState, Handler, Params, ServerResult, Setup, register
 from fedad.fl.context import ServerContext
-from fedad.fl.fedavg import log_weighted_scalars
 from fedad.fl.messages import Message, prefixed, unprefixed
+from fedad.fl.rounds import Arrays, fedavg_rounds
 from fedad.fl.validate import spec_of
 from fedad.methods.baselines.contrastive import CONTRASTIVE, ContrastiveDetector
 from fedad.methods.baselines.detectors import DETECTORS, DeepSVDDDetector, TorchDetector
@@ -171,20 +172,23 @@ class Scaffold(_GlobalModel):
             self._center_round(ctx, det)
         x = det.shared_arrays()
         c = zeros_like({k: x[k] for k in control_keys(det)})
-        spec = spec_of({**x, **prefixed(c, DC)})
         total = len(ctx.grid.get_node_ids())
-        for r in range(1, ctx.rounds + 1):
-            down = {**x, **prefixed(c, C)}
-            msgs = {i: Message(TRAIN, down, {"round": r}) for i in ctx.sample()}
-            avg = ctx.mean(msgs, arrays=spec, scalars=["loss"])
-            if avg.arrays is not None:
-                x, c = self._step(ctx, x, c, avg.arrays, len(avg.replies), total)
-                log_weighted_scalars(ctx, avg.replies, ["loss"])
-            else:
-                ctx.event("no valid replies; the global model and c are unchanged")
-            ctx.checkpoint(r, ServerResult(arrays=x, scalars={}))
-            ctx.end_round(r)
-        return ServerResult(arrays=x, scalars={})
+
+        def step(down: Arrays, mean: Arrays, replies: Mapping[int, Message]) -> Arrays:
+            x_new, c_new = self._step(ctx, *split(down), mean, len(replies), total)
+            return {**x_new, **prefixed(c_new, C)}
+
+        # the server's state (x, c) is what it sends: (x, c) down, (y_i, Delta c_i) up
+        down = fedavg_rounds(
+            ctx,
+            {**x, **prefixed(c, C)},
+            TRAIN,
+            spec=spec_of({**x, **prefixed(c, DC)}),
+            step=step,
+            result=lambda down: ServerResult(arrays=split(down)[0], scalars={}),
+            unchanged="the global model and c are unchanged",
+        )
+        return ServerResult(arrays=split(down)[0], scalars={})
 
     def _step(
         self,
