@@ -8,7 +8,7 @@ converts losslessly to and from Flower ``RecordDict`` s (see :mod:`fedad.fl.flow
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -21,11 +21,28 @@ SCALAR_BYTES = 8
 """Bytes charged for one numeric or boolean scalar (an int64/float64 on the wire)."""
 
 
-def scalar_nbytes(value: Scalar) -> int:
-    """Payload size of one scalar: 8 bytes for numbers and booleans, UTF-8 length for text."""
-    if isinstance(value, str):
-        return len(value.encode("utf-8"))
-    return SCALAR_BYTES
+def payload_nbytes(values: Iterable[Any]) -> int:
+    """Payload size of ``values`` on the wire: the one byte count of every engine.
+
+    An array counts its ``nbytes``, text its UTF-8 length, ``bytes`` their length, a list
+    the sum of its items, a number or boolean :data:`SCALAR_BYTES`. :attr:`Message.nbytes`
+    (both engines' ``bytes_up`` and ``bytes_down``), a SecAgg+ reply
+    (:func:`fedad.fl.secagg.reply_nbytes`) and the SecAgg+ protocol's own records on Flower
+    (``fedad.fl.flower.secagg.config_nbytes``) are all counted with it.
+    """
+    total = 0
+    for v in values:
+        if isinstance(v, np.ndarray):
+            total += int(v.nbytes)
+        elif isinstance(v, str):
+            total += len(v.encode("utf-8"))
+        elif isinstance(v, bytes):
+            total += len(v)
+        elif isinstance(v, list | tuple):
+            total += payload_nbytes(v)
+        else:
+            total += SCALAR_BYTES
+    return total
 
 
 @dataclass(frozen=True)
@@ -52,10 +69,9 @@ class Message:
 
     @property
     def nbytes(self) -> int:
-        """Exact payload size: the arrays' ``nbytes`` plus each scalar's size."""
-        return sum(int(a.nbytes) for a in self.arrays.values()) + sum(
-            scalar_nbytes(v) for v in self.scalars.values()
-        )
+        """Exact payload size: the arrays' ``nbytes`` plus each scalar's size
+        (:func:`payload_nbytes`)."""
+        return payload_nbytes([*self.arrays.values(), *self.scalars.values()])
 
     def copy(self) -> Message:
         """A deep copy, as a receiver sees it after serialisation."""

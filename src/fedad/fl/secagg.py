@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fedad.errors import ConfigError
-from fedad.fl.messages import SCALAR_BYTES, Message, Scalar, scalar_nbytes
+from fedad.fl.messages import SCALAR_BYTES, Message, Scalar, payload_nbytes
 from fedad.fl.validate import ArraySpec, check_reply
 from fedad.seeding import rng as seeded_rng
 
@@ -243,11 +243,10 @@ def unflatten(
 
 
 def reply_nbytes(spec: Mapping[str, ArraySpec], reply_scalars: Mapping[str, Scalar]) -> int:
-    """Payload of one secure reply: its masked vector (int64 per entry, plus the weight
-    factor) and its scalars, which travel in the clear."""
+    """Payload of one secure reply: its masked vector (an int64 per entry, plus the weight
+    factor) and its scalars, which travel in the clear (:func:`payload_nbytes`)."""
     entries = sum(int(np.prod(s.shape, dtype=np.int64)) for s in spec.values())
-    clear = sum(scalar_nbytes(v) for v in reply_scalars.values())
-    return SCALAR_BYTES * (entries + 1) + clear
+    return SCALAR_BYTES * (entries + 1) + payload_nbytes(reply_scalars.values())
 
 
 # -------------------------------------------------------------------------- the arithmetic

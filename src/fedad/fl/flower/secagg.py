@@ -59,7 +59,7 @@ from fedad.fl.flower.internals import (
 )
 from fedad.fl.flower.internals import SecAggPlusKey as Key
 from fedad.fl.flower.internals import recorddict_compat as compat
-from fedad.fl.messages import SCALAR_BYTES, Message, Scalar
+from fedad.fl.messages import Message, Scalar, payload_nbytes
 from fedad.fl.secagg import (
     WEIGHT,
     SecAggSettings,
@@ -139,19 +139,10 @@ def decode_clear(metrics: Mapping[str, Any]) -> Message:
 
 
 def config_nbytes(record: ConfigRecord, skip: Iterable[str] = ()) -> int:
-    """Payload bytes of a ``ConfigRecord``: bytes and text by length, numbers 8 each."""
-
-    def size(v: Any) -> int:
-        if isinstance(v, bytes):
-            return len(v)
-        if isinstance(v, str):
-            return len(v.encode("utf-8"))
-        if isinstance(v, list):
-            return sum(size(x) for x in v)
-        return SCALAR_BYTES
-
+    """Payload bytes of a ``ConfigRecord`` but its ``skip`` keys: bytes and text by length,
+    numbers 8 each, lists their items' sum (:func:`~fedad.fl.messages.payload_nbytes`)."""
     skipped = set(skip)
-    return sum(size(v) for k, v in record.items() if k not in skipped)
+    return payload_nbytes(v for k, v in record.items() if k not in skipped)
 
 
 # ---------------------------------------------------------------------------- server side
