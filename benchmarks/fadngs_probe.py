@@ -30,6 +30,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from fedad.blas import limit_blas_threads
+from fedad.components.nn.resnet import Encoder
 from fedad.config import parse_config
 from fedad.data.types import Federation
 from fedad.federation import build_federation
@@ -37,7 +38,6 @@ from fedad.fl.algorithm import Setup, build_algorithm
 from fedad.fl.engine import run_inprocess
 from fedad.methods.fadngs.density import fit_gaussians, min_mahalanobis
 from fedad.methods.fadngs.detector import FADngsDetector
-from fedad.methods.fadngs.model import Encoder
 from fedad.methods.fadngs.privacy import unit_rows
 from fedad.methods.fadngs.train import embed
 

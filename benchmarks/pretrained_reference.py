@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from sklearn.neighbors import NearestNeighbors
 
+from fedad.components.detectors.pretrained import PretrainedDetector
 from fedad.data.registry import load_dataset
-from fedad.methods.baselines.pretrained import PretrainedDetector
 from fedad.metrics import auroc
 
 

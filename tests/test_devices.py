@@ -11,10 +11,10 @@ import torch
 from typer.testing import CliRunner
 
 from fedad.cli.app import app
+from fedad.components.detectors.neural import AutoEncoderDetector
 from fedad.config import dump_toml, parse_config
 from fedad.devices import resolve_device
 from fedad.errors import ConfigError
-from fedad.methods.baselines.detectors import AutoEncoderDetector
 
 runner = CliRunner()
 SMALL = {

@@ -294,7 +294,7 @@ def test_inputs_json_at_odds_with_the_detector_is_one_line(
     ):
         fedad.load(str(root / "run")).detector("fedavg", 0).score(np.zeros((2, 6)))
     # a detector that declares nothing and still cannot score: one line, naming it
-    from fedad.methods.baselines.ocsvm import OCSVMDetector
+    from fedad.components.detectors.ocsvm import OCSVMDetector
 
     monkeypatch.setattr(OCSVMDetector, "expected_input", lambda self: None)
     res = runner.invoke(app, ["score", str(wide), str(tmp_path / "few.csv"), "-m", "local"])

@@ -2,7 +2,7 @@
 
 A contrastive (InfoNCE-type) loss whose representations all point the same way takes one
 value whatever the weights: :math:`\\log(N - 1)` for SimCLR's pairs, in general the mean
-over the anchors of :math:`\\log(P_a + N_a)` (``fedad.methods.fadngs.losses.collapsed_loss``).
+over the anchors of :math:`\\log(P_a + N_a)` (``fedad.components.losses.collapsed_loss``).
 A loss that stays there means the encoder is not learning, whatever the AUROC says
 (FADngs's group-norm encoder sat there for a whole run before issue 27).
 

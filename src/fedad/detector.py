@@ -352,6 +352,17 @@ def detector_class(name: str) -> type[BaseDetector] | None:
     return _DETECTORS.get(name)
 
 
+# Detector modules moved since run directories named classes "module:qualname": old module ->
+# new, so that such old names still resolve (only compared, never imported).
+_MOVED_MODULES = {
+    "fedad.methods.baselines.detectors": "fedad.components.detectors.neural",
+    "fedad.methods.baselines.contrastive": "fedad.components.detectors.contrastive",
+    "fedad.methods.baselines.ocsvm": "fedad.components.detectors.ocsvm",
+    "fedad.methods.baselines.patchcore": "fedad.components.detectors.patchcore",
+    "fedad.methods.baselines.pretrained": "fedad.components.detectors.pretrained",
+}
+
+
 def _lookup(name: object) -> type[BaseDetector]:
     if isinstance(name, str):
         cls = detector_class(name)
@@ -359,13 +370,15 @@ def _lookup(name: object) -> type[BaseDetector]:
             return cls
         # Run directories written before the registry named classes "module:qualname";
         # such a name is only compared with the classes of the declared modules, never
-        # imported itself.
-        module = name.partition(":")[0]
+        # imported itself (a module moved since is compared under its new name).
+        module, sep, qualname = name.partition(":")
+        module = _MOVED_MODULES.get(module, module)
+        wanted = f"{module}{sep}{qualname}"
         for entry in detector_entries().values():
             if entry.module == module:
                 import_detector(entry.name)
         for cls in _DETECTORS.values():
-            if name == f"{cls.__module__}:{cls.__qualname__}":
+            if wanted == f"{cls.__module__}:{cls.__qualname__}":
                 return cls
     shown = repr(name)[:80]
     known = sorted({*detector_entries(), *_DETECTORS})

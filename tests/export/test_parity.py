@@ -12,6 +12,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fedad.components.detectors.contrastive import ContrastiveDetector
+from fedad.components.detectors.neural import AutoEncoderDetector, DeepSVDDDetector
+from fedad.components.detectors.ocsvm import OCSVMDetector
+from fedad.components.detectors.patchcore import PatchCoreDetector
+from fedad.components.detectors.pretrained import PretrainedDetector
 from fedad.components.nn.patchscore import anomaly_maps
 from fedad.export.check import TOLERANCE, session
 from fedad.export.detectors.baselines import GaussianScore, KNNScore
@@ -19,11 +24,6 @@ from fedad.export.detectors.feddymem import FedDyMemScore
 from fedad.export.detectors.images import PatchMaps, Prepare
 from fedad.export.registry import NotExportable, exporter_for, exporters
 from fedad.export.torchgraph import to_onnx
-from fedad.methods.baselines.contrastive import ContrastiveDetector
-from fedad.methods.baselines.detectors import AutoEncoderDetector, DeepSVDDDetector
-from fedad.methods.baselines.ocsvm import OCSVMDetector
-from fedad.methods.baselines.patchcore import PatchCoreDetector
-from fedad.methods.baselines.pretrained import PretrainedDetector
 from fedad.methods.fadngs.detector import FADngsDetector
 from fedad.methods.feddymem.detector import FedDyMemDetector
 from fedad.methods.feduv.detector import FedUVDetector

@@ -55,9 +55,16 @@ def test_registry_names_only_detectors() -> None:
         assert isinstance(cls.ParamsModel, type)
 
 
-def test_old_import_path_names_still_load(run_copy: Path) -> None:
+@pytest.mark.parametrize(
+    "name",
+    [
+        "fedad.methods.baselines.detectors:AutoEncoderDetector",  # before fedad.components
+        "fedad.components.detectors.neural:AutoEncoderDetector",
+    ],
+)
+def test_old_import_path_names_still_load(run_copy: Path, name: str) -> None:
     meta = json.loads(_meta(run_copy).read_text())
-    meta["detector"]["class"] = "fedad.methods.baselines.detectors:AutoEncoderDetector"
+    meta["detector"]["class"] = name
     _meta(run_copy).write_text(json.dumps(meta))
     det = fedad.load(str(run_copy)).detector("fedavg-ae", 0)
     assert det.registry_name == "autoencoder"

@@ -235,7 +235,7 @@ def test_a_damaged_client_file_is_found_at_load_and_its_detector_built_on_use(
 def test_parameters_declaring_a_huge_network_are_refused_before_it_is_built(
     run_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fedad.methods.baselines.detectors import TorchDetector
+    from fedad.components.detectors.neural import TorchDetector
 
     def never(self: object) -> None:
         raise AssertionError("a network was built before its arrays were checked")

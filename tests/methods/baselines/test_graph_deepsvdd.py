@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from fedad.checkpoints import save_checkpoint
+from fedad.components.detectors.neural import DeepSVDDDetector
 from fedad.components.nn.model import GRAPH_HIDDEN, GRAPH_INPUT_LAYER, GRAPH_LAYERS
 from fedad.config import parse_config
 from fedad.data.registry import register_dataset, unregister_dataset
@@ -22,7 +23,6 @@ from fedad.errors import ConfigError, FedadError
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import unprefixed
-from fedad.methods.baselines.detectors import DeepSVDDDetector
 from fedad.metrics import auroc
 from fedad.runner import summarize
 from fedad.runs import load_run

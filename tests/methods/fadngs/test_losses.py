@@ -9,19 +9,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedad.methods.fadngs.losses import (
-    FifoQueue,
+from fedad.components.losses import (
     collapsed_loss,
     contrastive_loss,
+    mean_pairwise_cosine,
+    shifted_instance_mask,
+)
+from fedad.methods.fadngs.losses import (
+    FifoQueue,
     crad_anchors,
     crad_loss,
     crad_mask,
     crad_views,
     ensemble_sed_loss,
-    mean_pairwise_cosine,
     pearson_weights,
     sed_loss,
-    shifted_instance_mask,
     simclr_mask,
     similarity_distribution,
 )

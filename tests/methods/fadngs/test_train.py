@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from fedad.components.nn.resnet import Encoder
 from fedad.methods.fadngs.density import fit_gaussians
 from fedad.methods.fadngs.losses import FifoQueue
-from fedad.methods.fadngs.model import Encoder
 from fedad.methods.fadngs.train import (
     cosine_lr,
     embed,
@@ -79,8 +79,8 @@ def test_csi_row_is_csi_loss_with_shifted_instances() -> None:
     """Table IV's ``loss = "csi"``: CSI's own loss (every rotation of every sample an anchor
     with its own positive), the ``contrastive`` detector's pairs, not rotations as
     negatives only."""
-    from fedad.methods.fadngs.augment import shifted_views
-    from fedad.methods.fadngs.losses import contrastive_loss, shifted_instance_mask
+    from fedad.components.augment import shifted_views
+    from fedad.components.losses import contrastive_loss, shifted_instance_mask
     from fedad.methods.fadngs.train import _views_loss
 
     x = torch.from_numpy(_oriented(6))

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from torch import nn
 
+from fedad.components.detectors.neural import TorchDetector
 from fedad.data.types import Federation
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm
 from fedad.fl.engine import RunOutcome, run_inprocess
-from fedad.methods.baselines.detectors import TorchDetector
 from fedad.methods.fedbn.federated import local_keys, shared_arrays
 from fedad.methods.fedbn.norms import norm_keys
 from tests.conftest import make_federation

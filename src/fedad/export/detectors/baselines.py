@@ -4,7 +4,7 @@
 The torch networks are exported as they are (:class:`~fedad.components.nn.model.
 AutoEncoder` and :class:`~fedad.components.nn.model.DeepSVDDNet` compute their own
 score); the one-class SVM's decision function is written out (RBF kernel against the support
-vectors) in float64, the formula :func:`fedad.methods.baselines.ocsvm.rbf_ocsvm_score`
+vectors) in float64, the formula :func:`fedad.components.detectors.ocsvm.rbf_ocsvm_score`
 evaluates; the frozen backbones and bank scores are :mod:`.images`' modules, each score in
 the precision fedad computes it in (float64 for the kNN, Gaussian and cosine scores).
 """
@@ -19,15 +19,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedad.components.detectors.contrastive import ContrastiveDetector
+from fedad.components.detectors.neural import AutoEncoderDetector, DeepSVDDDetector, TorchDetector
+from fedad.components.detectors.ocsvm import OCSVMDetector
+from fedad.components.detectors.patchcore import PatchCoreDetector
+from fedad.components.detectors.pretrained import PretrainedDetector
 from fedad.detector import BaseDetector
 from fedad.export.detectors.graphs import WHY as GRAPHS
 from fedad.export.detectors.images import PatchMaps, PooledFeatures, StageFeatures
 from fedad.export.registry import Core, NotExportable, register_exporter
-from fedad.methods.baselines.contrastive import ContrastiveDetector
-from fedad.methods.baselines.detectors import AutoEncoderDetector, DeepSVDDDetector, TorchDetector
-from fedad.methods.baselines.ocsvm import OCSVMDetector
-from fedad.methods.baselines.patchcore import PatchCoreDetector
-from fedad.methods.baselines.pretrained import PretrainedDetector
 
 
 def _network(det: TorchDetector) -> nn.Module:
@@ -53,7 +53,7 @@ class NetScore(nn.Module):
 
 class AutoEncoderMaps(nn.Module):
     """The image autoencoder's score and per-pixel maps, the squared error averaged over
-    channels (:meth:`~fedad.methods.baselines.detectors.AutoEncoderDetector.score_maps`)."""
+    channels (:meth:`~fedad.components.detectors.neural.AutoEncoderDetector.score_maps`)."""
 
     def __init__(self, net: nn.Module) -> None:
         super().__init__()
@@ -149,7 +149,7 @@ class KNNScore(nn.Module):
 
 
 class GaussianScore(nn.Module):
-    """:meth:`fedad.methods.baselines.pretrained.ShrinkageGaussian.mahalanobis`, float64."""
+    """:meth:`fedad.components.detectors.pretrained.ShrinkageGaussian.mahalanobis`, float64."""
 
     mean: torch.Tensor
     vec: torch.Tensor

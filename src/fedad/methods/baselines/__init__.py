@@ -30,9 +30,9 @@ declare_method(
     ("vector", "image", "graph"),
     ("autoencoder", "deepsvdd", "contrastive", "patchcore", "pretrained", "ocsvm"),
 )
-declare_detector("autoencoder", "fedad.methods.baselines.detectors")
-declare_detector("contrastive", "fedad.methods.baselines.contrastive")
-declare_detector("deepsvdd", "fedad.methods.baselines.detectors")
-declare_detector("ocsvm", "fedad.methods.baselines.ocsvm")
-declare_detector("patchcore", "fedad.methods.baselines.patchcore")
-declare_detector("pretrained", "fedad.methods.baselines.pretrained")
+declare_detector("autoencoder", "fedad.components.detectors.neural")
+declare_detector("contrastive", "fedad.components.detectors.contrastive")
+declare_detector("deepsvdd", "fedad.components.detectors.neural")
+declare_detector("ocsvm", "fedad.components.detectors.ocsvm")
+declare_detector("patchcore", "fedad.components.detectors.patchcore")
+declare_detector("pretrained", "fedad.components.detectors.pretrained")

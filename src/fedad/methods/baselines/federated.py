@@ -56,7 +56,8 @@ parameters keep their meaning (``lr``, ``local_epochs``, ``weight_decay``: its d
 ``mu``), except ``batch_size``, 10 images unless the config sets it, and ``latent_dim``,
 ignored (the projection keeps the feature width); and it takes keys of its own,
 ``backbone``, ``backbone_path``, ``coreset`` and ``image_size``
-(:class:`~.patchcore.PatchCoreOptions`, refused with other detectors); docs/methods/baselines.md.
+(:class:`~fedad.components.detectors.patchcore.PatchCoreOptions`, refused with other
+detectors); docs/methods/baselines.md.
 
 ``fedavg`` and ``fedprox`` aggregate through :meth:`ServerContext.mean
 <fedad.fl.context.ServerContext.mean>`, so both their phases run under SecAgg+ when
@@ -71,6 +72,31 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
+from fedad.components.detectors.contrastive import CONTRASTIVE, ContrastiveDetector
+from fedad.components.detectors.neural import (
+    DETECTORS,
+    AutoEncoderDetector,
+    DeepSVDDDetector,
+    TorchDetector,
+    TorchDetectorParams,
+)
+from fedad.components.detectors.ocsvm import OCSVM, OCSVMDetector
+from fedad.components.detectors.patchcore import (
+    DEFAULT_CORESET,
+    PATCHCORE,
+    PATCHCORE_BATCH,
+    SHARED_OPTIONS,
+    PatchCoreDetector,
+    PatchCoreOptions,
+    check_patchcore,
+)
+from fedad.components.detectors.pretrained import (
+    PRETRAINED,
+    PretrainedDetector,
+    PretrainedOptions,
+    check_pretrained,
+    make_pretrained,
+)
 from fedad.data.types import ClientData, DataKind, Features, dense
 from fedad.detector import quantile_threshold, shared_field
 from fedad.devices import resolve_device
@@ -88,31 +114,6 @@ from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import close_round, fedavg_rounds
 from fedad.fl.validate import ArraySpec
-from fedad.methods.baselines.contrastive import CONTRASTIVE, ContrastiveDetector
-from fedad.methods.baselines.detectors import (
-    DETECTORS,
-    AutoEncoderDetector,
-    DeepSVDDDetector,
-    TorchDetector,
-    TorchDetectorParams,
-)
-from fedad.methods.baselines.ocsvm import OCSVM, OCSVMDetector
-from fedad.methods.baselines.patchcore import (
-    DEFAULT_CORESET,
-    PATCHCORE,
-    PATCHCORE_BATCH,
-    SHARED_OPTIONS,
-    PatchCoreDetector,
-    PatchCoreOptions,
-    check_patchcore,
-)
-from fedad.methods.baselines.pretrained import (
-    PRETRAINED,
-    PretrainedDetector,
-    PretrainedOptions,
-    check_pretrained,
-    make_pretrained,
-)
 from fedad.seeding import rng as seeded_rng
 
 TRAIN = "train"

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from pydantic import ConfigDict, Field, model_validator
 
+from fedad.components.nn.resnet import Encoder
 from fedad.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
@@ -30,7 +31,6 @@ from fedad.methods.fadngs.density import (
     stable_cholesky,
     weak_kmeans,
 )
-from fedad.methods.fadngs.model import Encoder
 from fedad.methods.fadngs.privacy import unit_rows
 from fedad.methods.fadngs.train import embed, local_update
 from fedad.seeding import rng as seeded_rng

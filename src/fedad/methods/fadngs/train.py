@@ -28,22 +28,24 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedad.components.train import iterate_batches
-from fedad.methods.fadngs.augment import ROTATIONS, crad_views, normal_transform, shifted_views
-from fedad.methods.fadngs.density import min_mahalanobis
-from fedad.methods.fadngs.losses import (
+from fedad.components.augment import ROTATIONS, crad_views, normal_transform, shifted_views
+from fedad.components.losses import (
     ConForm,
-    FifoQueue,
     collapsed_loss,
     contrastive_loss,
+    mean_pairwise_cosine,
+    shifted_instance_mask,
+)
+from fedad.components.nn.resnet import Encoder
+from fedad.components.train import iterate_batches
+from fedad.methods.fadngs.density import min_mahalanobis
+from fedad.methods.fadngs.losses import (
+    FifoQueue,
     crad_loss,
     crad_mask,
     ensemble_sed_loss,
-    mean_pairwise_cosine,
-    shifted_instance_mask,
     simclr_mask,
 )
-from fedad.methods.fadngs.model import Encoder
 from fedad.methods.fadngs.privacy import unit_rows
 
 LossName = Literal["crad", "simclr", "csi"]
@@ -169,7 +171,7 @@ def local_update(
 
     ``means``/``covs`` (the density set, [FADngs eq. 6]) are needed by ``loss = "crad"``;
     ``form``: how eq. 7 combines an anchor's positives (see
-    :func:`~fedad.methods.fadngs.losses.contrastive_loss`). With ``unit`` the scores use
+    :func:`~fedad.components.losses.contrastive_loss`). With ``unit`` the scores use
     unit-normalised representations (the densities' space when they were released under the
     Gaussian mechanism, :mod:`.privacy`).
     A batch of one sample is contrasted through its own views (its two :math:`T_+` views are

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedad.components.detectors.neural import DeepSVDDDetector, TorchDetector
 from fedad.data.types import ClientData
 from fedad.errors import RunError
 from fedad.fl.algorithm import ClientState, ServerResult, register
@@ -34,7 +35,6 @@ from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import fedavg_rounds
 from fedad.fl.validate import ArraySpec
-from fedad.methods.baselines.detectors import DeepSVDDDetector, TorchDetector
 from fedad.methods.baselines.federated import (
     CENTER,
     OWN,

@@ -78,6 +78,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from fedad.components.detectors.neural import DeepSVDDDetector
 from fedad.data.types import ClientData
 from fedad.fl.aggregate import weighted_mean_dicts
 from fedad.fl.algorithm import ClientState, ServerResult, register
@@ -85,7 +86,6 @@ from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import close_round, log_weighted_scalars
 from fedad.fl.validate import spec_of
-from fedad.methods.baselines.detectors import DeepSVDDDetector
 from fedad.methods.baselines.federated import TRAIN, BaselineDetector, FedAvg, TrainParams
 from fedad.methods.gcfl.cluster import bipartition, cosine_distances, dtw_distances, update_norms
 

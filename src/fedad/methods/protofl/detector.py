@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from pydantic import ConfigDict, Field, model_validator
 
+from fedad.components.detectors.ocsvm import fit_rbf_ocsvm, rbf_ocsvm_score
 from fedad.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
@@ -33,7 +34,6 @@ from fedad.detector import (
     check_network_arrays,
     register_detector,
 )
-from fedad.methods.baselines.ocsvm import fit_rbf_ocsvm, rbf_ocsvm_score
 from fedad.methods.protofl.augment import Auto, augmentation
 from fedad.methods.protofl.features import (
     embed,
@@ -453,10 +453,10 @@ class ProtoFLDetector(BaseDetector):
 def _ledoit_wolf(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean and precision of scikit-learn's Ledoit-Wolf Gaussian of the rows of ``z``,
     the precision built from the eigenvectors of the smaller Gram matrix
-    (:class:`fedad.methods.baselines.pretrained.ShrinkageGaussian`): with 1280 features and
+    (:class:`fedad.components.detectors.pretrained.ShrinkageGaussian`): with 1280 features and
     a few hundred samples (the efficientnet trunk) that is an ``n x n`` problem, not a
     ``p x p`` pseudo-inverse."""
-    from fedad.methods.baselines.pretrained import ShrinkageGaussian
+    from fedad.components.detectors.pretrained import ShrinkageGaussian
 
     g = ShrinkageGaussian(z)
     precision = (g.vec * g.inv) @ g.vec.T

@@ -2,16 +2,16 @@
 loss (Tack et al., NeurIPS 2020), scored by feature similarity to the training set. The CSI
 baseline of FADngs's Table I.
 
-Network: FADngs's encoder (:class:`fedad.methods.fadngs.model.Encoder`), a small group-norm
+Network: FADngs's encoder (:class:`fedad.components.nn.resnet.Encoder`), a small group-norm
 ResNet :math:`f` (``width`` channels, default 16) and a projection head :math:`h`,
 :math:`z(x) = h(f(x)) \\in \\mathbb{R}^D`, :math:`D` = ``latent_dim`` or 128.
 
 Training: CSI's contrastive loss with shifted instances (:math:`\\mathcal L_{\\text{con-SI}}`,
 Tack et al. 2020, eq. 4; its code's ``NT_xent`` over the rotated pairs). Per batch of
 :math:`B` images, two normal-transform views :math:`T_+` of every sample (crop, flip,
-jitter, blur or noise; :func:`fedad.methods.fadngs.augment.crad_views`), and each view
+jitter, blur or noise; :func:`fedad.components.augment.crad_views`), and each view
 turned by 0, 90, 180 and 270 degrees: :math:`8B` views
-(:func:`~fedad.methods.fadngs.augment.shifted_views`). Every
+(:func:`~fedad.components.augment.shifted_views`). Every
 rotation of every sample is an *instance* of its own. With :math:`\\mathrm{sim}` the cosine
 similarity and :math:`\\tau = 0.5`, every view :math:`v` is an anchor of
 
@@ -22,8 +22,8 @@ similarity and :math:`\\tau = 0.5`, every view :math:`v` is an anchor of
 
 where :math:`p(v)` is the other view of the same instance (same sample, same rotation) and
 the sum runs over every other view, the other rotations of :math:`v`'s own sample included
-(:func:`~fedad.methods.fadngs.losses.shifted_instance_mask`,
-:func:`~fedad.methods.fadngs.losses.contrastive_loss`); the
+(:func:`~fedad.components.losses.shifted_instance_mask`,
+:func:`~fedad.components.losses.contrastive_loss`); the
 loss is the mean over the :math:`8B` anchors. Rotations are thus *shifted* instances: the
 network learns to tell a normal image from its rotated self, which is what makes it
 sensitive to anomalies. (CSI also trains a rotation classifier and ensembles over
@@ -74,12 +74,12 @@ import torch
 from pydantic import Field, model_validator
 from torch import nn
 
+from fedad.components import augment, losses
+from fedad.components.detectors.neural import MAX_FEATURES, TorchDetector, TorchDetectorParams
+from fedad.components.nn.resnet import Encoder
 from fedad.components.train import batched
 from fedad.data.types import Features, dense
 from fedad.detector import register_detector
-from fedad.methods.baselines.detectors import MAX_FEATURES, TorchDetector, TorchDetectorParams
-from fedad.methods.fadngs import augment, losses
-from fedad.methods.fadngs.model import Encoder
 
 CONTRASTIVE = "contrastive"
 DEFAULT_WIDTH = 16
@@ -196,7 +196,7 @@ class ContrastiveDetector(TorchDetector):
     def loss(self, batch: torch.Tensor) -> torch.Tensor:
         """CSI's contrastive loss with shifted instances of a batch (module docstring): the
         :math:`2B` normal-transform views and their rotations, :math:`8B` views, each an
-        anchor of :func:`~fedad.methods.fadngs.losses.shifted_instance_mask`'s pairs.
+        anchor of :func:`~fedad.components.losses.shifted_instance_mask`'s pairs.
 
         Shapes:
             - batch: :math:`(B, C, H, H)` in [0, 1]

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedad.methods.fadngs.losses import mean_pairwise_cosine
-from fedad.methods.fadngs.model import Encoder
+from fedad.components.losses import mean_pairwise_cosine
+from fedad.components.nn.resnet import Encoder
 
 
 @pytest.mark.parametrize(("shape", "width"), [((2, 1, 28, 28), 8), ((2, 3, 32, 32), 4)])

@@ -23,6 +23,7 @@ from typing import Self
 import numpy as np
 from pydantic import ConfigDict, Field
 
+from fedad.components.detectors.fit_once import FitOnce
 from fedad.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
@@ -30,7 +31,6 @@ from fedad.detector import (
     quantile_threshold,
     register_detector,
 )
-from fedad.methods.baselines.fit_once import FitOnce
 
 OCSVM = "ocsvm"
 MIN_NU = 1e-3
@@ -86,7 +86,7 @@ class OCSVMDetector(FitOnce, BaseDetector):
             raise ValueError("intercept must be finite and gamma positive")
         self.sv_, self.coef_, self.intercept_, self.gamma_ = sv, coef, intercept, gamma
 
-    # -- the federated interface of the baselines (FitOnce, see federated.py) -------------
+    # -- the baselines' federated interface (FitOnce; fedad.methods.baselines.federated) ----
     def model_arrays(self) -> dict[str, np.ndarray]:
         """The fitted SVM as named arrays (what the baselines keep or send as the model)."""
         if not self.fitted:

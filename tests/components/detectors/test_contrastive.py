@@ -11,6 +11,8 @@ import torch
 from sklearn.datasets import load_digits
 
 import fedad
+from fedad.components.detectors import contrastive
+from fedad.components.detectors.contrastive import ContrastiveDetector, max_similarity
 from fedad.config import parse_config
 from fedad.data.types import dense
 from fedad.detector import detector_from_config
@@ -18,8 +20,6 @@ from fedad.errors import ConfigError, FedadError
 from fedad.fl.algorithm import Setup, build_algorithm
 from fedad.fl.engine import run_inprocess
 from fedad.fl.messages import Message
-from fedad.methods.baselines import contrastive
-from fedad.methods.baselines.contrastive import ContrastiveDetector, max_similarity
 from fedad.metrics import auroc
 from fedad.runner import run_experiment
 from tests.conftest import failures, make_federation
@@ -49,7 +49,7 @@ def test_loss_is_csi_contrastive_loss_of_the_shifted_views() -> None:
     """One batch by hand: two T+ views of every sample, each turned by 0, 90, 180 and 270
     degrees (rotation-major, then sample, then view), contrasted with
     shifted_instance_mask's pairs."""
-    from fedad.methods.fadngs import augment, losses
+    from fedad.components import augment, losses
 
     x = torch.from_numpy(digits(0)[:5])
     det = detector().build()
@@ -86,7 +86,7 @@ def test_the_loss_penalises_rotated_views_collapsed_to_one_point() -> None:
     (:func:`anchors_only_pairs`), the loss is the same whether the rotated views spread out
     or all sit at one point far from the upright ones, so nothing kept them apart and
     training collapsed them; with CSI's shifted instances a collapse costs."""
-    from fedad.methods.fadngs import losses
+    from fedad.components import losses
 
     b, v, s = 4, 2, 4
     eye = torch.eye(b * s + 1)

@@ -87,7 +87,7 @@ def shifted_views(
 ) -> torch.Tensor:
     """CSI's views of a batch: ``n_views`` normal-transform views :math:`T_+` of every sample
     (:func:`crad_views`), each turned by 0, 90, 180 and 270 degrees, in
-    :func:`~fedad.methods.fadngs.losses.shifted_instance_mask`'s order: rotation-major, then
+    :func:`~fedad.components.losses.shifted_instance_mask`'s order: rotation-major, then
     sample, then view (row ``(s B + i) V + v``: rotation ``s`` of view ``v`` of sample ``i``).
 
     Shapes:

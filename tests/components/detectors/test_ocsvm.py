@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from sklearn.svm import OneClassSVM
 
+from fedad.components.detectors.ocsvm import OCSVMDetector
 from fedad.detector import detector_from_config
 from fedad.errors import ConfigError
 from fedad.fl.algorithm import Setup, build_algorithm
 from fedad.fl.engine import run_inprocess
-from fedad.methods.baselines.ocsvm import OCSVMDetector
 from fedad.metrics import auroc
 from tests.conftest import make_federation
 

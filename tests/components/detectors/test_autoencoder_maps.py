@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedad.components.detectors.neural import AutoEncoderDetector
 from fedad.detector import localizes
-from fedad.methods.baselines.detectors import AutoEncoderDetector
 
 
 def test_maps_are_the_per_pixel_error_and_average_to_the_score() -> None:

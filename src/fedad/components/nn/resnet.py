@@ -1,4 +1,5 @@
-"""FADngs's encoder: a small ResNet ``f`` and a projection head ``h``, :math:`z(x) = h(f(x))`.
+"""FADngs's encoder: a small ResNet ``f`` and a projection head ``h``, :math:`z(x) = h(f(x))`
+(also the ``contrastive`` detector's network).
 
 Every function cites [FADngs eq. N] or [FADngs Sec. X] (Dong et al., IEEE TNNLS 2024). The
 paper uses a ResNet-34 [FADngs Sec. IV]; this is the same family at a size fit for 28x28 and

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedad.methods.fadngs.augment import crad_views, rotations
+from fedad.components.augment import crad_views, rotations
 
 
 @pytest.mark.parametrize("shape", [(4, 1, 28, 28), (3, 3, 32, 32), (2, 1, 8, 8)])

@@ -28,6 +28,7 @@ from typing import Any, Literal, Self
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from fedad.components.detectors.fit_once import FitOnce
 from fedad.data.types import DataKind
 from fedad.detector import (
     DEFAULT_CONTAMINATION,
@@ -37,7 +38,6 @@ from fedad.detector import (
     register_detector,
 )
 from fedad.errors import ConfigError
-from fedad.methods.baselines.fit_once import FitOnce
 from fedad.resources import Backbone, check_available, get_resource, resource_info, resource_names
 
 __all__ = [
@@ -200,7 +200,7 @@ class PretrainedDetector(FitOnce, BaseDetector):
             rms = float(np.sqrt(np.mean(np.sum(f * f, axis=1))))
             self._tol = SELF_MATCH_TOL * max(rms, 1e-12)
 
-    # -- the federated interface of the baselines (FitOnce, see federated.py) -------------
+    # -- the baselines' federated interface (FitOnce; fedad.methods.baselines.federated) ----
     def fit_data(self, x: np.ndarray) -> None:
         """Embed ``x`` as the training features (no threshold)."""
         self.set_features(self.embed(x))

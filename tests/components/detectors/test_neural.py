@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
+from fedad.components.detectors.neural import AutoEncoderDetector, DeepSVDDDetector
 from fedad.components.nn.model import fix_center
 from fedad.data.types import Federation
 from fedad.fl.algorithm import Setup, build_algorithm
 from fedad.fl.engine import run_inprocess
-from fedad.methods.baselines.detectors import AutoEncoderDetector, DeepSVDDDetector
 from fedad.metrics import auroc
 from tests.conftest import make_federation
 

@@ -52,11 +52,11 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from torch import nn
 
+from fedad.components.detectors.neural import MAX_FEATURES, TorchDetector, TorchDetectorParams
 from fedad.components.nn.patchscore import anomaly_maps, image_scores, knn_distances
 from fedad.data.types import Features, dense
 from fedad.detector import register_detector
 from fedad.errors import ConfigError
-from fedad.methods.baselines.detectors import MAX_FEATURES, TorchDetector, TorchDetectorParams
 from fedad.resources.base import check_stages
 from fedad.resources.multilevel import MultiLevelFeatures, check_backbone, stage_channels
 from fedad.seeding import rng as seeded_rng
@@ -130,7 +130,7 @@ class PatchCoreOptions(BaseModel):
     All default to ``None`` (= the detector's default), so they do not appear in the
     resolved config of runs with another detector; setting one with another detector is an
     error (:func:`check_patchcore`). ``image_size`` is shared with ``detector =
-    "pretrained"`` (:class:`~fedad.methods.baselines.pretrained.PretrainedOptions`).
+    "pretrained"`` (:class:`~fedad.components.detectors.pretrained.PretrainedOptions`).
     """
 
     model_config = ConfigDict(extra="forbid")
