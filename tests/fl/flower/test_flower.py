@@ -288,16 +288,16 @@ def test_failing_handler_is_a_failed_node(monkeypatch: pytest.MonkeyPatch) -> No
     cfg, _, alg = _setup()
     spec = RunSpec.build(cfg, alg)
     fake = FakeFlowerGrid(spec)
-    from fedad.methods.baselines import federated
+    from fedad.components import federated
 
-    real = federated._GlobalModel.client_train
+    real = federated.GlobalModel.client_train
 
     def flaky(self: Any, state: Any, data: Any, msg: Message) -> Message:
         if data.client_id == 2:
             raise RuntimeError("disk full")
         return real(self, state, data, msg)
 
-    monkeypatch.setattr(federated._GlobalModel, "client_train", flaky)
+    monkeypatch.setattr(federated.GlobalModel, "client_train", flaky)
     out = serve(fake, spec, alg, poll_interval=0.0)
     assert out.missing_nodes == [2]
     assert "node 2 failed in 'train': RuntimeError('disk full')" in out.events
@@ -305,9 +305,9 @@ def test_failing_handler_is_a_failed_node(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_malformed_reply_is_rejected_as_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg, fed, alg = _setup()
-    from fedad.methods.baselines import federated
+    from fedad.components import federated
 
-    real = federated._GlobalModel.client_train
+    real = federated.GlobalModel.client_train
 
     def poisoned(self: Any, state: Any, data: Any, msg: Message) -> Message:
         reply = real(self, state, data, msg)
@@ -316,7 +316,7 @@ def test_malformed_reply_is_rejected_as_in_process(monkeypatch: pytest.MonkeyPat
         arrays = {k: np.full_like(v, np.nan) for k, v in reply.arrays.items()}
         return Message(reply.kind, arrays, reply.scalars)
 
-    monkeypatch.setattr(federated._GlobalModel, "client_train", poisoned)
+    monkeypatch.setattr(federated.GlobalModel, "client_train", poisoned)
     ref = _inprocess(cfg, fed, alg)
     spec = RunSpec.build(cfg, alg)
     out = serve(FakeFlowerGrid(spec), spec, alg, poll_interval=0.0)

@@ -99,16 +99,16 @@ def test_secagg_uploads_masked_int64_vectors() -> None:
 def test_node_failing_mid_protocol_has_its_masks_rebuilt(monkeypatch: pytest.MonkeyPatch) -> None:
     """Node 2 has sent its keys and shares, then fails while training: the others' shares
     rebuild its pairwise masks and the sum of the rest comes out exactly."""
-    from fedad.methods.baselines import federated
+    from fedad.components import federated
 
-    real = federated._GlobalModel.client_train
+    real = federated.GlobalModel.client_train
 
     def flaky(self: Any, state: Any, data: Any, msg: Message) -> Message:
         if data.client_id == 2 and msg.get("round") == 2:
             raise RuntimeError("disk full")
         return real(self, state, data, msg)
 
-    monkeypatch.setattr(federated._GlobalModel, "client_train", flaky)
+    monkeypatch.setattr(federated.GlobalModel, "client_train", flaky)
     ref, out = _both(CFG)
     _assert_same(ref, out)
     assert [r["clients_replied"] for r in out.history] == [4, 3]
@@ -118,9 +118,9 @@ def test_node_failing_mid_protocol_has_its_masks_rebuilt(monkeypatch: pytest.Mon
 
 
 def test_malformed_reply_is_refused_by_its_own_client(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fedad.methods.baselines import federated
+    from fedad.components import federated
 
-    real = federated._GlobalModel.client_train
+    real = federated.GlobalModel.client_train
 
     def poisoned(self: Any, state: Any, data: Any, msg: Message) -> Message:
         reply = real(self, state, data, msg)
@@ -129,7 +129,7 @@ def test_malformed_reply_is_refused_by_its_own_client(monkeypatch: pytest.Monkey
         arrays = {k: np.full_like(v, np.nan) for k, v in reply.arrays.items()}
         return Message(reply.kind, arrays, reply.scalars)
 
-    monkeypatch.setattr(federated._GlobalModel, "client_train", poisoned)
+    monkeypatch.setattr(federated.GlobalModel, "client_train", poisoned)
     ref, out = _both(CFG)
     _assert_same(ref, out)
     assert out.events == ref.events

@@ -12,12 +12,12 @@ import torch
 from torch import nn
 
 from fedad.components.detectors.neural import TorchDetector
+from fedad.components.federated import client_rng
 from fedad.components.train import iterate_batches
 from fedad.errors import FedadError
 from fedad.fl.algorithm import Setup, build_algorithm
 from fedad.fl.context import ServerContext
 from fedad.fl.engine import RunOutcome, run_inprocess
-from fedad.methods.baselines.federated import client_rng
 from fedad.methods.scaffold.control import (
     client_deltas,
     corrected_step,

@@ -1,10 +1,12 @@
 """The generic baselines as federated algorithms: local, centralized, FedAvg, FedProx.
 
-Each combines with a detector from :mod:`.detectors` (``autoencoder`` or ``deepsvdd``) or
-``contrastive`` (:mod:`.contrastive`, square images only);
-``local`` and ``centralized`` also take ``pretrained`` (:mod:`.pretrained`, images only):
-frozen pretrained features scored by k-NN or a shrinkage Gaussian, nothing trained; and
-``ocsvm`` (:mod:`.ocsvm`): scikit-learn's RBF one-class SVM on flattened inputs.
+Each combines with a detector from :mod:`fedad.components.detectors.neural` (``autoencoder``
+or ``deepsvdd``) or ``contrastive`` (:mod:`fedad.components.detectors.contrastive`, square
+images only); ``local`` and ``centralized`` also take ``pretrained``
+(:mod:`fedad.components.detectors.pretrained`, images only): frozen pretrained features
+scored by k-NN or a shrinkage Gaussian, nothing trained; and ``ocsvm``
+(:mod:`fedad.components.detectors.ocsvm`): scikit-learn's RBF one-class SVM on flattened
+inputs. ``fedavg`` and ``fedprox`` are :class:`fedad.components.federated.GlobalModel`.
 
 * ``local``: every client trains alone for ``rounds x local_epochs`` epochs; nothing is sent
   but round numbers. The lower reference: what a party gets without federation.
@@ -67,77 +69,50 @@ detectors); docs/methods/baselines.md.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import Field
 
-from fedad.components.detectors.contrastive import CONTRASTIVE, ContrastiveDetector
+from fedad.components.detectors.contrastive import CONTRASTIVE
 from fedad.components.detectors.neural import (
     DETECTORS,
-    AutoEncoderDetector,
-    DeepSVDDDetector,
     TorchDetector,
-    TorchDetectorParams,
 )
-from fedad.components.detectors.ocsvm import OCSVM, OCSVMDetector
+from fedad.components.detectors.ocsvm import OCSVM
 from fedad.components.detectors.patchcore import (
-    DEFAULT_CORESET,
     PATCHCORE,
-    PATCHCORE_BATCH,
-    SHARED_OPTIONS,
-    PatchCoreDetector,
-    PatchCoreOptions,
-    check_patchcore,
 )
 from fedad.components.detectors.pretrained import (
     PRETRAINED,
-    PretrainedDetector,
     PretrainedOptions,
-    check_pretrained,
-    make_pretrained,
 )
-from fedad.data.types import ClientData, DataKind, Features, dense
-from fedad.detector import quantile_threshold, shared_field
-from fedad.devices import resolve_device
-from fedad.errors import ConfigError, RunError
+from fedad.components.federated import (
+    TORCH_DETECTORS,
+    TRAIN,
+    UPLOAD,
+    BaselineDetector,
+    GlobalModel,
+    TorchBaseline,
+    TrainParams,
+    client_rng,
+)
+from fedad.data.types import ClientData, dense
+from fedad.detector import quantile_threshold
+from fedad.errors import RunError
 from fedad.fl.algorithm import (
-    Algorithm,
     ClientState,
     Handler,
-    Params,
     ServerResult,
-    Setup,
     register,
 )
 from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import close_round, fedavg_rounds
-from fedad.fl.validate import ArraySpec
 from fedad.seeding import rng as seeded_rng
-
-TRAIN = "train"
-CENTER = "center"
-UPLOAD = "upload"
-OWN = "own"
-"""State prefix of a ``fedavg``/``fedprox`` client's own tensors (its graph input layer)."""
-
-
-class TrainParams(Params, PatchCoreOptions):
-    """Parameters shared by the baselines (and ``detector = "patchcore"``'s options)."""
-
-    lr: float = shared_field(TorchDetectorParams, "lr")
-    local_epochs: int = Field(default=1, ge=1, description="epochs per round")
-    batch_size: int = Field(default=64, ge=1)
-    latent_dim: int | None = Field(default=None, ge=1)
-    weight_decay: float | None = shared_field(TorchDetectorParams, "weight_decay")
 
 
 class BaselineParams(PretrainedOptions, TrainParams):
     """``local`` and ``centralized``: the training parameters plus the ``pretrained`` options."""
-
-
-BaselineDetector = TorchDetector | PretrainedDetector | OCSVMDetector
 
 
 class ProxParams(TrainParams):
@@ -146,197 +121,8 @@ class ProxParams(TrainParams):
     mu: float = Field(default=0.01, ge=0.0, description="proximal term coefficient")
 
 
-TORCH_DETECTORS: dict[str, type[TorchDetector]] = {
-    **DETECTORS,
-    CONTRASTIVE: ContrastiveDetector,
-    PATCHCORE: PatchCoreDetector,
-}
-"""The trained detectors: the autoencoder, Deep SVDD, the contrastive and PatchCore-style
-detectors."""
-BANKED = (CONTRASTIVE, PATCHCORE)
-"""Detectors scored against a bank of their holder's own training data."""
-
-
-def client_rng(seed: int, round_no: int, client_id: int) -> np.random.Generator:
-    """The generator a client uses in a round: a pure function of (seed, round, client)."""
-    return seeded_rng(seed, round_no, client_id, 0xC11)
-
-
-class TorchBaseline(Algorithm):
-    """Shared parts of the baselines: detector construction and the deep SVDD centre."""
-
-    detectors = (*DETECTORS, CONTRASTIVE, PATCHCORE)
-    default_detector = "autoencoder"
-    detector_kinds: ClassVar[dict[str, tuple[DataKind, ...]]] = {
-        PRETRAINED: ("image",),
-        OCSVM: ("vector", "image"),
-        CONTRASTIVE: ("image",),
-        PATCHCORE: ("image",),
-        AutoEncoderDetector.name: ("vector", "image"),
-    }
-    """Detectors that take fewer data kinds than the method (checked when it is built)."""
-    params: TrainParams
-
-    def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
-        super().__init__(params, setup, detector)
-        if detector == PATCHCORE and "batch_size" not in self.params.model_fields_set:
-            # FedDyMem's batches of 10 images, unless the config sets its own (the resolved
-            # config then says 10, so a rerun of it trains alike)
-            self.params = self.params.model_copy(update={"batch_size": PATCHCORE_BATCH})
-        check_patchcore(self.name, detector, tuple(self.detectors), self.params)
-        also = SHARED_OPTIONS if detector == PATCHCORE else ()
-        check_pretrained(self.name, detector, setup.kind, self.params, also)
-        shape = tuple(setup.feature_shape)
-        if detector == CONTRASTIVE and (len(shape) != 3 or shape[1] != shape[2]):
-            raise ConfigError(
-                f"detector '{CONTRASTIVE}' of method '{self.name}' needs square images "
-                f"(its negatives are rotations), not shape {shape}",
-                "use another detector: autoencoder or deepsvdd",
-            )
-
-    def make_detector(self) -> BaselineDetector:
-        """The configured detector; on graphs for the run's node-feature width (clients
-        rebuild it for their own: :meth:`TorchDetector.build_for`)."""
-        device = resolve_device(self.setup.device)  # this machine's, for "auto"
-        if self.detector == PRETRAINED:
-            return make_pretrained(self.params, self.contamination, device)
-        if self.detector == OCSVM:
-            return OCSVMDetector(contamination=self.contamination)
-        cls = TORCH_DETECTORS[self.detector or "autoencoder"]
-        shape = [int(s) for s in self.setup.feature_shape]
-        if self.setup.kind == "graph":
-            shape = [max(shape[-1] if shape else 1, 1)]  # -1: widths differ
-        extra: dict[str, Any] = {}
-        if cls is PatchCoreDetector:
-            p = self.params
-            extra = {
-                "backbone": p.backbone or "efficientnet-lite0",
-                "backbone_path": p.backbone_path,
-                "coreset": DEFAULT_CORESET if p.coreset is None else p.coreset,
-                "stages": p.stages,
-                # by default the backbone reads images at their own side, kept in 64..224
-                "image_size": p.image_size or min(224, max(64, max(shape[1:], default=64))),
-            }
-        # latent_dim, lr, batch_size, weight_decay (None: the detector's own default) by name
-        return cls.configured(
-            self.params,
-            **extra,
-            kind=self.setup.kind,
-            input_shape=shape,
-            epochs=self.params.local_epochs,
-            contamination=self.contamination,
-            seed=self.setup.seed,
-            device=device,
-        )
-
-    def _global_detector(self, arrays: dict[str, np.ndarray]) -> BaselineDetector:
-        det = self.make_detector().build()
-        return det.set_arrays(dict(arrays)) if arrays else det
-
-    @staticmethod
-    def _with_bank(det: BaselineDetector, x: Features) -> BaselineDetector:
-        """``det`` ready to score: the contrastive detector's bank := ``x`` (the training
-        images of whoever holds the detector); other detectors as they are."""
-        if isinstance(det, ContrastiveDetector | PatchCoreDetector):
-            det.set_bank(dense(x))
-        return det
-
-    @staticmethod
-    def _shared_arrays(det: BaselineDetector) -> dict[str, np.ndarray]:
-        """What the server hands to the evaluate phase: the model, and the contrastive
-        detector's bank when it has one (``centralized``: the pooled data's)."""
-        out = det.model_arrays()
-        if isinstance(det, ContrastiveDetector | PatchCoreDetector) and hasattr(det, "bank_"):
-            out["bank_"] = det.bank_
-        return out
-
-
-class _GlobalModel(TorchBaseline):
-    """FedAvg-style algorithms: one global model, example-weighted mean each round."""
-
-    prox_mu: float = 0.0
-
-    def handlers(self) -> dict[str, Handler]:
-        return {**super().handlers(), TRAIN: self.client_train, CENTER: self.client_center}
-
-    # client side
-    def _client_model(
-        self, state: ClientState, data: ClientData, arrays: dict[str, np.ndarray]
-    ) -> TorchDetector:
-        """The global model as this client holds it: on dense data the server's ``arrays``;
-        on graphs built for the client's node-feature width, with its own input layer (the
-        seeded initial one until it has trained) and the server's shared rest."""
-        if self.setup.kind != "graph":
-            det = self._global_detector(arrays)
-            assert isinstance(det, TorchDetector)
-            return det
-        det = self.make_detector()
-        assert isinstance(det, TorchDetector)
-        det.build_for(data.x_train)
-        own = unprefixed(state, OWN)
-        if own:
-            return det.set_arrays({**arrays, **own})
-        return det.set_shared(arrays) if arrays else det
-
-    def client_center(self, state: ClientState, data: ClientData, msg: Message) -> Message:
-        det = self._client_model(state, data, dict(msg.arrays))
-        assert isinstance(det, DeepSVDDDetector)
-        mean = det.embedding_sum(data.x_train) / max(data.n_train, 1)
-        return Message(CENTER, {"mean": mean}, {"num_examples": data.n_train})
-
-    def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
-        det = self._client_model(state, data, dict(msg.arrays))
-        rng = client_rng(self.setup.seed, int(msg.get("round", 0)), data.client_id)
-        loss = det.train_epochs(data.x_train, self.params.local_epochs, rng, self.prox_mu)
-        arrays = det.model_arrays()
-        state.update(prefixed({k: arrays[k] for k in det.width_keys()}, OWN))
-        scalars = {"num_examples": data.n_train, "loss": loss, **det.train_monitor()}
-        return Message(TRAIN, det.shared_arrays(), scalars)
-
-    def client_detector(
-        self, state: ClientState, data: ClientData, msg: Message
-    ) -> BaselineDetector:
-        """The global model (on graphs with the client's own input layer); with
-        ``contrastive``, plus the bank of this client's own training images, computed here
-        (not part of any round)."""
-        return self._with_bank(self._client_model(state, data, dict(msg.arrays)), data.x_train)
-
-    @property
-    def personalized(self) -> bool:  # type: ignore[override]
-        """With ``contrastive`` every client's detector differs (its own bank), and on graphs
-        (its own input layer), so it is saved per client like a personalised method's;
-        otherwise all share the global model."""
-        return self.detector in BANKED or self.setup.kind == "graph"
-
-    # server side
-    def _center_round(self, ctx: ServerContext, det: TorchDetector) -> None:
-        weights = det.shared_arrays()
-        ids = ctx.grid.get_node_ids()
-        latent = det.model_.center.shape[0]  # type: ignore[index]
-        center = ctx.mean(
-            {i: Message(CENTER, weights) for i in ids},
-            arrays={"mean": ArraySpec((int(latent),), "float64")},
-        )
-        if center.arrays is None:
-            raise RunError(
-                f"{self.name}: no client answered the Deep SVDD centre phase",
-                "see the events logged above",
-            )
-        assert isinstance(det, DeepSVDDDetector)
-        det.set_center(center.arrays["mean"])
-        ctx.end_round(0)
-
-    def server(self, ctx: ServerContext) -> ServerResult:
-        det = self.make_detector().build()
-        assert isinstance(det, TorchDetector)
-        if isinstance(det, DeepSVDDDetector):
-            self._center_round(ctx, det)
-        weights = fedavg_rounds(ctx, det.shared_arrays(), TRAIN, ("loss", *det.monitor_keys))
-        return ServerResult(arrays=weights, scalars={})
-
-
 @register
-class FedAvg(_GlobalModel):
+class FedAvg(GlobalModel):
     """FedAvg (McMahan et al., 2017) over a baseline detector."""
 
     name = "fedavg"
@@ -346,7 +132,7 @@ class FedAvg(_GlobalModel):
 
 
 @register
-class FedProx(_GlobalModel):
+class FedProx(GlobalModel):
     """FedProx (Li et al., 2020): FedAvg plus a proximal term on the client side."""
 
     name = "fedprox"

@@ -28,6 +28,14 @@ from __future__ import annotations
 import numpy as np
 
 from fedad.components.detectors.neural import DeepSVDDDetector, TorchDetector
+from fedad.components.federated import (
+    CENTER,
+    OWN,
+    TRAIN,
+    GlobalModel,
+    TrainParams,
+    client_rng,
+)
 from fedad.data.types import ClientData
 from fedad.errors import RunError
 from fedad.fl.algorithm import ClientState, ServerResult, register
@@ -35,14 +43,6 @@ from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import fedavg_rounds
 from fedad.fl.validate import ArraySpec
-from fedad.methods.baselines.federated import (
-    CENTER,
-    OWN,
-    TRAIN,
-    TrainParams,
-    _GlobalModel,
-    client_rng,
-)
 from fedad.methods.fedbn.norms import norm_keys
 
 
@@ -60,7 +60,7 @@ def shared_arrays(det: TorchDetector) -> dict[str, np.ndarray]:
 
 
 @register
-class FedBN(_GlobalModel):
+class FedBN(GlobalModel):
     """FedAvg with local normalisation layers (Li et al., 2021) over a baseline detector."""
 
     name = "fedbn"

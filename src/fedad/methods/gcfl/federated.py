@@ -79,6 +79,7 @@ import numpy as np
 from pydantic import Field
 
 from fedad.components.detectors.neural import DeepSVDDDetector
+from fedad.components.federated import TRAIN, BaselineDetector, GlobalModel, TrainParams
 from fedad.data.types import ClientData
 from fedad.fl.aggregate import weighted_mean_dicts
 from fedad.fl.algorithm import ClientState, ServerResult, register
@@ -86,7 +87,6 @@ from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import close_round, log_weighted_scalars
 from fedad.fl.validate import spec_of
-from fedad.methods.baselines.federated import TRAIN, BaselineDetector, FedAvg, TrainParams
 from fedad.methods.gcfl.cluster import bipartition, cosine_distances, dtw_distances, update_norms
 
 MEMBERSHIP = "membership"
@@ -147,12 +147,12 @@ def flat_update(new: dict[str, np.ndarray], old: dict[str, np.ndarray]) -> np.nd
 
 
 @register
-class GCFL(FedAvg):
+class GCFL(GlobalModel):
     """GCFL: clients clustered by their updates (GCFL+: norm sequences), FedAvg within."""
 
     name = "gcfl"
     summary = "GCFL: clustered FL on graphs (clusters split by the clients' updates), Deep SVDD"
-    kinds = ("graph",)  # type: ignore[assignment]
+    kinds = ("graph",)
     detectors = ("deepsvdd",)
     default_detector = "deepsvdd"
     ParamsModel = GCFLParams

@@ -49,13 +49,13 @@ from pydantic import Field
 
 from fedad.components.detectors.contrastive import CONTRASTIVE, ContrastiveDetector
 from fedad.components.detectors.neural import DETECTORS, DeepSVDDDetector, TorchDetector
+from fedad.components.federated import OWN, TRAIN, GlobalModel, TrainParams, client_rng
 from fedad.data.types import ClientData
 from fedad.fl.algorithm import ClientState, Handler, Params, ServerResult, Setup, register
 from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import Arrays, fedavg_rounds
 from fedad.fl.validate import spec_of
-from fedad.methods.baselines.federated import OWN, TRAIN, TrainParams, _GlobalModel, client_rng
 from fedad.methods.scaffold.control import client_deltas, option_two, server_update, zeros_like
 from fedad.methods.scaffold.train import scaffold_epochs
 
@@ -111,7 +111,7 @@ def split(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[st
 
 
 @register
-class Scaffold(_GlobalModel):
+class Scaffold(GlobalModel):
     """SCAFFOLD (Karimireddy et al., 2020), option II, over a baseline detector."""
 
     name = "scaffold"
