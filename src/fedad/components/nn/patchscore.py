@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 
-import kornia
 import torch
 import torch.nn.functional as F
 
@@ -63,6 +62,8 @@ def anomaly_maps(
         # reflect at the borders, as anomalib does; images smaller than half the kernel
         # cannot be reflected that far and replicate their border pixels instead
         border = "reflect" if k // 2 < min(size) else "replicate"
+        import kornia  # imported here: a run without anomaly maps never loads kornia
+
         maps = kornia.filters.gaussian_blur2d(maps, (k, k), (sigma, sigma), border_type=border)
     return maps[:, 0]
 
