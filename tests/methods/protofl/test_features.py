@@ -8,8 +8,8 @@ import torch
 
 from fedad.methods.protofl.detector import ProtoFLDetector
 from fedad.methods.protofl.features import pick_two
+from tests.components.detectors.test_pretrained import needs_weights
 from tests.conftest import make_federation
-from tests.methods.baselines.test_pretrained import needs_weights
 from tests.methods.protofl.test_federated import _run
 
 
