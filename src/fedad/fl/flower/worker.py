@@ -98,7 +98,7 @@ costs at fedad's 0.25 s poll; Flower's default is 1 s
 HELLO_TYPE = f"query.{HELLO}"
 """Flower's message type of the handshake that opens every run."""
 
-log = logging.getLogger("fedad.flower_worker")
+log = logging.getLogger("fedad.fl.flower.worker")
 
 
 @dataclass(frozen=True)
@@ -369,13 +369,18 @@ def prepare_node(context: Context) -> None:
 
 
 def warm_up() -> None:
-    """Import what every message needs (torch, fedad's ClientApp and the algorithms) and
-    take one optimizer step on a throw-away tensor (torch's first step imports more of
-    torch: 1.4 s here), so that the first message of a run does not pay for them."""
+    """Import what every message needs (torch, fedad's ClientApp and every built-in
+    method's modules: the catalog imports a method only when it is looked up, and this
+    long-lived process serves whichever method a run names) and take one optimizer step on
+    a throw-away tensor (torch's first step imports more of torch: 1.4 s here), so that the
+    first message of a run does not pay for them."""
     import torch
 
     import fedad.fl.flower.app
-    import fedad.methods  # noqa: F401  (registers every method)
+    import fedad.methods  # noqa: F401  (the built-in declarations)
+    from fedad.fl.algorithm import registry
+
+    registry()  # imports every declared method's modules
 
     p = torch.zeros(1, requires_grad=True)
     opt = torch.optim.Adam([p])
