@@ -384,7 +384,9 @@ def _lookup(name: object) -> type[BaseDetector]:
     known = sorted({*detector_entries(), *_DETECTORS})
     raise FedadError(
         f"checkpoint names detector class {shown}, which is not a registered detector",
-        f"known: {', '.join(known)}",
+        f"known: {', '.join(known)}"
+        if known
+        else "no detector is declared yet: `import fedad.methods` first (fedad.load does)",
     )
 
 

@@ -138,12 +138,15 @@ def aggregate(
             ):
                 experiment[k] = v
     experiment["seeds"] = list(seeds)
-    return {
+    out: dict[str, Any] = {
         "methods": methods,
         "experiment": experiment,
         "columns": _columns(per_seed, done),
-        "families": {k: v for s in reversed(done) for k, v in _families(per_seed[s]).items()},
     }
+    families = {k: v for s in reversed(done) for k, v in _families(per_seed[s]).items()}
+    if families:  # none when every seed predates `families`: the report falls back then
+        out["families"] = families
+    return out
 
 
 def _families(metrics: Mapping[str, Any]) -> dict[str, Any]:
