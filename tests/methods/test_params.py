@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from fedad.detector import BaseDetector, DetectorParams, detector_classes, detector_from_config
+from fedad.errors import FedadError
 from fedad.fl.algorithm import Algorithm, Params, Setup, build_algorithm, registry
 
 DETECTORS = detector_classes()
@@ -25,8 +26,6 @@ CASES = [
     for kind in cls.kinds
     for det in ([d for d in cls.detectors if kind in cls.kinds_for(d)] or [None])
 ]
-LEGACY: set[str] = set()
-"""Detectors not yet on :class:`DetectorParams` (issue 31: migrated method by method)."""
 OWN_DECLARATIONS = {("feddymem", "score_norm")}
 """Fields a method declares differently from its detector on purpose: FedDyMem normalises
 each client's scores by default (a stand-alone detector, and a checkpoint written before
@@ -86,8 +85,6 @@ def _non_default(model: type[BaseModel]) -> dict[str, Any]:
 @pytest.mark.parametrize("name", sorted(DETECTORS))
 def test_detector_params_are_declared_once(name: str) -> None:
     cls = DETECTORS[name]
-    if name in LEGACY:
-        pytest.skip("not yet declared with DetectorParams")
     model = cls.ParamsModel
     assert issubclass(model, DetectorParams)
     assert model.model_config.get("frozen") and model.model_config.get("extra") == "forbid"
@@ -153,8 +150,6 @@ def test_method_and_detector_defaults_agree(name: str, kind: str, det: str | Non
     cls = METHODS[name]
     algo = build_algorithm(name, {}, _setup(kind), det)
     dcls = type(algo.make_detector())
-    if dcls.registry_name in LEGACY:
-        pytest.skip("detector not yet declared with DetectorParams")
     for field in _shared(cls, dcls):
         mine = _declaring(cls.ParamsModel, field).model_fields[field]
         theirs = dcls.ParamsModel.model_fields[field]
@@ -185,7 +180,7 @@ def test_make_detector_forwards_every_shared_param(name: str, kind: str, det: st
             continue
         try:
             algo = build_algorithm(name, {field: value}, _setup(kind), det)
-        except Exception:  # a value this method refuses for this detector or kind
+        except FedadError:  # a value this method refuses for this detector or kind
             continue
         got = algo.make_detector().get_params()[field]
         assert got == getattr(algo.params, field), field
