@@ -30,7 +30,6 @@ import numpy as np
 from pydantic import ValidationError
 
 import fedad.methods  # noqa: F401  (the composition root: the built-in methods' declarations)
-from fedad.accounting import calibrate_noise_multiplier, client_level_guarantee, default_delta
 from fedad.blas import one_blas_thread
 from fedad.checkpoints import node_models, save_checkpoint
 from fedad.claim import Done, RunDir
@@ -519,6 +518,9 @@ def with_calibrated_noise(
     p = cfg.privacy
     if p.target_epsilon is None:
         return cfg
+    # dp-accounting (with scipy.signal and absl) is imported only by runs that use privacy
+    from fedad.accounting import calibrate_noise_multiplier, default_delta
+
     q, t = _planned_releases(cfg, list(algorithms), n)
     delta = p.delta if p.delta is not None else default_delta(n)
     sigma = calibrate_noise_multiplier(p.target_epsilon, q, t, delta)
@@ -534,6 +536,8 @@ def privacy_guarantee(
 ) -> dict[str, Any]:
     """``metrics.json``'s ``privacy`` of one method
     (:func:`fedad.accounting.client_level_guarantee`)."""
+    from fedad.accounting import client_level_guarantee, default_delta
+
     p = cfg.privacy
     return client_level_guarantee(
         p.noise_multiplier,
