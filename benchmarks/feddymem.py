@@ -115,9 +115,26 @@ EVAL2: list[Method] = [
 detection): both candidate FedDyMem defaults (no floor; score_norm train, float16 banks;
 3 x 3 neighbourhood mean or none), the default picked on dev seed 100 alone, both reported.
 Seeds 0-4, own tests, 10 rounds, ``--eval-every 5``."""
+DEV3: list[Method] = [
+    ("feddymem", "feddymem", {}, None),
+    ("feddymem-spread", "feddymem", {"feature_norm": "spread"}, None),
+    ("feddymem-spread-raw", "feddymem", {"feature_norm": "spread", "score_norm": "none"}, None),
+]
+"""Development rows (issue 29, third session): whether dividing the memory features by the
+client's training spread after each round (``feature_norm = "spread"``) stops their
+collapse without costing detection, with and without the score normalisation; dev seed
+100-102, 20 rounds, ``--eval-every 5``. (A per-channel BatchNorm, ``"batch"`` in commit
+history only, ran first on seed 100: 0.626 pooled, 0.611 with raw scores; see
+docs/methods/feddymem.md.)
+
+Decision rule, written after seed 100 and before seeds 101-102 were seen: the new default
+is the spread variant (``feddymem-spread`` or ``feddymem-spread-raw``) with the higher mean
+pooled image AUROC at round 20 over seeds 100-102, unless it is more than 0.005 below
+today's default (``feddymem``) on that mean or on the mean pixel AUROC; then today's
+default stays and ``feature_norm = "spread"`` stays an option."""
 SUITES = {
     "table": TABLE, "ablation": ABLATION, "norm": NORM, "dev": DEV, "eval": EVAL, "dev2": DEV2,
-    "eval2": EVAL2,
+    "eval2": EVAL2, "dev3": DEV3,
 }  # fmt: skip
 
 
@@ -230,7 +247,11 @@ def main() -> None:
     ap.add_argument("--name", default=None, help="results/<name>.json (default from the suite)")
     args = ap.parse_args()
 
-    first = args.first_seed if args.first_seed is not None else (100 if args.suite == "dev" else 0)
+    first = (
+        args.first_seed
+        if args.first_seed is not None
+        else (100 if args.suite.startswith("dev") else 0)
+    )
     text = config_text(
         args.suite, args.seeds, args.rounds, args.clients, args.alpha, args.only,
         first_seed=first, local_test=args.local_test, eval_every=args.eval_every,

@@ -248,6 +248,9 @@ def summarize(
         "per_client": per_client,
         **algorithm.extra_metrics(outcome.evaluations),
     }
+    scale = algorithm.score_scale()
+    if scale is not None:
+        metrics["score_scale"] = scale
     homes = node_models(algorithm, outcome)
     if homes:
         metrics["node_models"] = {str(i): p for i, p in homes.items()}

@@ -54,7 +54,7 @@ log = logging.getLogger("fedad")
 SEED_DIR = "seed-{}"
 """Name of the directory of one seed's run inside ``OUT``."""
 
-SHARED = ("method", "detector", "params", "personalized", "privacy")
+SHARED = ("method", "detector", "params", "personalized", "privacy", "score_scale")
 """Non-numeric entries of a method kept in the aggregate (equal across seeds)."""
 DROPPED = ("per_client", "events", "missing_nodes")
 """Entries left in each seed's own metrics.json."""

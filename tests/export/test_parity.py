@@ -186,14 +186,17 @@ def test_fadngs_min_mahalanobis(seed: int, clusters: int, unit: bool) -> None:
 
 
 @FAST
-@given(st.integers(0, 2**16), st.booleans(), st.booleans())
-def test_feddymem_maps(seed: int, generator: bool, calibrated: bool) -> None:
-    """Memory network, bank maps, normalisation: from fused features on (no backbone)."""
+@given(st.integers(0, 2**16), st.booleans(), st.booleans(), st.booleans())
+def test_feddymem_maps(seed: int, generator: bool, calibrated: bool, spread: bool) -> None:
+    """Memory network (divided by its spread), bank maps, normalisation: from fused features
+    on (no backbone)."""
     rng = np.random.default_rng(seed)
     det = FedDyMemDetector(channels=6, projection=True, generator=generator, seed=seed,
-                           score_norm="train" if calibrated else "none").build()  # fmt: skip
+                           score_norm="train" if calibrated else "none",
+                           feature_norm="spread" if spread else "none").build()  # fmt: skip
     c = det.cin
     feats = rng.normal(0, 1, (4, c, 5, 5)).astype(np.float32)
+    det.standardise(rng.normal(0, 2, (3, c, 5, 5)).astype(np.float32))
     det.set_bank(rng.normal(0, 1, (25, det.channels)).astype(np.float32))
     norm = (3.0, 0.5) if calibrated else (0.0, 1.0)
     module = FedDyMemScore(torch.nn.Identity(), det.net_, PatchMaps(det.bank_, 25, (20, 20),
@@ -253,7 +256,7 @@ def test_backbone_detectors(which: str) -> None:
     elif which == "feddymem":
         x = rng.random((10, 3, 64, 64), dtype=np.float32)
         det = FedDyMemDetector(image_size=64, epochs=1, score_norm="train",
-                               neighbourhood=3).fit(x[:6])  # fmt: skip
+                               neighbourhood=3, feature_norm="spread").fit(x[:6])  # fmt: skip
     else:
         x = rng.random((30, 1, 28, 28), dtype=np.float32)
         det = ProtoFLDetector(kind="image", input_shape=(1, 28, 28), trunk_input="pretrained",

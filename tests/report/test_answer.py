@@ -222,3 +222,22 @@ def test_one_vs_rest_reports_the_client_mean_once(tmp_path: Path) -> None:
     answer = _answer(render_report(run))
     assert "fedavg-ae (fedavg / autoencoder), AUROC 0.900 (the mean over clients)." in answer
     assert "<th>AUROC (client mean)</th>" in answer and "pooled AUROC</th>" not in answer
+
+
+def test_normalised_scores_are_named_below_the_table(tmp_path: Path) -> None:
+    how = "each client's scores over its own training scores' median & spread <i>"
+    run = make_seeds_run(tmp_path)
+    assert "normalised before pooling" not in _answer(render_report(run))  # all raw: silent
+    for s in SEEDS:  # the key travels from each seed's metrics.json into the aggregate
+        path = run / f"seed-{s}" / "metrics.json"
+        data = json.loads(path.read_text())
+        data["methods"]["fedavg-ae"]["score_scale"] = how
+        path.write_text(json.dumps(data))
+    per_seed = {s: json.loads((run / f"seed-{s}" / "metrics.json").read_text()) for s in SEEDS}
+    (run / "metrics.json").write_text(json.dumps(aggregate(per_seed, SEEDS, list(POOLED))))
+    answer = _answer(render_report(run))
+    assert (
+        "Scores normalised before pooling: fedavg-ae: each client&#x27;s scores over its own "
+        "training scores&#x27; median &amp; spread &lt;i&gt;. Every other method&#x27;s "
+        "scores are pooled raw."
+    ) in answer

@@ -284,6 +284,12 @@ class Algorithm(ABC):
         """Method-specific entries for metrics.json (from the evaluate replies)."""
         return {}
 
+    def score_scale(self) -> str | None:
+        """How this method puts different clients' scores on one scale before they are
+        pooled, in one sentence (metrics.json's ``score_scale``, shown in the report), or
+        ``None`` when its scores are used as the detectors give them."""
+        return None
+
     def detector_config(self) -> dict[str, Any]:
         """How to rebuild this method's detectors (:func:`fedad.detector.detector_from_config`)."""
         return self.make_detector().to_config()

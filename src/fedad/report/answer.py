@@ -13,6 +13,9 @@ method's two AUROCs with its role, and the caveats that matter:
 * under ``[privacy] mechanism = "gaussian"``: a method without an ε (its note says why);
 * a method that gave non-finite scores.
 
+Below the table it says which methods' scores were normalised before pooling (their
+``score_scale``) and how; the pooled AUROC of raw scores compares clients' own scales too.
+
 A several-seed run's ``metrics.json`` holds no per-client rows or events, so they are read
 from each ``seed-N/metrics.json`` (through the same link-safe reader as the rest); a seed
 whose file is missing or unreadable is left out of the client mean and named in the notes.
@@ -33,7 +36,7 @@ from fedad.collapse import NOT_LEARNING
 from fedad.errors import FedadError
 from fedad.report.rundir import read_metrics
 
-__all__ = ["Standing", "answer_section", "caveats", "reading", "standings"]
+__all__ = ["Standing", "answer_section", "caveats", "reading", "score_scales", "standings"]
 
 ROLES = {
     "centralized": "upper reference: the clients' data pooled in one place",
@@ -297,6 +300,22 @@ def _table(ranked: Sequence[Standing], n_seeds: int, same: bool) -> str:
     )  # fmt: skip
 
 
+def score_scales(entries: Mapping[str, Mapping[str, Any]]) -> str:
+    """One sentence on how each method's scores were put on one scale before pooling: a
+    method's ``score_scale`` (:meth:`fedad.fl.algorithm.Algorithm.score_scale`), the rest
+    raw; empty when every method's scores are raw."""
+    scaled = {
+        label: str(e["score_scale"])[:400]
+        for label, e in entries.items()
+        if isinstance(e.get("score_scale"), str) and e["score_scale"]
+    }
+    if not scaled:
+        return ""
+    named = "; ".join(f"{label}: {how}" for label, how in scaled.items())
+    rest = " Every other method's scores are pooled raw." if len(scaled) < len(entries) else ""
+    return f" Scores normalised before pooling: {named}.{rest}"
+
+
 def answer_section(
     run: Path,
     metrics: Mapping[str, Any],
@@ -330,5 +349,7 @@ def answer_section(
         + _table(ranked, n_seeds, same)
         + warn
         + '<p class="muted">Pooled: over the union of the clients\' test sets; client mean: '
-        "each client's AUROC on its own test set, averaged. The details follow, folded.</p>"
+        "each client's AUROC on its own test set, averaged."
+        + e(score_scales(entries))
+        + " The details follow, folded.</p>"
     )

@@ -109,3 +109,16 @@ def test_crafted_score_norm_arrays_are_refused(
         with pytest.raises(FedadError, match=match) as err:
             detector_from_config(config, given)
         assert "\n" not in str(err.value)
+
+
+def test_a_spread_detector_round_trips_and_refuses_a_crafted_spread() -> None:
+    x = np.random.default_rng(4).random((6, 3, 64, 64), dtype=np.float32)
+    det = FedDyMemDetector(image_size=64, epochs=1, seed=2, feature_norm="spread").fit(x)
+    arrays = det.get_arrays()
+    assert float(arrays["net.spread"]) > 0
+    again = detector_from_config(det.to_config(), arrays)
+    np.testing.assert_allclose(again.score(x), det.score(x), rtol=1e-6)
+    for bad in (0.0, -1.0, np.nan, np.inf):
+        crafted = {**arrays, "net.spread": np.asarray(bad, np.float32)}
+        with pytest.raises(FedadError, match=r"net\.spread"):
+            detector_from_config(det.to_config(), crafted)

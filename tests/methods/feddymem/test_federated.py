@@ -119,12 +119,19 @@ def test_score_norm_rescales_each_client_by_its_own_training_scores() -> None:
 def test_the_feature_scale_stays_bounded_over_rounds() -> None:
     fed = make_federation("image", clients=3, masks=True)
     scales = {}
-    for keep in (1.0, 0.0):  # the scale floor, and eq. 12 alone (the default)
-        _, out = _run(fed, rounds=4, keep_scale=keep)
-        scales[keep] = [row["scale"] for row in out.history if "scale" in row]
-        assert len(scales[keep]) == 4
-    assert min(scales[1.0]) >= 0.75 * max(scales[1.0])
-    assert min(scales[0.0]) < 0.6 * max(scales[0.0])  # eq. 12 alone collapses them
+    cases = {  # the scale floor, the standardisation, and eq. 12 alone
+        "floor": {"keep_scale": 1.0, "feature_norm": "none"},
+        "spread": {"feature_norm": "spread"},
+        "eq12": {"feature_norm": "none"},
+    }
+    for name, params in cases.items():
+        _, out = _run(fed, rounds=4, **params)
+        scales[name] = [row["scale"] for row in out.history if "scale" in row]
+        assert len(scales[name]) == 4
+    assert min(scales["floor"]) >= 0.75 * max(scales["floor"])
+    # divided by each client's own training spread: 1 in every round
+    assert scales["spread"] == pytest.approx([1.0] * 4, rel=1e-3)
+    assert min(scales["eq12"]) < 0.6 * max(scales["eq12"])  # eq. 12 alone collapses them
 
 
 def test_score_norm_reads_the_training_images_only() -> None:
@@ -145,3 +152,10 @@ def test_score_norm_reads_the_training_images_only() -> None:
         moved = dataclasses.replace(client, x_train=client.x_train[: len(client.x_train) // 2])
         fresh = {k: v for k, v in out.client_states[cid].items() if k != "features"}
         assert algo.client_detector(fresh, moved, msg).score_loc_ != det.score_loc_
+
+
+def test_score_scale_names_the_normalisation_only_when_scores_are_normalised() -> None:
+    setup = Setup("image", (3, 32, 32), rounds=1, seed=0, contamination=0.1, num_clients=2)
+    scale = build_algorithm("feddymem", {}, setup).score_scale()
+    assert scale is not None and "own training images' raw scores" in scale
+    assert build_algorithm("feddymem", {"score_norm": "none"}, setup).score_scale() is None

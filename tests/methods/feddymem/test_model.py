@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from fedad.methods.feddymem.losses import metric_loss, scale_floor
-from fedad.methods.feddymem.model import FedDyMemNet, MemoryGenerator, coordinates, sample_grid
+from fedad.methods.feddymem.model import (
+    FedDyMemNet,
+    MemoryGenerator,
+    coordinates,
+    rescale,
+    sample_grid,
+)
 
 
 def test_grid_sampling_at_integer_coordinates_returns_grid_cells() -> None:
@@ -66,3 +73,38 @@ def test_the_scale_floor_is_a_hinge_on_the_spread_below_the_reference() -> None:
     m.requires_grad_(True)
     scale_floor(m, 5.0).backward()  # type: ignore[no-untyped-call]
     assert m.grad is not None and float((m.grad * m.detach()).sum()) < 0  # the gradient spreads m
+
+
+def test_rescale_gives_the_training_features_spread_one_and_keeps_their_geometry() -> None:
+    torch.manual_seed(0)
+    net = FedDyMemNet(6, 4, grid=4, spread=True)
+    train = [torch.randn(5, 6, 3, 3) * 3 + 1 for _ in range(4)]
+    with torch.no_grad():
+        raw = torch.cat([net(x) for x in train])  # spread 1 before rescaling: the raw features
+    s = rescale(net, train)
+    assert not net.training
+    flat = raw.permute(0, 2, 3, 1).flatten(0, 2).double()
+    direct = (flat - flat.mean(dim=0)).pow(2).sum(dim=1).mean().sqrt()
+    assert s == pytest.approx(float(direct), rel=1e-5)
+    with torch.no_grad():
+        m = torch.cat([net(x) for x in train])
+        assert torch.allclose(m, raw / s, rtol=1e-5, atol=1e-7)  # one number: same geometry
+        before = {k: v.clone() for k, v in net.state_dict().items()}
+        net(torch.randn(7, 6, 3, 3) * 50)  # scoring other data leaves the spread alone
+    assert all(torch.equal(v, net.state_dict()[k]) for k, v in before.items())
+    plain = FedDyMemNet(6, 4, grid=4)
+    assert rescale(plain, train) == 1.0 and "spread" not in plain.state_dict()
+
+
+def test_a_rescaled_network_cannot_shrink_its_features() -> None:
+    torch.manual_seed(1)
+    net = FedDyMemNet(6, 4, grid=4, spread=True)
+    x = [torch.randn(8, 6, 3, 3)]
+    for factor in (1.0, 1e-3):  # shrinking the last layer's output, then rescaling
+        with torch.no_grad():
+            net.generator.fuse.weight.mul_(factor)
+            net.generator.fuse.bias.mul_(factor)
+        rescale(net, x)
+        with torch.no_grad():
+            m = net(x[0]).permute(0, 2, 3, 1).flatten(0, 2)
+        assert float((m - m.mean(dim=0)).pow(2).sum(dim=1).mean().sqrt()) == pytest.approx(1, 1e-4)

@@ -45,7 +45,7 @@ from fedad.detector import (
 )
 from fedad.devices import resolve_device
 from fedad.methods.feddymem.memory import memory_reduce
-from fedad.methods.feddymem.model import FedDyMemNet
+from fedad.methods.feddymem.model import FedDyMemNet, rescale
 from fedad.methods.feddymem.train import feature_scale, memory_features, train_epoch
 from fedad.resources.base import check_stages
 from fedad.resources.multilevel import MultiLevelFeatures, stage_channels
@@ -59,6 +59,7 @@ SCALE = "score_scale_"
 SCALE_REF = "scale_ref_"
 """The memory features' scale before training: the reference of the scale floor."""
 ScoreNorm = Literal["none", "train"]
+FeatureNorm = Literal["none", "spread"]
 NET = "net."
 DEFAULT_STAGES = {"efficientnet-lite0": (3, 5), "wide_resnet50_2": (2, 3)}
 """Mid-level stages per backbone: stride 8 and 16, PatchCore's WRN-50 ``layer2`` and
@@ -91,6 +92,7 @@ class FedDyMemDetectorParams(DetectorParams):
     projection: bool = True
     generator: bool = True
     score_norm: ScoreNorm = "none"
+    feature_norm: FeatureNorm = "none"
     keep_scale: float = Field(default=0.0, ge=0.0, le=1e6)
     neighbourhood: int = Field(default=1, ge=1, le=7)
     contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
@@ -215,6 +217,7 @@ class FedDyMemDetector(BaseDetector):
                 self.params.grid,
                 self.params.projection,
                 self.params.generator,
+                spread=self.params.feature_norm == "spread",
             )
         self.net_ = net.to(resolve_device(self.device)).eval()
         if hasattr(self, SCALE_REF):
@@ -260,12 +263,28 @@ class FedDyMemDetector(BaseDetector):
                 batch_size=self.params.batch_size, keep_scale=self.params.keep_scale,
                 scale_ref=self.scale_ref_, rng=rng, device=self._dev(),
             )  # fmt: skip
+        self.standardise(features)
         return loss
+
+    def standardise(self, features: np.ndarray) -> Self:
+        """With ``feature_norm = "spread"``: the networks' spread set to that of their memory
+        features of ``features`` (the training images', never test data), as the networks
+        are now (:func:`fedad.methods.feddymem.model.rescale`). A no-op otherwise."""
+        self._ensure_built()
+        if self.params.feature_norm == "spread":
+            dev = self._dev()
+            size = 32
+            rescale(
+                self.net_,
+                (torch.as_tensor(features[s : s + size]).to(dev)
+                 for s in range(0, len(features), size)),
+            )  # fmt: skip
+        return self
 
     def fit(self, x: np.ndarray) -> Self:
         """FedDyMem with one client: Algorithm 4, then ``epochs`` x (eq. 12, Algorithm 2)."""
         feats = self.features(x)
-        self.build()
+        self.build().standardise(feats)
         self.bank_ = memory_reduce(self.memories(feats), None, 0)
         rng = seeded_rng(self.params.seed, 0xFD)
         for t in range(1, self.params.epochs + 1):
@@ -346,6 +365,10 @@ class FedDyMemDetector(BaseDetector):
         if set(given) != set(state):
             gap = sorted(set(state) ^ set(given))
             raise KeyError(f"FedDyMem detector arrays: missing or unknown tensor 'net.{gap[0]}'")
+        spread = given.get("spread")
+        if spread is not None and not (np.size(spread) == 1 and np.all(np.isfinite(spread))
+                                       and np.all(np.asarray(spread) > 0)):  # fmt: skip
+            raise ValueError("tensor 'net.spread' must be one finite number > 0")
         for key, value in given.items():
             t = torch.as_tensor(np.asarray(value, dtype=np.float32))
             if t.shape != state[key].shape:

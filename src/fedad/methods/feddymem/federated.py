@@ -53,6 +53,7 @@ from fedad.fl.validate import ArraySpec
 from fedad.methods.feddymem.detector import (
     BANK,
     SCALE_REF,
+    FeatureNorm,
     FedDyMemDetector,
     FedDyMemDetectorParams,
     ScoreNorm,
@@ -112,6 +113,10 @@ class FedDyMemParams(Params):
     score_norm: ScoreNorm = Field(
         default="train",
         description="train: each client's maps and scores on its training scores' scale",
+    )
+    feature_norm: FeatureNorm = Field(
+        default="none",
+        description="spread: memory features divided by the client's training spread",
     )
     keep_scale: float = shared_field(
         FedDyMemDetectorParams,
@@ -232,6 +237,7 @@ class FedDyMem(Algorithm):
     def client_init(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         """Algorithm 4, lines 2-8: random networks, memory-reduce with weights 1."""
         det, feats = self._restore(state, data)
+        det.standardise(feats)
         self._keep(state, det)
         bank = memory_reduce(det.memories(feats), None, 0)
         return Message(INIT, {BANK: self._wire(bank)}, {"num_examples": data.n_train})
@@ -265,6 +271,15 @@ class FedDyMem(Algorithm):
         det, _ = self._restore(state, data)
         det.set_bank(msg.arrays[BANK])
         return det.calibrate(np.asarray(data.x_train, dtype=np.float32))
+
+    def score_scale(self) -> str | None:
+        """With ``score_norm = "train"``: the calibration of :meth:`FedDyMemDetector.calibrate`."""
+        if self.params.score_norm != "train":
+            return None
+        return (
+            "each client's maps and scores are (raw - median) / interquartile range of its "
+            'own training images\' raw scores (score_norm = "train"); no test data is used'
+        )
 
     # -- server -----------------------------------------------------------------------------
     def _aggregate(self, ctx: ServerContext, replies: dict[int, Message], r: int) -> np.ndarray:
