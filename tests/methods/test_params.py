@@ -26,10 +26,11 @@ CASES = [
     for kind in cls.kinds
     for det in ([d for d in cls.detectors if kind in cls.kinds_for(d)] or [None])
 ]
-OWN_DECLARATIONS = {("feddymem", "score_norm")}
-"""Fields a method declares differently from its detector on purpose: FedDyMem normalises
-each client's scores by default (a stand-alone detector, and a checkpoint written before
-``score_norm`` existed, does not)."""
+OWN_DECLARATIONS = {("feddymem", "score_norm"), ("feddymem", "feature_norm")}
+"""Fields a method declares apart from its detector on purpose: FedDyMem divides each
+client's memory features by their training spread by default (``feature_norm``), and its
+description of ``score_norm`` is the federation's; a stand-alone detector, and a checkpoint
+written before these keys existed, does neither."""
 
 
 def _setup(kind: str) -> Setup:

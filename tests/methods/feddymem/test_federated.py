@@ -100,7 +100,7 @@ def test_a_backbone_without_its_weights_is_one_line_before_the_run(
 def test_score_norm_rescales_each_client_by_its_own_training_scores() -> None:
     fed = make_federation("image", clients=3, masks=True)
     raw_algo, raw = _run(fed, rounds=1, score_norm="none")
-    _, norm = _run(fed, rounds=1)
+    _, norm = _run(fed, rounds=1, score_norm="train")
     msg = Message("evaluate", raw.result.arrays, raw.result.scalars)
     for cid, m in norm.evaluations.items():
         client = fed.clients[cid]
@@ -136,8 +136,7 @@ def test_the_feature_scale_stays_bounded_over_rounds() -> None:
 
 def test_score_norm_reads_the_training_images_only() -> None:
     fed = make_federation("image", clients=2, masks=True)
-    algo, out = _run(fed, rounds=1)  # score_norm = "train" by default
-    assert algo.params.score_norm == "train"
+    algo, out = _run(fed, rounds=1, score_norm="train")
     msg = Message("evaluate", out.result.arrays, out.result.scalars)
     rng = np.random.default_rng(0)
     for cid, client in enumerate(fed.clients):
@@ -156,6 +155,10 @@ def test_score_norm_reads_the_training_images_only() -> None:
 
 def test_score_scale_names_the_normalisation_only_when_scores_are_normalised() -> None:
     setup = Setup("image", (3, 32, 32), rounds=1, seed=0, contamination=0.1, num_clients=2)
-    scale = build_algorithm("feddymem", {}, setup).score_scale()
-    assert scale is not None and "own training images' raw scores" in scale
-    assert build_algorithm("feddymem", {"score_norm": "none"}, setup).score_scale() is None
+    default = build_algorithm("feddymem", {}, setup).score_scale()
+    assert default is not None and 'feature_norm = "spread"' in default
+    assert "score_norm" not in default  # the default leaves the scores raw
+    both = build_algorithm("feddymem", {"score_norm": "train"}, setup).score_scale()
+    assert both is not None and "own training images' raw scores" in both
+    raw = {"score_norm": "none", "feature_norm": "none"}
+    assert build_algorithm("feddymem", raw, setup).score_scale() is None

@@ -111,11 +111,11 @@ class FedDyMemParams(Params):
         default="kmeans", description="Algorithm 3, or the position-wise mean (Table III)"
     )
     score_norm: ScoreNorm = Field(
-        default="train",
+        default="none",
         description="train: each client's maps and scores on its training scores' scale",
     )
     feature_norm: FeatureNorm = Field(
-        default="none",
+        default="spread",
         description="spread: memory features divided by the client's training spread",
     )
     keep_scale: float = shared_field(
@@ -273,13 +273,19 @@ class FedDyMem(Algorithm):
         return det.calibrate(np.asarray(data.x_train, dtype=np.float32))
 
     def score_scale(self) -> str | None:
-        """With ``score_norm = "train"``: the calibration of :meth:`FedDyMemDetector.calibrate`."""
-        if self.params.score_norm != "train":
-            return None
-        return (
-            "each client's maps and scores are (raw - median) / interquartile range of its "
-            'own training images\' raw scores (score_norm = "train"); no test data is used'
-        )
+        """How the clients' scores were put on one scale (``feature_norm``, ``score_norm``)."""
+        parts = []
+        if self.params.feature_norm == "spread":
+            parts.append(
+                "each client's memory features are divided by their spread on its own training "
+                'images, set after every round (feature_norm = "spread")'
+            )
+        if self.params.score_norm == "train":
+            parts.append(
+                "each client's maps and scores are (raw - median) / interquartile range of its "
+                'own training images\' raw scores (score_norm = "train")'
+            )
+        return "; ".join(parts) + "; no test data is used" if parts else None
 
     # -- server -----------------------------------------------------------------------------
     def _aggregate(self, ctx: ServerContext, replies: dict[int, Message], r: int) -> np.ndarray:
