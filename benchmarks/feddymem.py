@@ -1,6 +1,6 @@
 """FedDyMem's Table I/II and Table III analog on ``textures``, side by side with its baselines.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/feddymem.py --suite table|ablation|norm
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/feddymem.py --suite table|ablation|norm|...
         [--seeds 5] [--jobs 1] [--rounds 20] [--clients 5] [--alpha 0.1]
         [--work DIR] [--summarise-only] [--only LABEL ...]
 
@@ -23,6 +23,9 @@ images.
   memory features' scale per round (training data).
 * ``eval`` (issue 29, pre-registered, see :data:`EVAL`): FedAvg with the autoencoder and
   the PatchCore-style detector, FedDyMem with today's defaults and as the paper reads.
+* ``dev2``, ``eval2`` (issue 29, second session), ``dev3`` (dev seeds 100-102: the spread
+  division, :data:`DEV3`), ``eval3`` (pre-registered, 20 rounds: :data:`EVAL3`),
+  ``stride4`` (dev seed 100: stride-4 features for both detectors, :data:`STRIDE4`).
 * ``norm``: FedDyMem as it is and with ``score_norm = "train"`` (each client's maps and
   scores on the scale of its own training images' scores; not in the paper), for the gap
   between the pooled and the client-mean image AUROC.
