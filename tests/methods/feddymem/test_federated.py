@@ -162,3 +162,22 @@ def test_score_scale_names_the_normalisation_only_when_scores_are_normalised() -
     assert both is not None and "own training images' raw scores" in both
     raw = {"score_norm": "none", "feature_norm": "none"}
     assert build_algorithm("feddymem", raw, setup).score_scale() is None
+
+
+def test_the_spread_reads_the_training_images_only() -> None:
+    fed = make_federation("image", clients=2, masks=True)
+    rng = np.random.default_rng(1)
+    other = dataclasses.replace(  # other test images and labels, the same training images
+        fed,
+        clients=[
+            dataclasses.replace(
+                c, x_test=rng.random(c.x_test.shape).astype(np.float32), y_test=1 - c.y_test
+            )
+            for c in fed.clients
+        ],
+    )
+    spreads = []
+    for f in (fed, other):
+        _, out = _run(f, rounds=2)  # feature_norm = "spread" by default
+        spreads.append([float(out.client_states[c]["own/net.spread"]) for c in (0, 1)])
+    assert spreads[0] == spreads[1] and all(s > 0 for s in spreads[0])
