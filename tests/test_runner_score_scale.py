@@ -26,4 +26,3 @@ def test_score_scale_is_written_only_by_methods_that_normalise(
     run_experiment(parse_config(_raw()), tmp_path / "scaled")
     m = json.loads((tmp_path / "scaled" / "metrics.json").read_text())["methods"]["ae"]
     assert m["score_scale"] == "over each client's training"
-

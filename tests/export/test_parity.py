@@ -196,7 +196,7 @@ def test_feddymem_maps(seed: int, generator: bool, calibrated: bool, spread: boo
                            feature_norm="spread" if spread else "none").build()  # fmt: skip
     c = det.cin
     feats = rng.normal(0, 1, (4, c, 5, 5)).astype(np.float32)
-    det.standardise(rng.normal(0, 2, (3, c, 5, 5)).astype(np.float32))
+    det.set_spread(rng.normal(0, 2, (3, c, 5, 5)).astype(np.float32))
     det.set_bank(rng.normal(0, 1, (25, det.channels)).astype(np.float32))
     norm = (3.0, 0.5) if calibrated else (0.0, 1.0)
     module = FedDyMemScore(torch.nn.Identity(), det.net_, PatchMaps(det.bank_, 25, (20, 20),

@@ -263,10 +263,10 @@ class FedDyMemDetector(BaseDetector):
                 batch_size=self.params.batch_size, keep_scale=self.params.keep_scale,
                 scale_ref=self.scale_ref_, rng=rng, device=self._dev(),
             )  # fmt: skip
-        self.standardise(features)
+        self.set_spread(features)
         return loss
 
-    def standardise(self, features: np.ndarray) -> Self:
+    def set_spread(self, features: np.ndarray) -> Self:
         """With ``feature_norm = "spread"``: the networks' spread set to that of their memory
         features of ``features`` (the training images', never test data), as the networks
         are now (:func:`fedad.methods.feddymem.model.rescale`). A no-op otherwise."""
@@ -284,7 +284,7 @@ class FedDyMemDetector(BaseDetector):
     def fit(self, x: np.ndarray) -> Self:
         """FedDyMem with one client: Algorithm 4, then ``epochs`` x (eq. 12, Algorithm 2)."""
         feats = self.features(x)
-        self.build().standardise(feats)
+        self.build().set_spread(feats)
         self.bank_ = memory_reduce(self.memories(feats), None, 0)
         rng = seeded_rng(self.params.seed, 0xFD)
         for t in range(1, self.params.epochs + 1):

@@ -237,7 +237,7 @@ class FedDyMem(Algorithm):
     def client_init(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         """Algorithm 4, lines 2-8: random networks, memory-reduce with weights 1."""
         det, feats = self._restore(state, data)
-        det.standardise(feats)
+        det.set_spread(feats)
         self._keep(state, det)
         bank = memory_reduce(det.memories(feats), None, 0)
         return Message(INIT, {BANK: self._wire(bank)}, {"num_examples": data.n_train})
