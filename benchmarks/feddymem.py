@@ -153,6 +153,16 @@ rounds, as a second run started at the same time. Criteria: ``feddymem`` pooled 
 AUROC >= ``fedavg-ae`` + 0.10; >= ``fedavg-patchcore`` - 0.01 on pooled image AUROC and
 on pixel AUROC; fewer bytes up than ``fedavg-patchcore``; its mean pooled AUROC at round
 20 not below round 5."""
+DEV4: list[Method] = [
+    ("feddymem", "feddymem", {}, None),
+]
+"""Issue 29, third session, after eval3's seed 0 showed FedDyMem's pooled AUROC falling
+after round 10 (0.939 / 0.948 / 0.935 / 0.920 at rounds 5 / 10 / 15 / 20; with the second
+session's defaults 0.930 at round 20): dev seeds 100-102, 20 rounds, with
+``final_bank = "fresh"`` (the default now). A diagnostic on the dev3 runs' final networks
+(a global bank rebuilt from their own training features) had lifted round 20 from 0.935,
+0.949, 0.937 to 0.939, 0.955, 0.939, back to round 5's level: the bank, an average over
+all rounds (eq. 16, alpha = 1 / (t + 1)), lags the networks that keep moving."""
 STRIDE4: list[Method] = [
     ("fedavg-patchcore", "fedavg", {}, "patchcore"),
     ("fedavg-patchcore-s4", "fedavg", {"stages": [2, 3, 5]}, "patchcore"),
@@ -165,7 +175,7 @@ for FedDyMem; FedDyMem's bank then has 4 times the entries, so its memory is cut
 channels to stay under FedAvg-PatchCore's upload (1,024 x 40 x 2 = 81,920 bytes)."""
 SUITES = {
     "table": TABLE, "ablation": ABLATION, "norm": NORM, "dev": DEV, "eval": EVAL, "dev2": DEV2,
-    "eval2": EVAL2, "dev3": DEV3, "eval3": EVAL3, "stride4": STRIDE4,
+    "eval2": EVAL2, "dev3": DEV3, "eval3": EVAL3, "dev4": DEV4, "stride4": STRIDE4,
 }  # fmt: skip
 
 

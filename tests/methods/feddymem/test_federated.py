@@ -181,3 +181,26 @@ def test_the_spread_reads_the_training_images_only() -> None:
         _, out = _run(f, rounds=2)  # feature_norm = "spread" by default
         spreads.append([float(out.client_states[c]["own/net.spread"]) for c in (0, 1)])
     assert spreads[0] == spreads[1] and all(s > 0 for s in spreads[0])
+
+
+@pytest.mark.parametrize("final_bank", ["fresh", "ema"])
+def test_the_last_round_reduces_the_final_networks_features_alone(
+    delivered: list[tuple[int, Message, Message | None]], final_bank: str
+) -> None:
+    from fedad.methods.feddymem.memory import memory_reduce
+
+    fed = make_federation("image", clients=2, masks=True)
+    algo, out = _run(fed, rounds=2, final_bank=final_bank)
+    train = [(m, r) for _, m, r in delivered if m.kind == "train"]
+    assert [m.get("last") for m, _ in train] == [0.0, 0.0, 1.0, 1.0]
+    for msg, reply in train[2:]:
+        assert reply is not None
+        cid = next(n for n, m, _ in delivered if m is msg)
+        det, feats = algo._restore(out.client_states[cid], fed.clients[cid])
+        alone = memory_reduce(det.memories(feats), None, 0).astype(np.float16)
+        mixed = memory_reduce(det.memories(feats), msg.arrays["bank"].astype(np.float32), 2)
+        if final_bank == "fresh":  # Algorithm 4's reduce of the final networks' features
+            np.testing.assert_allclose(reply.arrays["bank"], alone, rtol=1e-3, atol=1e-3)
+        else:  # eq. 16's mix with the last global bank, as in every round
+            np.testing.assert_allclose(reply.arrays["bank"], mixed.astype(np.float16), atol=1e-3)
+            assert not np.allclose(reply.arrays["bank"], alone, atol=1e-3)

@@ -12,6 +12,10 @@ Clients share memory banks, never models [FedDyMem Algorithm 5]:
    against it, recomputes its memory features and replies with the memory-reduced bank
    (eq. 13-16, :math:`\\alpha = 1/(t+1)`); the server clusters the replies into
    :math:`\\bar M^t` (Algorithm 3, k-means with ``K = H x W`` clusters).
+   In the last round, with ``final_bank = "fresh"`` (the default; not in the paper), the
+   client replies with Algorithm 4's reduce of its final memory features alone instead:
+   eq. 16 averages a bank over every round's networks, and the networks keep moving, so
+   the EMA bank lags the networks that score with it.
 
 Each client keeps its networks in its own state; what travels up is one ``(K, C)`` bank
 per client and round, and down the global bank. That is statistics, not a model update, so
@@ -117,6 +121,10 @@ class FedDyMemParams(Params):
     feature_norm: FeatureNorm = Field(
         default="spread",
         description="spread: memory features divided by the client's training spread",
+    )
+    final_bank: Literal["fresh", "ema"] = Field(
+        default="fresh",
+        description="fresh: the last round's banks from the final networks alone (no eq. 16)",
     )
     keep_scale: float = shared_field(
         FedDyMemDetectorParams,
@@ -243,23 +251,29 @@ class FedDyMem(Algorithm):
         return Message(INIT, {BANK: self._wire(bank)}, {"num_examples": data.n_train})
 
     def _train(
-        self, state: ClientState, data: ClientData, bank: np.ndarray, t: int
+        self, state: ClientState, data: ClientData, bank: np.ndarray, t: int, last: bool = False
     ) -> tuple[FedDyMemDetector, np.ndarray, dict[str, float]]:
         """Eq. 12 against ``bank``, then Algorithm 2; the scalars ``loss`` and ``scale`` (the
-        memory features' scale after training, :func:`feature_scale`: the collapse monitor)."""
+        memory features' scale after training, :func:`feature_scale`: the collapse monitor).
+        In the ``last`` round with ``final_bank = "fresh"`` the reduce is Algorithm 4's (the
+        current memory features alone, weights 1), not eq. 14-16's mix with the old bank."""
         det, feats = self._restore(state, data)
         det.set_bank(bank)
         rng = seeded_rng(self.setup.seed, t, data.client_id, 0xFE)
         loss = det.train_epochs(feats, self.params.local_epochs, rng)
         memories = det.memories(feats)
-        reduced = memory_reduce(memories, det.bank_, t)
+        fresh = last and self.params.final_bank == "fresh"
+        reduced = (
+            memory_reduce(memories, None, 0) if fresh else memory_reduce(memories, det.bank_, t)
+        )
         self._keep(state, det)
         return det, reduced, {"loss": loss, "scale": feature_scale(memories)}
 
     def client_train(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         """Algorithm 5, ClientUpdate: eq. 12 against the global bank, then Algorithm 2."""
         t = int(msg.get("round", 1))
-        _, reduced, stats = self._train(state, data, msg.arrays[BANK], t)
+        last = bool(msg.get("last", 0.0))
+        _, reduced, stats = self._train(state, data, msg.arrays[BANK], t, last)
         scalars = {"num_examples": data.n_train, **stats}
         return Message(TRAIN, {BANK: self._wire(reduced)}, scalars)
 
@@ -315,7 +329,8 @@ class FedDyMem(Algorithm):
                     ctx.end_round(r)
                     continue
                 bank = self._aggregate(ctx, init, 0)
-            msgs = {i: Message(TRAIN, {BANK: bank}, {"round": r}) for i in ctx.sample()}
+            meta = {"round": r, "last": float(r == ctx.rounds)}
+            msgs = {i: Message(TRAIN, {BANK: bank}, dict(meta)) for i in ctx.sample()}
             replies = ctx.send(msgs, arrays=spec, scalars=["num_examples", "loss", "scale"])
             if replies:
                 bank = self._aggregate(ctx, replies, r)
