@@ -163,6 +163,20 @@ session's defaults 0.930 at round 20): dev seeds 100-102, 20 rounds, with
 (a global bank rebuilt from their own training features) had lifted round 20 from 0.935,
 0.949, 0.937 to 0.939, 0.955, 0.939, back to round 5's level: the bank, an average over
 all rounds (eq. 16, alpha = 1 / (t + 1)), lags the networks that keep moving."""
+EVAL4: list[Method] = [
+    ("fedavg-ae", "fedavg", {}, "autoencoder"),
+    ("fedavg-patchcore", "fedavg", {}, "patchcore"),
+    ("feddymem", "feddymem", {}, None),
+]
+"""Issue 29's fourth evaluation, pre-registered (committed before it ran), replacing eval3
+(stopped after seed 0, numbers in docs/methods/feddymem.md): today's defaults
+(``feature_norm = "spread"``, raw scores, ``final_bank = "fresh"``, float16 banks),
+seeds 0-4, ``textures``, Dirichlet 0.1 over 5 clients, 20 rounds, ``--eval-every 5``,
+all rows in one run per protocol; own local tests and, started at the same time, shared
+local tests (``--local-test shared``). It runs with ``final_bank = "fresh"`` if dev4
+(seeds 100-102) gives a mean round-20 pooled image AUROC no more than 0.005 below its
+round 5 and a mean pixel AUROC no more than 0.005 below dev3's spread-raw row (0.961);
+otherwise with ``final_bank = "ema"`` as the default. Criteria as :data:`EVAL3`."""
 STRIDE4: list[Method] = [
     ("fedavg-patchcore", "fedavg", {}, "patchcore"),
     ("fedavg-patchcore-s4", "fedavg", {"stages": [2, 3, 5]}, "patchcore"),
@@ -175,7 +189,7 @@ for FedDyMem; FedDyMem's bank then has 4 times the entries, so its memory is cut
 channels to stay under FedAvg-PatchCore's upload (1,024 x 40 x 2 = 81,920 bytes)."""
 SUITES = {
     "table": TABLE, "ablation": ABLATION, "norm": NORM, "dev": DEV, "eval": EVAL, "dev2": DEV2,
-    "eval2": EVAL2, "dev3": DEV3, "eval3": EVAL3, "dev4": DEV4, "stride4": STRIDE4,
+    "eval2": EVAL2, "dev3": DEV3, "eval3": EVAL3, "dev4": DEV4, "eval4": EVAL4, "stride4": STRIDE4,
 }  # fmt: skip
 
 
