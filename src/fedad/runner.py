@@ -44,6 +44,7 @@ from fedad.evaluation.samples import embedding_sample, map_sample
 from fedad.federation import build_federation, plan_federation
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, method_class
 from fedad.fl.engine import RunOutcome, run_inprocess
+from fedad.fl.messages import Message
 from fedad.fl.node import update_phases
 from fedad.fl.server_inputs import check_requirements, supplied_fields
 from fedad.fl.workers import WorkerPool, resolve_workers
@@ -184,6 +185,16 @@ EMBED_PREFIX = "embeddings:"
 EMBEDDINGS_FILE = "embeddings.npz"
 
 
+def method_entries(algorithm: Algorithm, evaluations: dict[int, Message]) -> dict[str, Any]:
+    """A method's own entries for its metrics: its ``extra_metrics`` and, where it puts its
+    clients' scores on one scale before pooling, ``score_scale`` (one sentence)."""
+    out = dict(algorithm.extra_metrics(evaluations))
+    scale = algorithm.score_scale()
+    if scale is not None:
+        out["score_scale"] = scale
+    return out
+
+
 def summarize(
     label: str,
     algorithm: Algorithm,
@@ -246,11 +257,8 @@ def summarize(
         "missing_nodes": outcome.missing_nodes,
         "events": outcome.events,
         "per_client": per_client,
-        **algorithm.extra_metrics(outcome.evaluations),
+        **method_entries(algorithm, outcome.evaluations),
     }
-    scale = algorithm.score_scale()
-    if scale is not None:
-        metrics["score_scale"] = scale
     homes = node_models(algorithm, outcome)
     if homes:
         metrics["node_models"] = {str(i): p for i, p in homes.items()}
