@@ -7,10 +7,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from fedad.detector import detector_from_config
 from fedad.errors import FedadError
 from fedad.methods.feddymem.detector import FedDyMemDetector
+from fedad.methods.feddymem.train import feature_scale
 from fedad.resources import efficientnet_lite0 as lite0
 
 pytestmark = pytest.mark.skipif(
@@ -122,3 +124,20 @@ def test_a_spread_detector_round_trips_and_refuses_a_crafted_spread() -> None:
         crafted = {**arrays, "net.spread": np.asarray(bad, np.float32)}
         with pytest.raises(FedadError, match=r"net\.spread"):
             detector_from_config(det.to_config(), crafted)
+
+
+def test_set_spread_gives_the_training_features_spread_one_whatever_their_scale() -> None:
+    det = FedDyMemDetector(channels=6, seed=3, feature_norm="spread").build()
+    rng = np.random.default_rng(0)
+    train = rng.normal(1, 3, (7, det.cin, 4, 4)).astype(np.float32)
+    for factor in (1.0, 1e-3):  # the networks shrink their output, the spread follows
+        with torch.no_grad():
+            det.net_.generator.fuse.weight.mul_(factor)
+            det.net_.generator.fuse.bias.mul_(factor)
+        det.set_spread(train)
+        assert feature_scale(det.memories(train)) == pytest.approx(1.0, rel=1e-4)
+    before = det.get_arrays()["net.spread"]
+    det.memories(rng.normal(0, 50, (3, det.cin, 4, 4)).astype(np.float32))  # scoring
+    assert det.get_arrays()["net.spread"] == before  # other data leaves the spread alone
+    plain = FedDyMemDetector(channels=6, seed=3).build()
+    assert "net.spread" not in plain.set_spread(train).get_arrays()

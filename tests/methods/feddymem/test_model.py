@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from fedad.methods.feddymem.losses import metric_loss, scale_floor
@@ -10,7 +9,6 @@ from fedad.methods.feddymem.model import (
     FedDyMemNet,
     MemoryGenerator,
     coordinates,
-    rescale,
     sample_grid,
 )
 
@@ -75,36 +73,12 @@ def test_the_scale_floor_is_a_hinge_on_the_spread_below_the_reference() -> None:
     assert m.grad is not None and float((m.grad * m.detach()).sum()) < 0  # the gradient spreads m
 
 
-def test_rescale_gives_the_training_features_spread_one_and_keeps_their_geometry() -> None:
+def test_the_spread_divides_every_memory_feature_by_one_number() -> None:
     torch.manual_seed(0)
     net = FedDyMemNet(6, 4, grid=4, spread=True)
-    train = [torch.randn(5, 6, 3, 3) * 3 + 1 for _ in range(4)]
+    x = torch.randn(5, 6, 3, 3)
     with torch.no_grad():
-        raw = torch.cat([net(x) for x in train])  # spread 1 before rescaling: the raw features
-    s = rescale(net, train)
-    assert not net.training
-    flat = raw.permute(0, 2, 3, 1).flatten(0, 2).double()
-    direct = (flat - flat.mean(dim=0)).pow(2).sum(dim=1).mean().sqrt()
-    assert s == pytest.approx(float(direct), rel=1e-5)
-    with torch.no_grad():
-        m = torch.cat([net(x) for x in train])
-        assert torch.allclose(m, raw / s, rtol=1e-5, atol=1e-7)  # one number: same geometry
-        before = {k: v.clone() for k, v in net.state_dict().items()}
-        net(torch.randn(7, 6, 3, 3) * 50)  # scoring other data leaves the spread alone
-    assert all(torch.equal(v, net.state_dict()[k]) for k, v in before.items())
-    plain = FedDyMemNet(6, 4, grid=4)
-    assert rescale(plain, train) == 1.0 and "spread" not in plain.state_dict()
-
-
-def test_a_rescaled_network_cannot_shrink_its_features() -> None:
-    torch.manual_seed(1)
-    net = FedDyMemNet(6, 4, grid=4, spread=True)
-    x = [torch.randn(8, 6, 3, 3)]
-    for factor in (1.0, 1e-3):  # shrinking the last layer's output, then rescaling
-        with torch.no_grad():
-            net.generator.fuse.weight.mul_(factor)
-            net.generator.fuse.bias.mul_(factor)
-        rescale(net, x)
-        with torch.no_grad():
-            m = net(x[0]).permute(0, 2, 3, 1).flatten(0, 2)
-        assert float((m - m.mean(dim=0)).pow(2).sum(dim=1).mean().sqrt()) == pytest.approx(1, 1e-4)
+        raw = net(x)  # spread 1: the undivided features
+        net.spread.fill_(2.5)  # type: ignore[union-attr]
+        assert torch.allclose(net(x), raw / 2.5)  # one number: the geometry is kept
+    assert "spread" in net.state_dict() and "spread" not in FedDyMemNet(6, 4).state_dict()

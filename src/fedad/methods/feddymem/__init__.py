@@ -14,8 +14,9 @@ Algorithm 4 (initialisation)               ``federated.FedDyMem.client_init``
 Algorithm 5 (training)                     ``federated.FedDyMem``, ``train.train_epoch``
 scoring (Sec. VI-E, Fig. 9)                ``detector.FedDyMemDetector``,
                                            :mod:`fedad.components.nn.patchscore`
-not in the paper: the spread division      ``model.rescale``, ``detector.set_spread``
-(``feature_norm``), the score              ``detector.FedDyMemDetector.calibrate``
+not in the paper: the spread division      ``model.FedDyMemNet`` (``spread``),
+(``feature_norm``), the score              ``detector.FedDyMemDetector.set_spread``,
+                                           ``detector.FedDyMemDetector.calibrate``
 normalisation (``score_norm``)
 =========================================  ===================================================
 """

@@ -45,7 +45,7 @@ from fedad.detector import (
 )
 from fedad.devices import resolve_device
 from fedad.methods.feddymem.memory import memory_reduce
-from fedad.methods.feddymem.model import FedDyMemNet, rescale
+from fedad.methods.feddymem.model import FedDyMemNet
 from fedad.methods.feddymem.train import feature_scale, memory_features, train_epoch
 from fedad.resources.base import check_stages
 from fedad.resources.multilevel import MultiLevelFeatures, stage_channels
@@ -267,18 +267,16 @@ class FedDyMemDetector(BaseDetector):
         return loss
 
     def set_spread(self, features: np.ndarray) -> Self:
-        """With ``feature_norm = "spread"``: the networks' spread set to that of their memory
-        features of ``features`` (the training images', never test data), as the networks
-        are now (:func:`fedad.methods.feddymem.model.rescale`). A no-op otherwise."""
+        """With ``feature_norm = "spread"``: ``net_.spread`` set to the spread
+        (:func:`~fedad.methods.feddymem.train.feature_scale`) of the networks' undivided
+        memory features of ``features`` (the training images', never test data), as the
+        networks are now; floored at 1e-30. A no-op otherwise."""
         self._ensure_built()
-        if self.params.feature_norm == "spread":
-            dev = self._dev()
-            size = 32
-            rescale(
-                self.net_,
-                (torch.as_tensor(features[s : s + size]).to(dev)
-                 for s in range(0, len(features), size)),
-            )  # fmt: skip
+        spread = self.net_.spread
+        if self.params.feature_norm == "spread" and spread is not None:
+            spread.fill_(1.0)
+            s = feature_scale(memory_features(self.net_, features, device=self._dev()))
+            spread.fill_(max(s, 1e-30))
         return self
 
     def fit(self, x: np.ndarray) -> Self:

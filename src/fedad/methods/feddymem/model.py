@@ -26,19 +26,18 @@ identity (then ``C = C_in``); ``generator=False`` returns :math:`P` itself.
 
 ``spread=True`` (not in the paper) divides the memory features by one number, the
 client's spread :math:`s`, the root mean square distance of its training memory features
-from their mean (:func:`rescale`, set after each round's training, kept fixed while it
-trains): :math:`M \\leftarrow M / s`. Eq. 12 has no repulsive term, and the networks lower
-it by shrinking every feature, each client at its own rate; with the division the
-features that travel (the banks) and score keep spread 1 on every client, while the
-networks train as in the paper within a round. One number, not a per-channel
-standardisation: it keeps the features' geometry, and a per-channel standardisation
-with batch statistics (BatchNorm) lets eq. 12 cluster the features instead, which on a
-development federation ruined detection (docs/methods/feddymem.md).
+from their mean (``net.spread``, a buffer; set by
+:meth:`fedad.methods.feddymem.detector.FedDyMemDetector.set_spread` after each round's
+training, kept fixed while it trains): :math:`M \\leftarrow M / s`. Eq. 12 has no
+repulsive term, and the networks lower it by shrinking every feature, each client at its
+own rate; with the division the features that travel (the banks) and score keep spread 1
+on every client, while the networks train as in the paper within a round. One number,
+not a per-channel standardisation: it keeps the features' geometry, and a per-channel
+standardisation with batch statistics (BatchNorm) lets eq. 12 cluster the features
+instead, which on a development federation ruined detection (docs/methods/feddymem.md).
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -49,7 +48,6 @@ __all__ = [
     "MemoryGenerator",
     "Projection",
     "coordinates",
-    "rescale",
     "sample_grid",
 ]
 
@@ -132,28 +130,3 @@ class FedDyMemNet(nn.Module):
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.generator(self.projection(features))
         return out if self.spread is None else out / self.spread
-
-
-def rescale(net: FedDyMemNet, batches: Iterable[torch.Tensor]) -> float:
-    """Set ``net.spread`` (when it has one) to the spread of the networks' memory features
-    of ``batches`` (the client's training features) before the division:
-    :math:`s = (\\frac{1}{NHW} \\sum \\lVert m - \\bar m \\rVert^2)^{1/2}`, accumulated in
-    float64 over the batches; returns it (1.0 without a spread). Nothing is trained; ``net``
-    is left in eval mode. A spread of 0 (every feature equal) is floored at 1e-30."""
-    net.eval()
-    if net.spread is None:
-        return 1.0
-    net.spread.fill_(1.0)
-    n, total, sq = 0, torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
-    with torch.no_grad():
-        for x in batches:
-            m = net(x).permute(0, 2, 3, 1).flatten(0, 2).double()  # (N H W, C)
-            n += m.shape[0]
-            total = total + m.sum(dim=0)
-            sq = sq + m.pow(2).sum()
-    if n == 0:
-        return 1.0
-    var = float(sq) / n - float((total / n).pow(2).sum())
-    s = max(var, 0.0) ** 0.5
-    net.spread.fill_(max(s, 1e-30))
-    return float(net.spread)
