@@ -187,9 +187,32 @@ STRIDE4: list[Method] = [
 stages 2, 3, 5 (24 + 40 + 112 channels at stride 4) for the PatchCore-style detector and
 for FedDyMem; FedDyMem's bank then has 4 times the entries, so its memory is cut to 40
 channels to stay under FedAvg-PatchCore's upload (1,024 x 40 x 2 = 81,920 bytes)."""
+DEV5: list[Method] = [
+    ("feddymem", "feddymem", {"lr_schedule": "constant"}, None),
+    ("feddymem-cosine", "feddymem", {"lr_schedule": "cosine"}, None),
+]
+"""Issue 29, fifth session: eval4's one unmet criterion is the late-round drift (mean pooled
+AUROC 0.944 at round 5, 0.941 at round 20; seed 0 0.940 -> 0.925, the networks keep
+moving after detection peaks around round 10). Candidate: a cosine schedule of Adam's
+learning rate over the run's rounds (``lr_schedule = "cosine"``), so that the networks
+settle before the final bank is built from them. Dev seeds 100-102, 20 rounds,
+``--eval-every 5``, both rows in one run. The dev seeds hardly drift with a constant rate
+(dev4: 0.944 at round 5 and at round 20), so this run can show harm, not the cure.
+
+Decision rule, committed before the run: ``lr_schedule = "cosine"`` becomes the default if,
+over seeds 100-102, its mean pooled image AUROC at round 20 is at least its mean at round
+5 and at least the constant row's round 20 minus 0.003, and its mean pixel AUROC at least
+the constant row's minus 0.003; otherwise it stays an option. Then the evaluation
+(:data:`EVAL5`) runs with whichever default the rule leaves."""
+EVAL5: list[Method] = EVAL4
+"""Issue 29's fifth evaluation, registered before it runs (with the defaults :data:`DEV5`'s
+rule leaves): as :data:`EVAL4` (seeds 0-4, ``textures``, Dirichlet 0.1 over 5 clients, 20
+rounds, ``--eval-every 5``, own local tests, all rows in one run), criteria as
+:data:`EVAL3`."""
 SUITES = {
     "table": TABLE, "ablation": ABLATION, "norm": NORM, "dev": DEV, "eval": EVAL, "dev2": DEV2,
     "eval2": EVAL2, "dev3": DEV3, "eval3": EVAL3, "dev4": DEV4, "eval4": EVAL4, "stride4": STRIDE4,
+    "dev5": DEV5, "eval5": EVAL5,
 }  # fmt: skip
 
 

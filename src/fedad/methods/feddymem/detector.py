@@ -228,13 +228,15 @@ class FedDyMemDetector(BaseDetector):
         if not hasattr(self, "net_"):
             self.build()
 
-    def optimizer(self) -> torch.optim.Optimizer | None:
-        """Adam, lr 1e-3, weight decay 5e-4 [FedDyMem Sec. VI-A3]; ``None`` when nothing trains."""
+    def optimizer(self, lr_scale: float = 1.0) -> torch.optim.Optimizer | None:
+        """Adam, lr 1e-3 (times ``lr_scale``, a schedule's factor), weight decay 5e-4
+        [FedDyMem Sec. VI-A3]; ``None`` when nothing trains."""
         self._ensure_built()
         params = list(self.net_.parameters())
         if not params:
             return None
-        return torch.optim.Adam(params, lr=self.params.lr, weight_decay=self.params.weight_decay)
+        lr = self.params.lr * lr_scale
+        return torch.optim.Adam(params, lr=lr, weight_decay=self.params.weight_decay)
 
     def memories(self, features: np.ndarray) -> np.ndarray:
         """Memory features ``(n, K, C)`` of frozen features (Algorithm 1)."""
@@ -244,14 +246,17 @@ class FedDyMemDetector(BaseDetector):
     def _dev(self) -> torch.device:
         return next(iter(self.net_.parameters()), torch.zeros(0)).device
 
-    def train_epochs(self, features: np.ndarray, epochs: int, rng: np.random.Generator) -> float:
+    def train_epochs(
+        self, features: np.ndarray, epochs: int, rng: np.random.Generator, lr_scale: float = 1.0
+    ) -> float:
         """``epochs`` of eq. 12 (plus ``keep_scale`` times the scale floor) against
-        ``bank_``; the last epoch's mean loss (0 if nothing trains, e.g. both ablations on).
+        ``bank_`` with Adam at ``lr_scale`` times ``lr``; the last epoch's mean loss (0 if
+        nothing trains, e.g. both ablations on).
 
         The floor's reference ``scale_ref_`` is the scale of the memory features of
         ``features`` (the training images) with the networks as they are at the first call,
         i.e. before any training; it is kept (and saved) with the networks."""
-        opt = self.optimizer()
+        opt = self.optimizer(lr_scale)
         loss = 0.0
         if opt is None:
             return loss

@@ -16,6 +16,9 @@ Clients share memory banks, never models [FedDyMem Algorithm 5]:
    client replies with Algorithm 4's reduce of its final memory features alone instead:
    eq. 16 averages a bank over every round's networks, and the networks keep moving, so
    the EMA bank lags the networks that score with it.
+   With ``lr_schedule = "cosine"`` (not in the paper) round t's Adam runs at
+   :func:`~fedad.methods.feddymem.train.cosine_factor` ``(t, rounds)`` times ``lr``, sent
+   by the server as the scalar ``lr_scale``: the networks settle as the run ends.
 
 Each client keeps its networks in its own state; what travels up is one ``(K, C)`` bank
 per client and round, and down the global bank. That is statistics, not a model update, so
@@ -64,7 +67,7 @@ from fedad.methods.feddymem.detector import (
     check_backbone_stages,
 )
 from fedad.methods.feddymem.memory import aggregate_banks, memory_reduce
-from fedad.methods.feddymem.train import feature_scale
+from fedad.methods.feddymem.train import cosine_factor, feature_scale
 from fedad.resources.multilevel import check_backbone
 from fedad.seeding import rng as seeded_rng
 
@@ -125,6 +128,10 @@ class FedDyMemParams(Params):
     final_bank: Literal["fresh", "ema"] = Field(
         default="fresh",
         description="fresh: the last round's banks from the final networks alone (no eq. 16)",
+    )
+    lr_schedule: Literal["constant", "cosine"] = Field(
+        default="constant",
+        description="cosine: round t's lr times (1 + cos(pi (t - 1) / rounds)) / 2",
     )
     keep_scale: float = shared_field(
         FedDyMemDetectorParams,
@@ -251,16 +258,23 @@ class FedDyMem(Algorithm):
         return Message(INIT, {BANK: self._wire(bank)}, {"num_examples": data.n_train})
 
     def _train(
-        self, state: ClientState, data: ClientData, bank: np.ndarray, t: int, last: bool = False
+        self,
+        state: ClientState,
+        data: ClientData,
+        bank: np.ndarray,
+        t: int,
+        last: bool = False,
+        lr_scale: float = 1.0,
     ) -> tuple[FedDyMemDetector, np.ndarray, dict[str, float]]:
         """Eq. 12 against ``bank``, then Algorithm 2; the scalars ``loss`` and ``scale`` (the
         memory features' scale after training, :func:`feature_scale`: the collapse monitor).
         In the ``last`` round with ``final_bank = "fresh"`` the reduce is Algorithm 4's (the
-        current memory features alone, weights 1), not eq. 14-16's mix with the old bank."""
+        current memory features alone, weights 1), not eq. 14-16's mix with the old bank.
+        Adam runs at ``lr_scale`` times ``lr`` (the server's schedule)."""
         det, feats = self._restore(state, data)
         det.set_bank(bank)
         rng = seeded_rng(self.setup.seed, t, data.client_id, 0xFE)
-        loss = det.train_epochs(feats, self.params.local_epochs, rng)
+        loss = det.train_epochs(feats, self.params.local_epochs, rng, lr_scale)
         memories = det.memories(feats)
         fresh = last and self.params.final_bank == "fresh"
         reduced = (
@@ -273,7 +287,10 @@ class FedDyMem(Algorithm):
         """Algorithm 5, ClientUpdate: eq. 12 against the global bank, then Algorithm 2."""
         t = int(msg.get("round", 1))
         last = bool(msg.get("last", 0.0))
-        _, reduced, stats = self._train(state, data, msg.arrays[BANK], t, last)
+        lr_scale = float(msg.get("lr_scale", 1.0))
+        if not 0.0 <= lr_scale <= 1.0:  # a crafted server cannot blow the optimiser up
+            raise ValueError(f"lr_scale {lr_scale} is outside [0, 1]")
+        _, reduced, stats = self._train(state, data, msg.arrays[BANK], t, last, lr_scale)
         scalars = {"num_examples": data.n_train, **stats}
         return Message(TRAIN, {BANK: self._wire(reduced)}, scalars)
 
@@ -330,6 +347,8 @@ class FedDyMem(Algorithm):
                     continue
                 bank = self._aggregate(ctx, init, 0)
             meta = {"round": r, "last": float(r == ctx.rounds)}
+            if self.params.lr_schedule == "cosine":
+                meta["lr_scale"] = cosine_factor(r, ctx.rounds)
             msgs = {i: Message(TRAIN, {BANK: bank}, dict(meta)) for i in ctx.sample()}
             replies = ctx.send(msgs, arrays=spec, scalars=["num_examples", "loss", "scale"])
             if replies:

@@ -15,7 +15,7 @@ from torch import nn
 
 from fedad.methods.feddymem.losses import metric_loss, scale_floor
 
-__all__ = ["feature_scale", "memory_features", "train_epoch"]
+__all__ = ["cosine_factor", "feature_scale", "memory_features", "train_epoch"]
 
 
 def memory_features(
@@ -44,6 +44,16 @@ def feature_scale(memories: np.ndarray) -> float:
         return 0.0
     p = m.reshape(-1, m.shape[-1])
     return float(np.sqrt(((p - p.mean(axis=0)) ** 2).sum(axis=1).mean()))
+
+
+def cosine_factor(t: int, rounds: int) -> float:
+    """Round ``t``'s (1-based) multiplier of the learning rate under a cosine schedule over
+    ``rounds`` rounds, ``(1 + cos(pi (t - 1) / rounds)) / 2``: 1 in round 1, falling to
+    ``(1 + cos(pi (rounds - 1) / rounds)) / 2 > 0`` in the last (not in the paper; issue 29:
+    the networks keep moving after the detection has peaked)."""
+    if rounds < 1 or not 1 <= t <= rounds:
+        raise ValueError(f"round {t} is outside 1..{rounds}")
+    return 0.5 * (1.0 + float(np.cos(np.pi * (t - 1) / rounds)))
 
 
 def train_epoch(
