@@ -204,3 +204,30 @@ def test_the_last_round_reduces_the_final_networks_features_alone(
         else:  # eq. 16's mix with the last global bank, as in every round
             np.testing.assert_allclose(reply.arrays["bank"], mixed.astype(np.float16), atol=1e-3)
             assert not np.allclose(reply.arrays["bank"], alone, atol=1e-3)
+
+
+def test_the_cosine_schedule_sends_each_rounds_factor_and_constant_sends_none(
+    delivered: list[tuple[int, Message, Message | None]],
+) -> None:
+    from fedad.methods.feddymem.train import cosine_factor
+
+    fed = make_federation("image", clients=2, masks=True)
+    _, cos = _run(fed, rounds=3, lr_schedule="cosine")
+    sent = [m.get("lr_scale") for _, m, _ in delivered if m.kind == "train"]
+    assert sent == [cosine_factor(t, 3) for t in (1, 2, 3) for _ in range(2)]
+    assert sent[0] == 1.0 and sent[-1] == pytest.approx(0.25)  # (1 + cos(2 pi / 3)) / 2
+    delivered.clear()
+    _, const = _run(fed, rounds=3, lr_schedule="constant")
+    assert all(m.get("lr_scale") is None for _, m, _ in delivered if m.kind == "train")
+    # the factor reaches the optimiser: the two runs part after round 1
+    losses = [[row["loss"] for row in o.history if "loss" in row] for o in (cos, const)]
+    assert losses[0][0] == losses[1][0] and losses[0][2] != losses[1][2]
+
+
+def test_a_crafted_lr_scale_is_refused() -> None:
+    fed = make_federation("image", clients=1, masks=True)
+    algo, out = _run(fed, rounds=1)
+    bank = np.zeros(algo.bank_spec()["bank"].shape, dtype=np.float16)
+    msg = Message("train", {"bank": bank}, {"round": 2, "lr_scale": 1e6})
+    with pytest.raises(ValueError, match="lr_scale"):
+        algo.client_train(out.client_states[0], fed.clients[0], msg)
