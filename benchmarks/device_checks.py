@@ -97,13 +97,19 @@ def _protofl(row: Method, rounds: int, device: str, smoke: bool) -> str:
 
 
 class Runs:
-    """``fedad run`` processes in ``work``, one per config, stopped at ``deadline``."""
+    """``fedad run`` processes in ``work``, one per config, stopped at ``deadline``;
+    ``only``: start just the runs of these names."""
 
-    def __init__(self, work: Path, deadline: float) -> None:
-        self.work, self.deadline = work, deadline
+    def __init__(self, work: Path, deadline: float, only: list[str] | None = None) -> None:
+        self.work, self.deadline, self.only = work, deadline, only
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str, text: str) -> subprocess.Popen[bytes]:
+    def wanted(self, name: str) -> bool:
+        return self.only is None or name in self.only
+
+    def start(self, name: str, text: str, force: bool = False) -> subprocess.Popen[bytes] | None:
+        if not (force or self.wanted(name)):
+            return None
         cfg = self.work / f"{name}.toml"
         cfg.write_text(text, encoding="utf-8")
         log = open(self.work / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
@@ -114,7 +120,9 @@ class Runs:
         self.procs[name] = proc
         return proc
 
-    def wait(self, proc: subprocess.Popen[bytes]) -> int | None:
+    def wait(self, proc: subprocess.Popen[bytes] | None) -> int | None:
+        if proc is None:
+            return None
         try:
             return proc.wait(timeout=max(self.deadline - time.time(), 1))
         except subprocess.TimeoutExpired:
@@ -134,12 +142,13 @@ class Runs:
 
 
 def _per_round(run: Path) -> tuple[float, float]:
-    """The first round's seconds and the most of any later one, from a finished run's
+    """The seconds of rounds 0 (the prototypes) and 1 (the trunk's first pass over the
+    augmented views) together, and the most of any later round, from a finished run's
     ``history.csv``."""
     lines = (run / "history.csv").read_text(encoding="utf-8").splitlines()
     col = lines[0].split(",").index("seconds")
     secs = [float(r.split(",")[col]) for r in lines[1:] if r.split(",")[col]]
-    return secs[0], max(secs[1:] or secs)
+    return sum(secs[:2]), max(secs[2:] or secs)
 
 
 def summarise(work: Path) -> dict[str, dict[str, Any]]:
@@ -169,6 +178,7 @@ def main() -> None:
     ap.add_argument("--summarise", action="store_true", help="print OUT's finished runs")
     ap.add_argument("--budget", type=float, default=420.0, help="seconds for everything")
     ap.add_argument("--smoke", action="store_true", help="2 rounds, small data, CPU")
+    ap.add_argument("--only", nargs="+", default=None, help="just these runs (no fgad)")
     args = ap.parse_args()
     if args.summarise:
         print(json.dumps(summarise(args.out), indent=1))
@@ -178,37 +188,44 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.out / "work"
     work.mkdir(exist_ok=True)
-    runs = Runs(work, t0 + args.budget)
+    runs = Runs(work, t0 + args.budget, args.only)
     smoke = ["--smoke"] if args.smoke else []
     fgad_cmd = [sys.executable, "benchmarks/fgad_gpu.py", str(args.out / "fgad"),
                 "--budget", str(args.budget - 40), *smoke]  # fmt: skip
-    fgad = subprocess.Popen(fgad_cmd, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL)
+    fgad = None
+    if args.only is None:
+        fgad = subprocess.Popen(fgad_cmd, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL)
     tex_rounds, s4_rounds = (2, 2) if args.smoke else (20, 10)
     for row in feddymem.EVAL4:
         runs.start(f"textures-{row[0]}", _textures(row, 0, tex_rounds, device, args.smoke))
     for row in feddymem.STRIDE4:
         runs.start(f"stride4-{row[0]}", _textures(row, 100, s4_rounds, device, args.smoke))
-    trained = [row for row, trains in PROTOFL_ROWS if trains]
-    calib = {row[0]: runs.start(f"calibrate-{row[0]}", _protofl(row, 3, device, args.smoke))
+    trained = [row for row, trains in PROTOFL_ROWS if trains and runs.wanted(f"protofl-{row[0]}")]
+    calib = {row[0]: runs.start(f"calibrate-{row[0]}", _protofl(row, 3, device, args.smoke),
+                                force=True)
              for row in trained}  # fmt: skip
-    info: dict[str, Any] = {"budget": args.budget}
+    info: dict[str, Any] = {"budget": args.budget, "only": args.only}
     for row, trains in PROTOFL_ROWS:
+        if not runs.wanted(f"protofl-{row[0]}"):
+            continue
         try:
             rounds = 1
             if trains:
                 runs.wait(calib[row[0]])
                 first, per_round = _per_round(work / f"calibrate-{row[0]}")
                 left = t0 + args.budget - time.time() - first - 45  # heads, evaluation
-                rounds = 2 if args.smoke else int(min(900, max(3, left // (1.5 * per_round))))
+                rounds = 2 if args.smoke else int(min(900, max(3, left // (1.2 * per_round))))
                 info[row[0]] = {"first": first, "per_round": per_round, "rounds": rounds}
             runs.start(f"protofl-{row[0]}", _protofl(row, rounds, device, args.smoke))
         except (OSError, ValueError, IndexError) as err:  # the other rows still run
             info[row[0]] = repr(err)
     status = runs.stop_all()
     try:
-        fgad.wait(timeout=60)
+        if fgad is not None:
+            fgad.wait(timeout=60)
     except subprocess.TimeoutExpired:
-        fgad.kill()
+        if fgad is not None:
+            fgad.kill()
     gpu = "cpu (smoke)\n"
     if not args.smoke:
         gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout

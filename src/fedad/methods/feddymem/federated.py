@@ -16,7 +16,7 @@ Clients share memory banks, never models [FedDyMem Algorithm 5]:
    client replies with Algorithm 4's reduce of its final memory features alone instead:
    eq. 16 averages a bank over every round's networks, and the networks keep moving, so
    the EMA bank lags the networks that score with it.
-   With ``lr_schedule = "cosine"`` (not in the paper) round t's Adam runs at
+   With ``lr_schedule = "cosine"`` (the default; not in the paper) round t's Adam runs at
    :func:`~fedad.methods.feddymem.train.cosine_factor` ``(t, rounds)`` times ``lr``, sent
    by the server as the scalar ``lr_scale``: the networks settle as the run ends.
 
@@ -130,7 +130,7 @@ class FedDyMemParams(Params):
         description="fresh: the last round's banks from the final networks alone (no eq. 16)",
     )
     lr_schedule: Literal["constant", "cosine"] = Field(
-        default="constant",
+        default="cosine",
         description="cosine: round t's lr times (1 + cos(pi (t - 1) / rounds)) / 2",
     )
     keep_scale: float = shared_field(
