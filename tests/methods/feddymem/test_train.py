@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -15,7 +16,7 @@ from fedad.methods.feddymem.train import cosine_factor
 def test_the_cosine_factor_falls_from_one_and_stays_positive(rounds: int) -> None:
     f = [cosine_factor(t, rounds) for t in range(1, rounds + 1)]
     assert f[0] == 1.0 and all(0.0 < v <= 1.0 for v in f)
-    assert all(a >= b for a, b in zip(f, f[1:], strict=False))
+    assert all(a >= b for a, b in itertools.pairwise(f))
     # (1 + cos(pi (t - 1) / T)) / 2: a half at the middle of the run
     if rounds % 2 == 0:
         assert cosine_factor(rounds // 2 + 1, rounds) == pytest.approx(0.5)
