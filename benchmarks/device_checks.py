@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import feddymem  # noqa: E402
+from fadngs_gpu import worker_env  # noqa: E402
 from suites import Method, method_lines  # noqa: E402
 
 PROTOFL_PAPER = {"trunk": "efficientnet", "optimizer": "radam", "lr": 1e-6}
@@ -57,18 +58,6 @@ PROTOFL_ROWS: list[tuple[Method, bool]] = [
     (("local-pretrained", "local", {}, "pretrained"), False),
 ]  # fmt: skip
 """(row, runs the chosen rounds: False = one round, it does not train)."""
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    paths = [str(ROOT / "src"), env.get("PYTHONPATH", "")]
-    env.update(
-        PYTHONPATH=os.pathsep.join(p for p in paths if p),
-        OMP_NUM_THREADS="1",
-        PYTHONUNBUFFERED="1",
-        MPLBACKEND="Agg",
-    )
-    return env
 
 
 def _textures(row: Method, seed: int, rounds: int, device: str, smoke: bool) -> str:
@@ -115,7 +104,7 @@ class Runs:
         log = open(self.work / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
         cmd = [sys.executable, "-m", "fedad.cli", "run", str(cfg), "--out", str(self.work / name)]
         proc = subprocess.Popen(
-            [*cmd, "--force"], cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT
+            [*cmd, "--force"], cwd=ROOT, env=worker_env(), stdout=log, stderr=subprocess.STDOUT
         )
         self.procs[name] = proc
         return proc
@@ -194,7 +183,7 @@ def main() -> None:
                 "--budget", str(args.budget - 40), *smoke]  # fmt: skip
     fgad = None
     if args.only is None:
-        fgad = subprocess.Popen(fgad_cmd, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL)
+        fgad = subprocess.Popen(fgad_cmd, cwd=ROOT, env=worker_env(), stdout=subprocess.DEVNULL)
     tex_rounds, s4_rounds = (2, 2) if args.smoke else (20, 10)
     for row in feddymem.EVAL4:
         runs.start(f"textures-{row[0]}", _textures(row, 0, tex_rounds, device, args.smoke))

@@ -34,7 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 WORK = Path("/tmp/fadngs-gpu")
 
 
-def _env() -> dict[str, str]:
+def worker_env() -> dict[str, str]:
+    """The environment of a benchmark's child process: ``src`` and ``benchmarks`` on the
+    path, one torch/BLAS thread, unbuffered output, matplotlib without a display."""
     env = dict(os.environ)
     paths = [str(ROOT / "src"), str(ROOT / "benchmarks"), env.get("PYTHONPATH", "")]
     env.update(
@@ -49,7 +51,7 @@ def _env() -> dict[str, str]:
 def _start(name: str, args: list[str]) -> subprocess.Popen[bytes]:
     log = open(WORK / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(
-        [sys.executable, *args], cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT
+        [sys.executable, *args], cwd=ROOT, env=worker_env(), stdout=log, stderr=subprocess.STDOUT
     )
 
 
@@ -174,7 +176,7 @@ def main() -> None:
             subprocess.run(
                 [sys.executable, *cmd],
                 cwd=ROOT,
-                env=_env(),
+                env=worker_env(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 timeout=60,
