@@ -1,7 +1,7 @@
 """The GPU items of issues 28 and 29 (and FGAD's 200 rounds, issue 30) in one call of a lent
 GPU machine, within a budget.
 
-    python3 benchmarks/device_checks.py OUT_DIR [--budget 420] [--smoke]
+    python3 benchmarks/device_checks.py OUT_DIR [--budget 420] [--only RUN ...] [--smoke]
 
 Every part is one ``fedad run`` process per method (one torch thread each), all started
 at once on the one GPU, so the seconds of one method include its neighbours' load:
@@ -24,7 +24,9 @@ at once on the one GPU, so the seconds of one method include its neighbours' loa
 its log only. Finished runs' ``metrics.json``, ``history.csv`` and ``config.toml``, the
 logs and the configs are packed into ``OUT_DIR/results.tgz``; the machine, the rounds
 chosen and every exit status are in ``OUT_DIR/machine.txt``. ``--smoke``: 2 rounds, small
-data, on the CPU, to check the script before a device is lent. ``OUT_DIR --summarise``:
+data, on the CPU, to check the script before a device is lent. ``--only``: just the runs
+of these names (e.g. ``protofl-protofl``, ``stride4-fedavg-patchcore-s4``; no FGAD).
+``OUT_DIR --summarise``:
 the finished runs of an unpacked ``results.tgz`` (``OUT_DIR``) as JSON.
 """
 
@@ -209,11 +211,10 @@ def main() -> None:
         except (OSError, ValueError, IndexError) as err:  # the other rows still run
             info[row[0]] = repr(err)
     status = runs.stop_all()
-    try:
-        if fgad is not None:
+    if fgad is not None:
+        try:
             fgad.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        if fgad is not None:
+        except subprocess.TimeoutExpired:
             fgad.kill()
     gpu = "cpu (smoke)\n"
     if not args.smoke:
