@@ -141,3 +141,21 @@ def test_set_spread_gives_the_training_features_spread_one_whatever_their_scale(
     assert det.get_arrays()["net.spread"] == before  # other data leaves the spread alone
     plain = FedDyMemDetector(channels=6, seed=3).build()
     assert "net.spread" not in plain.set_spread(train).get_arrays()
+
+
+@pytest.mark.parametrize("feature_norm", ["spread", "none"])
+def test_spread_memories_are_the_networks_memories_after_set_spread_bit_for_bit(
+    feature_norm: str,
+) -> None:
+    rng = np.random.default_rng(1)
+    one, two = (
+        FedDyMemDetector(channels=6, seed=4, feature_norm=feature_norm).build() for _ in range(2)
+    )
+    train = rng.normal(2, 5, (9, one.cin, 4, 4)).astype(np.float32)
+    got = one.spread_memories(train)  # one pass
+    want = two.set_spread(train).memories(train)  # two passes, as before
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(
+        one.get_arrays().get("net.spread"), two.get_arrays().get("net.spread")
+    )

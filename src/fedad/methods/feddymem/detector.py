@@ -255,7 +255,9 @@ class FedDyMemDetector(BaseDetector):
 
         The floor's reference ``scale_ref_`` is the scale of the memory features of
         ``features`` (the training images) with the networks as they are at the first call,
-        i.e. before any training; it is kept (and saved) with the networks."""
+        i.e. before any training; it is kept (and saved) with the networks. The spread is
+        not refreshed here: :meth:`spread_memories` does, with the features memory-reduce
+        needs."""
         opt = self.optimizer(lr_scale)
         loss = 0.0
         if opt is None:
@@ -268,31 +270,47 @@ class FedDyMemDetector(BaseDetector):
                 batch_size=self.params.batch_size, keep_scale=self.params.keep_scale,
                 scale_ref=self.scale_ref_, rng=rng, device=self._dev(),
             )  # fmt: skip
-        self.set_spread(features)
         return loss
+
+    def _set_spread(self, features: np.ndarray) -> tuple[np.ndarray, torch.Tensor] | None:
+        """:meth:`set_spread`; the undivided memory features the spread was measured on and
+        the spread buffer (``None`` without a spread)."""
+        self._ensure_built()
+        spread = self.net_.spread
+        if self.params.feature_norm != "spread" or spread is None:
+            return None
+        spread.fill_(1.0)
+        undivided = self.memories(features)
+        spread.fill_(max(feature_scale(undivided), 1e-30))
+        return undivided, spread
 
     def set_spread(self, features: np.ndarray) -> Self:
         """With ``feature_norm = "spread"``: ``net_.spread`` set to the spread
         (:func:`~fedad.methods.feddymem.train.feature_scale`) of the networks' undivided
         memory features of ``features`` (the training images', never test data), as the
         networks are now; floored at 1e-30. A no-op otherwise."""
-        self._ensure_built()
-        spread = self.net_.spread
-        if self.params.feature_norm == "spread" and spread is not None:
-            spread.fill_(1.0)
-            s = feature_scale(memory_features(self.net_, features, device=self._dev()))
-            spread.fill_(max(s, 1e-30))
+        self._set_spread(features)
         return self
+
+    def spread_memories(self, features: np.ndarray) -> np.ndarray:
+        """:meth:`set_spread`, then the memory features of ``features`` as the networks now
+        give them (Algorithm 1), from the same pass: the undivided features divided by the
+        new spread as the networks' forward divides them (bit for bit). Call it after
+        training, before memory-reduce (Algorithm 2)."""
+        measured = self._set_spread(features)
+        if measured is None:
+            return self.memories(features)
+        undivided, spread = measured
+        return (torch.from_numpy(undivided) / spread.cpu()).numpy()
 
     def fit(self, x: np.ndarray) -> Self:
         """FedDyMem with one client: Algorithm 4, then ``epochs`` x (eq. 12, Algorithm 2)."""
         feats = self.features(x)
-        self.build().set_spread(feats)
-        self.bank_ = memory_reduce(self.memories(feats), None, 0)
+        self.bank_ = memory_reduce(self.build().spread_memories(feats), None, 0)
         rng = seeded_rng(self.params.seed, 0xFD)
         for t in range(1, self.params.epochs + 1):
             self.train_epochs(feats, 1, rng)
-            self.bank_ = memory_reduce(self.memories(feats), self.bank_, t)
+            self.bank_ = memory_reduce(self.spread_memories(feats), self.bank_, t)
         return self.calibrate(x).set_threshold(x)
 
     def calibrate(self, x: np.ndarray) -> Self:

@@ -252,9 +252,9 @@ class FedDyMem(Algorithm):
     def client_init(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         """Algorithm 4, lines 2-8: random networks, memory-reduce with weights 1."""
         det, feats = self._restore(state, data)
-        det.set_spread(feats)
+        memories = det.spread_memories(feats)
         self._keep(state, det)
-        bank = memory_reduce(det.memories(feats), None, 0)
+        bank = memory_reduce(memories, None, 0)
         return Message(INIT, {BANK: self._wire(bank)}, {"num_examples": data.n_train})
 
     def _train(
@@ -275,7 +275,7 @@ class FedDyMem(Algorithm):
         det.set_bank(bank)
         rng = seeded_rng(self.setup.seed, t, data.client_id, 0xFE)
         loss = det.train_epochs(feats, self.params.local_epochs, rng, lr_scale)
-        memories = det.memories(feats)
+        memories = det.spread_memories(feats)  # the spread refreshed, from the same pass
         fresh = last and self.params.final_bank == "fresh"
         reduced = (
             memory_reduce(memories, None, 0) if fresh else memory_reduce(memories, det.bank_, t)
