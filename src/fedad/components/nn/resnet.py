@@ -69,7 +69,9 @@ class ResNet(nn.Module):
     (stride 2 at the entry of stages 2 and 3), then global average pooling.
 
     Works for any image of side >= 8 (28x28 and 32x32 in practice), grey (``in_channels=1``)
-    or RGB (``in_channels=3``).
+    or RGB (``in_channels=3``). ``stem_stride = 2`` strides the stem (every later map is
+    half as wide and high, about a quarter of the arithmetic; the weights are the same
+    tensors, so only the forward pass differs).
 
     Shapes:
         - input: :math:`(N, C, H, W)`, :math:`C` = ``in_channels``
@@ -77,14 +79,20 @@ class ResNet(nn.Module):
     """
 
     def __init__(
-        self, in_channels: int = 3, width: int = 16, blocks: tuple[int, int, int] = (2, 2, 2)
+        self,
+        in_channels: int = 3,
+        width: int = 16,
+        blocks: tuple[int, int, int] = (2, 2, 2),
+        stem_stride: int = 1,
     ) -> None:
         super().__init__()
         if width < 1 or any(b < 1 for b in blocks):
             raise ValueError(f"width and blocks must be positive, got {width}, {blocks}")
+        if stem_stride not in (1, 2):
+            raise ValueError(f"stem_stride must be 1 or 2, got {stem_stride}")
         self.feature_dim = 4 * width
         self.stem = nn.Sequential(
-            nn.Conv2d(in_channels, width, 3, 1, padding=1, bias=False),
+            nn.Conv2d(in_channels, width, 3, stem_stride, padding=1, bias=False),
             nn.GroupNorm(_groups(width), width),
             nn.ReLU(),
         )
@@ -174,9 +182,10 @@ class Encoder(nn.Module):
         proj_dim: int = 128,
         blocks: tuple[int, int, int] = (2, 2, 2),
         head_norm: HeadNorm = "none",
+        stem_stride: int = 1,
     ) -> None:
         super().__init__()
-        self.backbone = ResNet(in_channels, width, blocks)
+        self.backbone = ResNet(in_channels, width, blocks, stem_stride)
         self.feature_dim = self.backbone.feature_dim
         self.proj_dim = proj_dim
         self.head = ProjectionHead(self.feature_dim, proj_dim, norm=head_norm)

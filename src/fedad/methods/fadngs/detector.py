@@ -55,6 +55,7 @@ class FADngsDetectorParams(DetectorParams):
     )
     width: int = Field(default=16, ge=1, le=256)
     depth: int = Field(default=1, ge=1, le=8)
+    stem_stride: Literal[1, 2] = 1
     head_norm: Literal["batch", "none"] = "batch"
     proj_dim: int = Field(default=128, ge=2, le=2048)
     unit: bool = False
@@ -115,6 +116,7 @@ class FADngsDetector(BaseDetector):
                 self.params.proj_dim,
                 (self.params.depth,) * 3,
                 head_norm=self.params.head_norm,
+                stem_stride=self.params.stem_stride,
             )
         self.encoder_ = enc.to(self.device).eval()
         return self
