@@ -175,11 +175,13 @@ def test_contrastive() -> None:
 
 
 @FAST
-@given(st.integers(0, 2**16), st.integers(1, 3), st.booleans())
-def test_fadngs_min_mahalanobis(seed: int, clusters: int, unit: bool) -> None:
-    x = data(seed, "image")
-    det = FADngsDetector(input_shape=(1, 8, 8), width=4, proj_dim=6, k_c=clusters, unit=unit,
-                         seed=seed).build()  # fmt: skip
+@given(st.integers(0, 2**16), st.integers(1, 3), st.booleans(), st.sampled_from([8, 28]))
+def test_fadngs_min_mahalanobis(seed: int, clusters: int, unit: bool, side: int) -> None:
+    """8 px: the stem at stride 1; 28 px: at stride 2 (``stem_stride = "auto"``)."""
+    x = np.random.default_rng(seed).random((48, 1, side, side), dtype=np.float32)
+    det = FADngsDetector(input_shape=(1, side, side), width=4, proj_dim=6, k_c=clusters,
+                         unit=unit, seed=seed).build()  # fmt: skip
+    assert det.stem_stride == (2 if side == 28 else 1)
     det.set_density(*det.own_density(x[:32], np.random.default_rng(seed)))
     det.set_threshold(x[:32])
     assert_same(parity_on(det, x))

@@ -58,3 +58,21 @@ def test_the_head_norm_spreads_the_directions_that_group_norm_leaves_collapsed()
 def test_unknown_head_norm_is_refused() -> None:
     with pytest.raises(ValueError, match="head norm"):
         Encoder(1, width=4, head_norm="layer")  # type: ignore[arg-type]
+
+
+def test_stem_stride_halves_every_map_with_the_same_weights() -> None:
+    torch.manual_seed(0)
+    one = Encoder(in_channels=1, width=8, proj_dim=8, blocks=(1, 1, 1), stem_stride=1)
+    two = Encoder(in_channels=1, width=8, proj_dim=8, blocks=(1, 1, 1), stem_stride=2)
+    two.load_state_dict(one.state_dict())  # same tensors: only the forward pass differs
+    x = torch.randn(2, 1, 28, 28)
+    seen: dict[int, tuple[int, ...]] = {}
+    for enc in (one, two):
+        enc.backbone.stages.register_forward_hook(
+            lambda m, i, o, s=enc.backbone.stem[0].stride[0]: seen.__setitem__(s, o.shape)
+        )
+        assert enc(x).shape == (2, 32)
+    assert seen[1][-2:] == (7, 7) and seen[2][-2:] == (4, 4)
+    assert not torch.allclose(one(x), two(x))
+    with pytest.raises(ValueError, match="stem_stride"):
+        Encoder(in_channels=1, stem_stride=3)

@@ -36,13 +36,18 @@ def _run(fed: Federation, **params: Any) -> RunOutcome:
     return run_inprocess(algo, fed, rounds=3, seed=1)
 
 
+@pytest.mark.parametrize(("stem_stride", "ratio"), [(1, 0.95), (2, 0.975)])
 def test_the_warm_up_leaves_the_collapsed_value_and_the_guard_stays_quiet(
-    fashion: Federation,
+    fashion: Federation, stem_stride: int, ratio: float
 ) -> None:
-    out = _run(fashion)
+    """SimCLR's loss falls well below log(2B - 1) in two warm-up rounds, where the collapsed
+    encoder of the next test stays above 0.998 of it. The default stem at stride 2 (maps
+    half as wide) learns the warm-up more slowly on 96 images (0.969 after two rounds,
+    0.923 at stride 1; at the benchmark's scale 0.925 against 0.896), hence its bound."""
+    out = _run(fashion, stem_stride=stem_stride)
     warm = [r for r in out.history if r["round"] in (1, 2)]
     assert all(r["loss"] < r["loss_collapsed"] for r in warm)
-    assert warm[-1]["loss_ratio"] < 0.95  # SimCLR's loss well below log(2B - 1)
+    assert warm[-1]["loss_ratio"] < min(ratio, warm[0]["loss_ratio"])  # and still falling
     assert warm[-1]["rep_cos"] < 0.6
     assert not any(COLLAPSE_WARNING in e for e in out.events)
     crad = out.history[-1]

@@ -55,7 +55,7 @@ class FADngsDetectorParams(DetectorParams):
     )
     width: int = Field(default=16, ge=1, le=256)
     depth: int = Field(default=1, ge=1, le=8)
-    stem_stride: Literal[1, 2] = 1
+    stem_stride: Literal["auto", 1, 2] = "auto"
     head_norm: Literal["batch", "none"] = "batch"
     proj_dim: int = Field(default=128, ge=2, le=2048)
     unit: bool = False
@@ -78,9 +78,14 @@ class FADngsDetectorParams(DetectorParams):
     @classmethod
     def _before_head_norm(cls, data: Any) -> Any:
         """A checkpoint written before ``head_norm`` existed (issue 27) has a head without
-        a norm: read its absence as ``"none"`` so that such runs still load."""
+        a norm, and one written before ``stem_stride`` a stem at stride 1: read their
+        absence so, so that such runs still load and score as they did."""
         if isinstance(data, dict) and "head_norm" not in data and "input_shape" in data:
-            return {**data, "head_norm": "none"}
+            data = {**data, "head_norm": "none"}
+        if isinstance(data, dict) and "stem_stride" not in data and "input_shape" in data:
+            # written before ``stem_stride`` existed (issue 27, sixth session): its encoder
+            # ran the stem at stride 1; the weights alone cannot tell
+            data = {**data, "stem_stride": 1}
         return data
 
     @model_validator(mode="after")
@@ -107,6 +112,17 @@ class FADngsDetector(BaseDetector):
         self.device = device
 
     # -- encoder ----------------------------------------------------------------------------
+    @property
+    def stem_stride(self) -> int:
+        """The encoder stem's stride: ``stem_stride``, or with ``"auto"`` 2 for images of
+        side 16 or more (28 px Fashion-MNIST: stage maps 14, 7, 4) and 1 below (8 px digits
+        keep 8, 4, 2: at stride 2 their last stage would be one cell, which group norm
+        normalises over two values per group)."""
+        s = self.params.stem_stride
+        if s == "auto":
+            return 2 if int(self.params.input_shape[1]) >= 16 else 1
+        return int(s)
+
     def build(self) -> Self:
         """``encoder_`` with seeded initial weights (on the CPU: equal on every device)."""
         with torch_seeded(self.params.seed):
@@ -116,7 +132,7 @@ class FADngsDetector(BaseDetector):
                 self.params.proj_dim,
                 (self.params.depth,) * 3,
                 head_norm=self.params.head_norm,
-                stem_stride=self.params.stem_stride,
+                stem_stride=self.stem_stride,
             )
         self.encoder_ = enc.to(self.device).eval()
         return self

@@ -121,8 +121,10 @@ class FADngsParams(Params):
     depth: int = shared_field(
         FADngsDetectorParams, "depth", description="residual blocks per stage"
     )
-    stem_stride: Literal[1, 2] = shared_field(
-        FADngsDetectorParams, "stem_stride", description="stride of the encoder's first conv"
+    stem_stride: Literal["auto", 1, 2] = shared_field(
+        FADngsDetectorParams,
+        "stem_stride",
+        description="stride of the encoder's first conv (auto: 2 from 16 px on, else 1)",
     )
     proj_dim: int = shared_field(FADngsDetectorParams, "proj_dim", description="dimension of z")
     k_c: int = Field(default=1, ge=1, le=1024, description="clusters per client (K_c)")
