@@ -207,7 +207,9 @@ def table(rows: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--suite", choices=["table1", "digits", "ablation", "evens", "speed", "reverse"], required=True
+        "--suite",
+        choices=["table1", "digits", "ablation", "evens", "speed", "reverse"],
+        required=True,
     )
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--first-seed", type=int, default=0, help="the first of the seeds")
