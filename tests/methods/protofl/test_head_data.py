@@ -62,7 +62,7 @@ def test_views_mode_fits_the_flow_on_augmented_pairs(monkeypatch: pytest.MonkeyP
     assert not np.allclose(seen["h"][: len(x)].double().numpy(), clean, atol=1e-3)
 
 
-@pytest.mark.parametrize("head", ["kde", "gaussian", "ocsvm"])
+@pytest.mark.parametrize("head", ["kde", "ocsvm"])
 def test_other_heads_standardise_on_clean_training_representations(head: str) -> None:
     x = _images()
     det = ProtoFLDetector(input_shape=[1, 8, 8], epochs=0, head=head, **SMALL).fit(x)
@@ -126,3 +126,64 @@ def test_gaussian_head_is_scikit_learns_ledoit_wolf(n: int, p: int) -> None:
     lw = LedoitWolf().fit(z)
     np.testing.assert_allclose(mean, lw.location_)
     np.testing.assert_allclose(precision, lw.precision_, rtol=1e-8, atol=1e-10)
+
+
+def test_gaussian_head_is_ledoit_wolf_in_the_trunks_own_coordinates() -> None:
+    """Centred, not scaled: the squared Mahalanobis distance under scikit-learn's
+    Ledoit-Wolf fit of the raw clean representations (shrinkage towards a multiple of the
+    identity in the trunk's coordinates). After per-feature standardisation the score
+    would differ (the shrinkage target would be the diagonal of the variances)."""
+    from sklearn.covariance import LedoitWolf
+
+    x = _images(40)
+    det = ProtoFLDetector(input_shape=[1, 8, 8], epochs=0, head="gaussian", **SMALL).fit(x)
+    clean = det.represent(x)
+    np.testing.assert_allclose(det.shift_, clean.mean(0), rtol=1e-6, atol=1e-9)
+    np.testing.assert_array_equal(det.scale_, np.ones(det.h_dim))
+    test = det.represent(_images(16, seed=1))
+    want = LedoitWolf().fit(clean).mahalanobis(test)
+    np.testing.assert_allclose(det.score(_images(16, seed=1)), want, rtol=1e-6)
+    sd = clean.std(0)
+    standardised = LedoitWolf().fit(clean / sd).mahalanobis(test / sd)
+    assert not np.allclose(standardised, want, rtol=1e-3)
+
+
+def test_normalize_l2_gives_the_heads_unit_length_representations() -> None:
+    x = _images(40)
+    det = ProtoFLDetector(input_shape=[1, 8, 8], epochs=0, head="gaussian", normalize="l2",
+                          **SMALL).fit(x)  # fmt: skip
+    h = det.represent(x)
+    np.testing.assert_allclose(np.linalg.norm(h, axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(det.shift_, h.mean(0), rtol=1e-6, atol=1e-9)
+    raw = ProtoFLDetector(input_shape=[1, 8, 8], epochs=0, head="gaussian", **SMALL).fit(x)
+    assert not raw.l2 and det.l2
+    assert not np.allclose(np.linalg.norm(raw.represent(x), axis=1), 1.0, rtol=1e-3)
+    assert not np.allclose(raw.score(x), det.score(x), rtol=1e-3)
+
+
+def test_normalize_auto_is_l2_for_the_efficientnet_trunk_only() -> None:
+    images = Setup("image", (1, 28, 28), rounds=1, seed=0, contamination=0.1, num_clients=2)
+    for trunk, l2 in (("cnn", False), ("pretrained", False), ("efficientnet", True)):
+        algo = build_algorithm("protofl", {"trunk": trunk}, images)
+        assert isinstance(algo, ProtoFL)
+        assert algo.make_detector().l2 is l2, trunk
+    forced = build_algorithm("protofl", {"trunk": "efficientnet", "normalize": "none"}, images)
+    assert isinstance(forced, ProtoFL) and forced.make_detector().l2 is False
+
+
+def test_a_checkpoint_without_normalize_reads_as_none() -> None:
+    """Saved before the key existed: its head was fit on unnormalised h, also with the
+    efficientnet trunk (where "auto" now means l2)."""
+    from fedad.detector import detector_from_config
+    from fedad.methods.protofl.detector import ProtoFLDetectorParams
+
+    saved = {"kind": "image", "input_shape": [1, 28, 28], "trunk_input": "efficientnet"}
+    assert ProtoFLDetectorParams.model_validate(saved).normalize == "none"
+    assert ProtoFLDetectorParams.model_validate({**saved, "normalize": "auto"}).normalize == "auto"
+    x = _images(40)
+    det = ProtoFLDetector(input_shape=[1, 8, 8], epochs=0, head="gaussian", **SMALL).fit(x)
+    config = det.to_config()
+    del config["params"]["normalize"]
+    back = detector_from_config(config, det.get_arrays())
+    assert isinstance(back, ProtoFLDetector) and back.params.normalize == "none"
+    np.testing.assert_allclose(back.score(x), det.score(x), rtol=1e-6)

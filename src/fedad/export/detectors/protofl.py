@@ -111,7 +111,8 @@ class GaussianHead(nn.Module):
 
 
 class ProtoFLScore(nn.Module):
-    """Trunk input (images or backbone features), trunk, standardisation, head."""
+    """Trunk input (images or backbone features), trunk, L2 normalisation where the detector
+    has it, standardisation, head."""
 
     shift: torch.Tensor
     scale: torch.Tensor
@@ -122,6 +123,7 @@ class ProtoFLScore(nn.Module):
         self.trunk = trunk
         self.register_buffer("shift", _f64(det.shift_))
         self.register_buffer("scale", _f64(det.scale_))
+        self.l2 = det.l2
         self.flow = det.params.head == "flow"
         self.head: nn.Module
         if det.params.head == "flow":
@@ -135,8 +137,10 @@ class ProtoFLScore(nn.Module):
             self.head = RBFOneClassSVM(det.sv_, det.coef_, det.intercept_, det.gamma_)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.trunk(x if self.features is None else self.features(x)).double()
-        z = (h - self.shift) / self.scale
+        h = self.trunk(x if self.features is None else self.features(x))
+        if self.l2:  # as the detector does: in float32, before the float64 head
+            h = nn.functional.normalize(h, dim=1, eps=1e-12)
+        z = (h.double() - self.shift) / self.scale
         if self.flow:
             return self.head(z.float()).double() + self.log_det  # type: ignore[no-any-return]
         out: torch.Tensor = self.head(z)

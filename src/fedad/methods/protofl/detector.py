@@ -9,7 +9,8 @@ its decision function). Every head is fit on what it will score: the clean train
 representations (``head_data = "clean"``, the default; ``"views"`` fits it on augmented view
 pairs instead, the paper's flow training, kept to measure the difference), standardised with
 their own mean and standard deviation (for the flow an affine bijection whose
-log-determinant is kept in the score, so the NLL stays honest).
+log-determinant is kept in the score, so the NLL stays honest); the Gaussian head's are only
+centred (see :meth:`ProtoFLDetector._standardise`).
 
 Saved state: named arrays only (``trunk.*`` the trunk's state dict, ``flow.*`` the flow's,
 ``shift``/``scale`` the standardisation, the other heads' fitted arrays, ``threshold_``);
@@ -56,6 +57,7 @@ from fedad.seeding import torch_seeded
 HEADS = ("flow", "kde", "gaussian", "ocsvm")
 Head = Literal["flow", "kde", "gaussian", "ocsvm"]
 HeadData = Literal["clean", "views"]
+Normalize = Literal["auto", "none", "l2"]
 MAX_FEATURES = 1 << 22
 
 
@@ -78,6 +80,7 @@ class ProtoFLDetectorParams(DetectorParams):
     width: int = Field(default=32, ge=1, le=512)
     head: Head = "flow"
     head_data: HeadData = "clean"
+    normalize: Normalize = "auto"
     flow_layers: int = Field(default=8, ge=1, le=64)
     flow_hidden: int = Field(default=64, ge=1, le=4096)
     flow_epochs: int = Field(default=100, ge=0, le=100_000)
@@ -101,6 +104,16 @@ class ProtoFLDetectorParams(DetectorParams):
     backbone: str = Field(default="efficientnet-lite0", max_length=64)
     feature_size: int = Field(default=64, ge=32, le=1024)
     feature_views: int = Field(default=4, ge=2, le=64)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _before_normalize(cls, data: Any) -> Any:
+        """A checkpoint written before ``normalize`` existed (issue 28, seventh session) fit
+        its head on unnormalised representations: read its absence so, so that it scores
+        as it did."""
+        if isinstance(data, dict) and "normalize" not in data and "input_shape" in data:
+            data = {**data, "normalize": "none"}
+        return data
 
     @model_validator(mode="after")
     def _shape(self) -> ProtoFLDetectorParams:
@@ -256,10 +269,24 @@ class ProtoFLDetector(BaseDetector):
         self.trunk_.load_state_dict(state, strict=True)
         return self
 
+    @property
+    def l2(self) -> bool:
+        """Whether the heads see :math:`h / \\lVert h \\rVert_2`: ``normalize = "l2"``, or with
+        ``"auto"`` for the efficientnet trunk, whose h are the off-the-shelf model's own
+        pooled features (their length follows how much of the image is lit and textured,
+        not what it shows; the usual treatment of such features for nearest-neighbour and
+        Gaussian anomaly scores). The CNN and MLP trunks keep h as it is."""
+        n = self.params.normalize
+        return n == "l2" or (n == "auto" and self.params.trunk_input == "efficientnet")
+
+    def _normed(self, h: torch.Tensor) -> torch.Tensor:
+        """``h`` ``(N, d)`` as the heads see it (:attr:`l2`)."""
+        return torch.nn.functional.normalize(h, dim=1, eps=1e-12) if self.l2 else h
+
     def represent(self, x: np.ndarray) -> np.ndarray:
-        """:math:`h = f_\\theta(x)` as float64 numpy."""
+        """:math:`h = f_\\theta(x)` as float64 numpy (L2-normalised where :attr:`l2`)."""
         xt = torch.from_numpy(np.ascontiguousarray(self.features(x), dtype=np.float32))
-        return represent(self.trunk_, xt).double().numpy()
+        return self._normed(represent(self.trunk_, xt)).double().numpy()
 
     # -- training ---------------------------------------------------------------------------
     def fit(self, x: np.ndarray) -> Self:
@@ -298,7 +325,8 @@ class ProtoFLDetector(BaseDetector):
         Returns the final head loss (the flow's [ProtoFL eq. 11]; 0 for the other heads)."""
         h, h_hat = self.head_inputs(x, rng, views)
         z = self._standardise(h.double().numpy() if h_hat is None
-                              else torch.cat([h, h_hat]).double().numpy())  # fmt: skip
+                              else torch.cat([h, h_hat]).double().numpy(),
+                              scale=self.params.head != "gaussian")  # fmt: skip
         if self.params.head == "flow":
             return self._fit_flow(h, h_hat, len(x), rng)
         if self.params.head == "kde":
@@ -319,14 +347,14 @@ class ProtoFLDetector(BaseDetector):
         (``head_data = "views"``) ``(h, h_hat)``, ``flow_views`` pairs of augmented views."""
         if self.params.head_data == "clean":
             xt = torch.from_numpy(np.ascontiguousarray(self.features(x), dtype=np.float32))
-            return represent(self.trunk_, xt), None
+            return self._normed(represent(self.trunk_, xt)), None
         if views is None:
             views = self.view_features(x, rng)
         flip, crop = self.augmentation()
         a, b = view_representations(
             self.trunk_, x, self.params.flow_views, rng, flip, self.params.noise, views, crop
         )
-        return a, b
+        return self._normed(a), self._normed(b)
 
     def _fit_flow(
         self, h: torch.Tensor, h_hat: torch.Tensor | None, n: int, rng: np.random.Generator
@@ -365,12 +393,20 @@ class ProtoFLDetector(BaseDetector):
             rng,
         )
 
-    def _standardise(self, h: np.ndarray) -> np.ndarray:
-        """Set ``shift_``/``scale_`` from ``h`` (a floor keeps constant features finite)."""
+    def _standardise(self, h: np.ndarray, scale: bool = True) -> np.ndarray:
+        """Set ``shift_``/``scale_`` from ``h``: its mean and standard deviation (a floor
+        keeps constant features finite), or with ``scale = False`` its mean and ones.
+
+        The Gaussian head is fit centred only. Its Ledoit-Wolf covariance shrinks towards a
+        multiple of the identity, which is the natural target in the trunk's own coordinates
+        (one layer's features, one unit) and the wrong one after per-feature
+        standardisation, which gives a nearly silent feature the weight of an informative
+        one: with the efficientnet trunk's 1280 features and 600 images that cost 0.012 to
+        0.020 AUROC on the development federation (docs/methods/protofl.md, "Heads")."""
         self.shift_ = h.mean(0) if len(h) else np.zeros(self.h_dim)
-        sd = h.std(0) if len(h) > 1 else np.ones(self.h_dim)
+        sd = h.std(0) if len(h) > 1 and scale else np.ones(self.h_dim)
         floor = 1e-3 * float(np.mean(sd)) + 1e-6
-        self.scale_ = np.maximum(sd, floor)
+        self.scale_ = np.maximum(sd, floor) if scale else sd
         return np.asarray((h - self.shift_) / self.scale_, dtype=np.float64)
 
     # -- scoring ----------------------------------------------------------------------------

@@ -64,6 +64,7 @@ from fedad.methods.protofl.augment import Auto
 from fedad.methods.protofl.detector import (
     Head,
     HeadData,
+    Normalize,
     ProtoFLDetector,
     ProtoFLDetectorParams,
 )
@@ -99,6 +100,12 @@ class ProtoFLParams(Params):
         ProtoFLDetectorParams,
         "head_data",
         description="what the head is fit on: clean training representations, or 'views'",
+    )
+    normalize: Normalize = shared_field(
+        ProtoFLDetectorParams,
+        "normalize",
+        description="h as the heads see it: 'l2' (unit length), 'none'; auto: l2 for the "
+        "efficientnet trunk",
     )
     flow_layers: int = shared_field(
         ProtoFLDetectorParams, "flow_layers", description="affine coupling layers"
