@@ -1,7 +1,7 @@
 """ProtoFL on one-vs-rest federations: the issue's benchmark, side by side with its baselines.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/protofl.py
-        --suite fashion|digits|ablation|dev|eval|odds
+        --suite fashion|digits|ablation|dev|eval|odds|heads
         [--seeds 5] [--first-seed 0] [--jobs 2] [--rounds 10] [--max-test 2000] [--work DIR]
 
 Every suite is one fedad run with ``seeds = [0, ..., seeds - 1]`` (:func:`fedad.seeds.run_seeds`;
@@ -43,6 +43,20 @@ Issue 28 (2026-11-26), registered before the runs they name:
   whole cost, measured in the same run).
 * ``odds``: ProtoFL on a table with the MLP trunk beside the generic baselines: ODDS
   satellite, ``scheme = "iid"``, 5 clients, 10 rounds, seeds 0-4, default params.
+
+Issue 28, seventh session (2026-11-26), registered before it runs:
+
+* ``heads``: the development federation of ``dev`` (seed 100, 8 rounds) after the heads
+  changed (the Gaussian head centred, not standardised; ``normalize = "auto"``: L2 for the
+  ``efficientnet`` trunk; chosen on frozen features of this federation, docs/methods/
+  protofl.md). Rows: the ``efficientnet`` trunk with the Gaussian head untrained (``lr =
+  1e-9``), federated at the default AdamW 1e-3, local only, at the paper's optimiser
+  (``optimizer = "radam", lr = 1e-6``) and untrained at ``trunk_size = 96``; ``local`` +
+  ``pretrained`` and ``fedavg`` + ``deepsvdd`` beside them. The question: does phase 1 now
+  add over the same trunk untrained? Rule: ``protofl``'s defaults change to this trunk and
+  head only if the federated row at the default optimiser is within 0.005 of the untrained
+  row or above it, and above ``local`` + ``pretrained``; otherwise the defaults stay the
+  paper's form and the rows are reported.
 
 Writes ``benchmarks/results/protofl_<suite>.json`` (per method: mean and std over seeds of
 the mean per-client AUROC, per-class AUROC means, rounds, bytes, seconds, joined/new
@@ -95,6 +109,17 @@ EVAL: list[Method] = [
     ("eff-gauss-untrained", "protofl", {**EFF, "head": "gaussian", "lr": 1e-9}, None),
     ("eff-gauss-local", "protofl", {**EFF, "head": "gaussian", "phase1": "local"}, None),
 ]
+HEADS: list[Method] = [
+    ("fedavg-deepsvdd", "fedavg", {}, "deepsvdd"),
+    ("local-pretrained", "local", {}, "pretrained"),
+    ("eff-gauss-untrained", "protofl", {**EFF, "head": "gaussian", "lr": 1e-9}, None),
+    ("eff-gauss", "protofl", {**EFF, "head": "gaussian"}, None),
+    ("eff-gauss-local", "protofl", {**EFF, "head": "gaussian", "phase1": "local"}, None),
+    ("eff-gauss-radam", "protofl",
+     {**EFF, "head": "gaussian", "optimizer": "radam", "lr": 1e-6}, None),
+    ("eff-gauss-96-untrained", "protofl",
+     {**EFF, "head": "gaussian", "lr": 1e-9, "trunk_size": 96}, None),
+]  # fmt: skip
 ODDS: list[Method] = [
     ("protofl", "protofl", {}, None),
     ("protofl-gaussian", "protofl", {"head": "gaussian"}, None),
@@ -110,7 +135,7 @@ def config_text(suite: str, seeds: int, rounds: int, max_test: int, first: int =
     """The suite's experiment as TOML (seeds ``first .. first + seeds - 1``)."""
     digits = suite == "digits"
     methods = {"fashion": MAIN, "digits": MAIN, "ablation": ABLATION, "dev": DEV,
-               "eval": EVAL, "odds": ODDS}[suite]  # fmt: skip
+               "eval": EVAL, "odds": ODDS, "heads": HEADS}[suite]  # fmt: skip
     lines = [f"seeds = {list(range(first, first + seeds))}", f"rounds = {rounds}", "[data]"]
     if suite == "odds":
         lines += ['name = "odds_satellite"', "[partition]", 'scheme = "iid"', "clients = 5"]
@@ -190,7 +215,9 @@ def table(rows: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--suite", choices=["fashion", "digits", "ablation", "dev", "eval", "odds"], required=True
+        "--suite",
+        choices=["fashion", "digits", "ablation", "dev", "eval", "odds", "heads"],
+        required=True,
     )
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--first-seed", type=int, default=0)
