@@ -21,3 +21,5 @@ def test_fashion_one_vs_rest_config_builds() -> None:
     assert protofl[0].params.trunk == "cnn"  # the defaults, as a user gets them
     assert protofl[0].make_detector().augmentation() == (False, 0.7)  # no flips for grey
     assert protofl[1].params.trunk == "efficientnet"
+    assert protofl[1].make_detector().l2  # the pretrained trunk's features, L2-normalised
+    assert protofl[1].params.optimizer == "radam" and protofl[1].params.lr == 1e-6
