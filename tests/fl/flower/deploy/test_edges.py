@@ -32,7 +32,12 @@ from fedad.errors import FedadError, Interrupted
 from fedad.fl.flower.deploy import local
 from fedad.fl.flower.deploy.launch import check_port_free, free_port, parse_address, wait_reachable
 from fedad.fl.flower.deploy.local import LocalDeployment, active_deployments
-from fedad.fl.flower.deploy.processes import process_tree, signals_deferred, sigterm_as_interrupt
+from fedad.fl.flower.deploy.processes import (
+    READY_LINE,
+    process_tree,
+    signals_deferred,
+    sigterm_as_interrupt,
+)
 from fedad.fl.flower.deploy.run import _wait, run_deployment
 from fedad.fl.flower.results import ResultsDir
 from fedad.fl.flower.spec import FlowerRunError
@@ -317,27 +322,47 @@ def test_interrupt_stops_everything_and_names_the_kept_logs(
     Ctrl-C, a SuperNode killed just before is named on the console first."""
     cfg, alg, fed = _build(tmp_path)
     pids: set[int] = set()
+    events: list[str] = []  # what the interrupting thread did, for the failure message
+
+    def listening(dep: LocalDeployment) -> bool:
+        """The run is submitted and both SuperNodes listen. (Killing a SuperNode before it
+        has started, as an earlier version did, once left the other one and the run
+        without progress and the interrupt without effect for the run's whole timeout.)"""
+        sup = dep.supervisor
+        return "flwr-run" in sup.procs and all(
+            READY_LINE in sup.log_text(f"supernode-{i}") for i in range(2)
+        )
 
     def interrupt() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             deps = active_deployments()
-            if deps and "flwr-run" in deps[0].supervisor.procs:
+            if deps and listening(deps[0]):
                 sup = deps[0].supervisor
-                pids.update(process_tree(p.pid for p in sup.procs.values()))
+                pids.update(process_tree([p.pid for p in list(sup.procs.values())]))
                 if sig == signal.SIGINT:
                     deps[0].kill_supernode(1)
+                    events.append("killed supernode-1")
                     time.sleep(1.0)
-                if active_deployments():
+                for _ in range(3):  # once; again if the run still goes on 10 s later
+                    if not active_deployments():
+                        return
                     os.kill(os.getpid(), sig)
+                    events.append(f"sent {sig.name}")
+                    time.sleep(10.0)
                 return
             time.sleep(0.1)
+        events.append("the run never reached the point to interrupt")
 
     t0 = time.monotonic()
     threading.Thread(target=interrupt, daemon=True).start()
     expected = KeyboardInterrupt if sig == signal.SIGINT else Interrupted
     with caplog.at_level(logging.WARNING, logger="fedad"), pytest.raises(expected) as info:
-        run_deployment(cfg, alg, fed, workdir=tmp_path / "run")  # type: ignore[arg-type]
+        try:
+            run_deployment(cfg, alg, fed, workdir=tmp_path / "run")  # type: ignore[arg-type]
+        except FlowerRunError as err:  # not interrupted: say what the thread did
+            raise AssertionError(f"{err} (interrupting thread: {events})") from err
+    assert f"sent {sig.name}" in events, events
     if sig == signal.SIGTERM:
         assert info.value.signum == signal.SIGTERM  # type: ignore[attr-defined]
     assert len(pids) >= 4, pids  # SuperLink, 2 SuperNodes, SuperExec, ...
