@@ -79,6 +79,11 @@ share, which mirrors its own classes.
   if none is, the defaults stay. ``nosed-epochs-2`` and ``nosed-width-32`` are reported
   only (they cost time the issue does not allow). Then the evaluation (``table1``,
   ``evens``, ``reverse``, seeds 0-4) runs on whatever the rule decides.
+  Amendment before any FADngs row was seen: on a lent H100 (``fadngs_screen.py``, 36
+  processes) only ``fedavg-ae`` finished in the budget, so the suites run on the 2-core
+  CPU instead (``--jobs 2``), ``hard`` first without ``fadngs`` and ``local-pretrained``
+  (time), then ``screen`` with ``fadngs-nosed`` and only the candidates that pass
+  ``hard``'s bar (the rule reads ``screen`` for those alone).
 * ``ablation``: Table III (``density = "local"``, ``"none"`` on ``fadngs-nosed``), Table IV
   (``loss = "csi"``, ``"simclr"``), eq. 7 as printed (``con_form = "eq7"``) on both
   variants, and SED with one temperature of 0.5 for teacher and student.
