@@ -43,3 +43,17 @@ def test_equal_generators_equal_views_and_global_state_untouched() -> None:
 def test_rotations_refuse_non_square_images() -> None:
     with pytest.raises(ValueError, match="square"):
         rotations(torch.zeros(1, 1, 8, 6))
+
+
+
+def test_every_view_is_of_its_own_sample() -> None:
+    """Views are made in one batched call: row i of every view is still sample i's."""
+    import kornia.augmentation as K
+
+    x = torch.arange(5, dtype=torch.float32).view(5, 1, 1, 1).expand(5, 1, 8, 8) / 10
+    x = x + torch.linspace(0, 0.05, 8).view(1, 1, 1, 8)  # flips move pixels, not means
+    plus, _ = crad_views(x, 3, np.random.default_rng(0), K.RandomHorizontalFlip())
+    means = plus.mean(dim=(2, 3, 4))  # (B, V)
+    torch.testing.assert_close(means, x.mean(dim=(1, 2, 3))[:, None].expand(5, 3))
+    flipped = [not torch.equal(plus[i, v], x[i]) for i in range(5) for v in range(3)]
+    assert any(flipped) and not all(flipped)  # independent draws per view and sample

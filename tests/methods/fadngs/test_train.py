@@ -17,6 +17,7 @@ from fedad.methods.fadngs.train import (
     local_update,
     predicted_anomalies,
     sed_distill,
+    teacher_representations,
 )
 
 
@@ -63,10 +64,11 @@ def test_local_update_trains_and_lowers_its_loss(loss: str, form: str) -> None:
     enc = _encoder()
     z0 = embed(enc, x)
     means, covs = fit_gaussians(z0, np.zeros(len(x), dtype=np.int64))
-    lr = 0.5 if (form, loss) == ("eq7", "crad") else 0.05  # eq7 divides CRAD's step by |x+|
+    slow = (form, loss) == ("eq7", "crad")  # eq7 divides CRAD's step by |x+|
+    lr, epochs = (0.5, 16) if slow else (0.05, 8)
     kw = dict(batch_size=16, lr=lr, loss=loss, means=means, covs=covs, form=form)
     first = local_update(enc, x, epochs=1, rng=np.random.default_rng(0), **kw)  # type: ignore[arg-type]
-    later = local_update(enc, x, epochs=8, rng=np.random.default_rng(1), **kw)  # type: ignore[arg-type]
+    later = local_update(enc, x, epochs=epochs, rng=np.random.default_rng(1), **kw)  # type: ignore[arg-type]
     assert math.isfinite(first["loss"]) and later["loss"] < first["loss"]
     assert not np.allclose(embed(enc, x), z0)
     if loss == "crad":
@@ -108,7 +110,7 @@ def test_sed_distill_moves_the_student_toward_the_teachers_and_fills_queues() ->
     losses = [
         sed_distill(
             student,
-            teachers,
+            teacher_representations(teachers, public),
             queues,
             [0.5, 0.5],
             public,
@@ -130,6 +132,22 @@ def test_sed_distill_moves_the_student_toward_the_teachers_and_fills_queues() ->
     assert not torch.equal(queues[1].values, before[1])
     # teachers are untouched
     assert all(not p.requires_grad or p.grad is None for t in teachers for p in t.parameters())
+
+
+def test_teacher_representations_are_the_per_batch_ones() -> None:
+    """Computed once for the public set, they equal what a batch of it gives."""
+    public = _images(20, seed=6)
+    teachers = [_encoder(1), _encoder(2)]
+    reps = teacher_representations(teachers, public)
+    for t, z in zip(teachers, reps, strict=True):
+        t.eval()
+        with torch.no_grad():
+            batch = t.normalized_projections(torch.from_numpy(public[5:13]))
+        torch.testing.assert_close(z[5:13], batch, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="one representation per public sample"):
+        sed_distill(_encoder(3), [reps[0][:10]], [FifoQueue.random(8, 8, torch.Generator())],
+                    [1.0], public, epochs=1, batch_size=8, lr=0.1,
+                    rng=np.random.default_rng(0))  # fmt: skip
 
 
 def test_a_client_of_one_sample_still_trains() -> None:

@@ -78,6 +78,7 @@ from fedad.methods.fadngs.privacy import (
     density_epsilon,
     distance_correlations,
     noisy_gaussian,
+    unit_rows,
 )
 from fedad.methods.fadngs.train import cosine_lr, local_update, sed_distill
 from fedad.seeding import rng as seeded_rng
@@ -439,7 +440,6 @@ class _FADngs(Algorithm):
         parts = [{k: replies[i].arrays[k] for k in spec} for i in ids]
         student = self._detector(weighted_mean_dicts(parts, n))
         teacher_dets = [self._detector(p) for p in parts]
-        teachers = [d.encoder_ for d in teacher_dets]
         assert ctx.public is not None and density is not None
         public = np.asarray(ctx.public, dtype=np.float32)
         # each teacher's scores in the densities' space (its represent: unit-normalised
@@ -455,8 +455,10 @@ class _FADngs(Algorithm):
                 seed = int(seeded_rng(self.setup.seed, i, r, 0x9E).integers(2**62))
                 gen = torch.Generator().manual_seed(seed)
                 queues[i] = FifoQueue.random(p.queue_size, p.proj_dim, gen)
+        # the teachers' representations of the public set, once: the Pearson pass's
+        teacher_z = [torch.from_numpy(unit_rows(z)).float() for z in reps]
         loss = sed_distill(
-            student.encoder_, teachers, [queues[i] for i in ids], w, public,
+            student.encoder_, teacher_z, [queues[i] for i in ids], w, public,
             epochs=p.distill_epochs, batch_size=p.distill_batch,
             lr=cosine_lr(p.distill_lr, r - 1, ctx.rounds),
             rng=seeded_rng(self.setup.seed, r, 0x5ED), tau=p.sed_temperature,

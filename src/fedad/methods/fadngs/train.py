@@ -231,9 +231,21 @@ def train_keeping_statistics(enc: nn.Module) -> None:
             m.eval()
 
 
+def teacher_representations(teachers: Sequence[Encoder], public: np.ndarray) -> list[torch.Tensor]:
+    """Every teacher's unit-normalised :math:`z` of the public set, computed once: a teacher
+    is fixed during the distillation (evaluation mode, no gradient), so its representation of
+    an image is the same in every batch and epoch.
+
+    Shapes:
+        - public: :math:`(N, C, H, W)`
+        - output: :math:`C` tensors :math:`(N, D)`, float32
+    """
+    return [torch.from_numpy(unit_rows(embed(t, public))).float() for t in teachers]
+
+
 def sed_distill(
     student: Encoder,
-    teachers: Sequence[Encoder],
+    teacher_z: Sequence[torch.Tensor],
     queues: Sequence[FifoQueue],
     weights: Sequence[float] | np.ndarray,
     public: np.ndarray,
@@ -250,7 +262,9 @@ def sed_distill(
 ) -> float:
     """Aggregate's distillation [FADngs Algorithm 1, eq. 11-13]: ``student`` starts from the
     FedAvg of the teachers (the caller's job, [FADngs eq. 10]) and is trained in place for
-    ``epochs`` over ``public``; per batch, for every teacher :math:`c` the loss term
+    ``epochs`` over ``public``; ``teacher_z`` holds the teachers' unit-normalised
+    representations of ``public`` (:func:`teacher_representations`); per batch, for every
+    teacher :math:`c` the loss term
     :math:`w_c\\,\\mathrm{CE}(P_c, Q_c)` over its queue :math:`D_c` (as it is *before* this
     batch), then :math:`D_c` takes the teacher's normalised batch representations (FIFO);
     ``positive`` puts each input's own teacher representation in front of the queue (see
@@ -259,24 +273,25 @@ def sed_distill(
 
     Shapes:
         - public: :math:`(N, C, H, W)`
+        - teacher_z: :math:`C` tensors :math:`(N, D)`
         - weights: :math:`(C,)`, one per teacher
     """
-    if not len(teachers) == len(queues) == len(weights) > 0:
+    if not len(teacher_z) == len(queues) == len(weights) > 0:
         raise ValueError("need as many teachers, queues and weights, at least one")
+    if any(tuple(z.shape[:1]) != (len(public),) for z in teacher_z):
+        raise ValueError("every teacher needs one representation per public sample")
     device = next(student.parameters()).device
     opt = torch.optim.SGD(student.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
     xt = torch.from_numpy(np.ascontiguousarray(public, dtype=np.float32))
     w = torch.as_tensor(np.asarray(weights, dtype=np.float64), dtype=torch.float32)
-    for t in teachers:
-        t.eval()
     last = float("nan")
     for _ in range(max(1, epochs)):
         train_keeping_statistics(student)
         total, count = 0.0, 0
         for idx in iterate_batches(len(xt), batch_size, rng):
-            batch = xt[torch.from_numpy(idx)].to(device)
-            with torch.no_grad():
-                t_z = [t.normalized_projections(batch) for t in teachers]
+            rows = torch.from_numpy(idx)
+            batch = xt[rows].to(device)
+            t_z = [z[rows].to(device) for z in teacher_z]
             s_z = student.normalized_projections(batch)
             value = ensemble_sed_loss(
                 s_z, t_z, [q.values.to(device) for q in queues], w, tau, teacher_tau, positive
