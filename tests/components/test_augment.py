@@ -45,7 +45,6 @@ def test_rotations_refuse_non_square_images() -> None:
         rotations(torch.zeros(1, 1, 8, 6))
 
 
-
 def test_every_view_is_of_its_own_sample() -> None:
     """Views are made in one batched call: row i of every view is still sample i's."""
     import kornia.augmentation as K
