@@ -84,6 +84,18 @@ share, which mirrors its own classes.
   CPU instead (``--jobs 2``), ``hard`` first without ``fadngs`` and ``local-pretrained``
   (time), then ``screen`` with ``fadngs-nosed`` and only the candidates that pass
   ``hard``'s bar (the rule reads ``screen`` for those alone).
+  Outcome (2026-11-27, ``benchmarks/results/fadngs_hard_shared_only.json``): none passed
+  (the best, ``lr = 0.03``, +0.001); the defaults stay and ``screen`` did not run.
+* Evaluation of the eighth session (registered before it ran, after the screen): the code of
+  this commit, whose views' random streams differ from the sixth session's (SED's teacher
+  representations once per round, the privacy measure's distance matrices once, a batch's
+  normal views in one kornia call). Seeds 0-4, ``--jobs 2``, 2-core CPU, nothing else
+  running, in this order: ``evens`` (all its rows), ``reverse`` and ``table1`` with
+  ``--only fedavg-ae fedavg-deepsvdd fadngs-nosed fadngs local-pretrained`` (the
+  contrastive rows cost 330-360 s per seed with 10 clients; on ``table1`` the sixth
+  session's ``fedavg-contrastive`` was 0.012 below ``fedavg-ae``), each with ``--work``
+  kept so that the per-client AUROCs can be read afterwards. Criteria as the sixth
+  session's evaluation; every number is reported, met or not.
 * ``ablation``: Table III (``density = "local"``, ``"none"`` on ``fadngs-nosed``), Table IV
   (``loss = "csi"``, ``"simclr"``), eq. 7 as printed (``con_form = "eq7"``) on both
   variants, and SED with one temperature of 0.5 for teacher and student.
