@@ -25,6 +25,12 @@ from fedad.blas import limit_blas_threads
 from fedad.data.idx import load_fashion_mnist
 
 
+def auroc(normal: np.ndarray, anomalous: np.ndarray) -> float:
+    """AUROC of ``anomalous`` scores against ``normal`` ones."""
+    y = np.r_[np.zeros(len(normal)), np.ones(len(anomalous))]
+    return float(roc_auc_score(y, np.r_[normal, anomalous]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path)
@@ -48,12 +54,7 @@ def main() -> None:
         s = {c: np.asarray(det.score(x[i]), dtype=np.float64) for c, i in picks.items()}
         ref = np.concatenate([s[c] for c in normal])
         med, iqr = np.median(ref), np.subtract(*np.percentile(ref, [75, 25])) or 1.0
-        aurocs = {
-            ds.classes[c]: round(
-                float(roc_auc_score(np.r_[np.zeros(len(ref)), np.ones(len(s[c]))],
-                                    np.r_[ref, s[c]])), 3)  # fmt: skip
-            for c in anomaly
-        }
+        aurocs = {ds.classes[c]: round(auroc(ref, s[c]), 3) for c in anomaly}
         where = {ds.classes[c]: round(float((np.median(s[c]) - med) / iqr), 2) for c in s}
         print(json.dumps({"method": label, "auroc_by_anomaly": aurocs, "median_by_class": where}))
 
