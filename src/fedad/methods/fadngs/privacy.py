@@ -38,6 +38,7 @@ no privacy guarantee.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -145,12 +146,12 @@ def _distance_correlations(
     shared = _draw(means, covs, n, rng)
     a = rng.standard_normal((d, d))
     random = _draw(rng.standard_normal((1, d)), (a @ a.T / d + np.eye(d))[None], n, rng)
-    a = _Centred(flat)
+    cx = _Centred(flat)
     out: dict[str, float] = {}
     for name, y in (("shared", shared), ("random", random)):
-        b = _Centred(y)
-        out[f"dcor_{name}"] = max(_ratio(dcor.mean_product, a.double, b.double), 0.0) ** 0.5
-        out[f"dcor_{name}_u"] = _ratio(dcor.u_product, a.u, b.u)
+        cy = _Centred(y)
+        out[f"dcor_{name}"] = math.sqrt(max(_ratio(dcor.mean_product, cx.double, cy.double), 0))
+        out[f"dcor_{name}_u"] = _ratio(dcor.u_product, cx.u, cy.u)
     return out
 
 
@@ -177,4 +178,4 @@ def _ratio(product: Any, a: np.ndarray, b: np.ndarray) -> float:
     denominator = float(product(a, a)) * float(product(b, b))
     if denominator <= 0.0:
         return 0.0
-    return float(product(a, b)) / denominator**0.5
+    return float(product(a, b)) / math.sqrt(denominator)
