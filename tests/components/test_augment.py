@@ -56,3 +56,27 @@ def test_every_view_is_of_its_own_sample() -> None:
     torch.testing.assert_close(means, x.mean(dim=(1, 2, 3))[:, None].expand(5, 3))
     flipped = [not torch.equal(plus[i, v], x[i]) for i in range(5) for v in range(3)]
     assert any(flipped) and not all(flipped)  # independent draws per view and sample
+
+
+@pytest.mark.parametrize("crop_min", [0.0, -0.1, 1.5])
+def test_crop_min_outside_its_range_is_refused(crop_min: float) -> None:
+    from fedad.components.augment import normal_transform
+
+    with pytest.raises(ValueError, match="crop_min"):
+        normal_transform(1, 16, 16, crop_min=crop_min)
+
+
+def test_crop_min_one_keeps_every_pixel_of_a_flat_image() -> None:
+    """At ``crop_min = 1`` a view is the whole image (up to aspect-ratio jitter), so a
+    constant image with a bright border keeps its border; at 0.5 some crops lose it."""
+    from fedad.components.augment import normal_transform
+
+    torch.manual_seed(0)  # kornia draws from torch's global generator
+    x = torch.zeros(64, 1, 16, 16)
+    x[:, :, 0, :] = 1.0  # a bright top row
+    full = normal_transform(1, 16, 16, crop_min=1.0)[0](x)  # the crop alone
+    half = normal_transform(1, 16, 16, crop_min=0.5)[0](x)
+    top_full = full[:, :, :2, :].amax(dim=(1, 2, 3))
+    top_half = half[:, :, :4, :].amax(dim=(1, 2, 3))
+    assert float(top_full.min()) > 0.0  # every full-area view still shows the row
+    assert float(top_half.min()) == 0.0  # a half-area crop can miss it

@@ -2,9 +2,10 @@
 
 * Normal transforms :math:`\\mathcal{T}_+` (the paper: crop, grayscale, colour jitter; the
   issue: crop, flip, blur or noise, a jitter that suits grey images): kornia's random
-  resized crop back to the input size (scale 0.5-1), horizontal flip, brightness/contrast
-  jitter (plus saturation/hue on RGB images only: grey images have neither), and a light
-  Gaussian blur on images of at least 16 px, Gaussian noise on smaller ones.
+  resized crop back to the input size (scale ``crop_min``-1, 0.5 by default), horizontal
+  flip, brightness/contrast jitter (plus saturation/hue on RGB images only: grey images
+  have neither), and a light Gaussian blur on images of at least 16 px, Gaussian noise on
+  smaller ones.
 * Shifting transforms :math:`\\mathcal{T}_-`: rotations by 90, 180 and 270 degrees. Applied
   to a normal-transformed view, as CSI does (Tack et al. 2020): a rotated sample then
   differs from a positive by the rotation alone, not also by the absence of augmentation.
@@ -28,13 +29,15 @@ ROTATIONS = (1, 2, 3)
 """Quarter turns of the shifting transforms: 90, 180 and 270 degrees."""
 
 
-def normal_transform(channels: int, height: int, width: int) -> nn.Module:
+def normal_transform(channels: int, height: int, width: int, crop_min: float = 0.5) -> nn.Module:
     """The kornia pipeline :math:`\\mathcal{T}_+` for ``(N, channels, height, width)`` images
-    in [0, 1]."""
+    in [0, 1]; the random resized crop keeps ``crop_min`` to all of the image's area."""
     import kornia.augmentation as K
 
+    if not 0.0 < crop_min <= 1.0:
+        raise ValueError(f"crop_min must be in (0, 1], got {crop_min}")
     ops: list[nn.Module] = [
-        K.RandomResizedCrop((height, width), scale=(0.5, 1.0)),
+        K.RandomResizedCrop((height, width), scale=(crop_min, 1.0)),
         K.RandomHorizontalFlip(),
     ]
     if channels == 3:

@@ -111,6 +111,9 @@ class FADngsParams(Params):
         FADngsDetectorParams, "temperature", description="tau of eq. 7"
     )
     n_plus: int = shared_field(FADngsDetectorParams, "n_plus", description="T+ views per sample")
+    crop_min: float = shared_field(
+        FADngsDetectorParams, "crop_min", description="smallest share of an image a T+ crop keeps"
+    )
     width: int = shared_field(
         FADngsDetectorParams, "width", description="channels of the first stage"
     )
@@ -357,6 +360,7 @@ class _FADngs(Algorithm):
             lr=float(msg.get("lr", p.lr)), rng=rng, loss=loss, means=means, covs=covs,
             quantile=p.quantile, n_plus=p.n_plus, temperature=p.temperature,
             weight_decay=p.weight_decay, unit=det.params.unit, form=p.con_form, z0=z0,
+            crop_min=p.crop_min,
         )  # fmt: skip
         reply = {"num_examples": data.n_train, **scalars}
         if p.density == "none":

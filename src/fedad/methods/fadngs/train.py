@@ -161,6 +161,7 @@ def local_update(
     unit: bool = False,
     form: ConForm = "mean-log",
     z0: np.ndarray | None = None,
+    crop_min: float = 0.5,
 ) -> dict[str, float]:
     """LocalUpdate [FADngs Algorithm 1]: train ``enc`` in place; return the last epoch's mean
     ``loss``, its collapsed value (``loss_collapsed``, :func:`~.losses.collapsed_loss`: the
@@ -177,7 +178,8 @@ def local_update(
     A batch of one sample is contrasted through its own views (its two :math:`T_+` views are
     a positive pair). ``z0``: :math:`z(x)` under ``enc`` as it is on entry (e.g. from the
     round's density phase), used for the first epoch's selection instead of embedding
-    ``x`` again.
+    ``x`` again. ``crop_min``: the smallest share of an image a normal view's crop keeps
+    (:func:`~fedad.components.augment.normal_transform`).
     """
     if loss == "crad" and (means is None or covs is None):
         raise ValueError("CRAD needs a density set (means and covs)")
@@ -185,7 +187,8 @@ def local_update(
     params = [p for p in enc.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-    aug = normal_transform(*x.shape[1:4])
+    channels, height, width = (int(d) for d in x.shape[1:4])
+    aug = normal_transform(channels, height, width, crop_min=crop_min)
     out = {"loss": float("nan")}
     for epoch in range(max(1, epochs)):
         flags_t: torch.Tensor | None = None
