@@ -110,7 +110,7 @@ def test_sed_distill_moves_the_student_toward_the_teachers_and_fills_queues() ->
     losses = [
         sed_distill(
             student,
-            teacher_representations(teachers, public),
+            teacher_representations([embed(t, public) for t in teachers]),
             queues,
             [0.5, 0.5],
             public,
@@ -138,7 +138,7 @@ def test_teacher_representations_are_the_per_batch_ones() -> None:
     """Computed once for the public set, they equal what a batch of it gives."""
     public = _images(20, seed=6)
     teachers = [_encoder(1), _encoder(2)]
-    reps = teacher_representations(teachers, public)
+    reps = teacher_representations([embed(t, public) for t in teachers])
     for t, z in zip(teachers, reps, strict=True):
         t.eval()
         with torch.no_grad():

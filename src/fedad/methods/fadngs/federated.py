@@ -78,9 +78,13 @@ from fedad.methods.fadngs.privacy import (
     density_epsilon,
     distance_correlations,
     noisy_gaussian,
-    unit_rows,
 )
-from fedad.methods.fadngs.train import cosine_lr, local_update, sed_distill
+from fedad.methods.fadngs.train import (
+    cosine_lr,
+    local_update,
+    sed_distill,
+    teacher_representations,
+)
 from fedad.seeding import rng as seeded_rng
 
 DENSITY = "density"
@@ -459,10 +463,8 @@ class _FADngs(Algorithm):
                 seed = int(seeded_rng(self.setup.seed, i, r, 0x9E).integers(2**62))
                 gen = torch.Generator().manual_seed(seed)
                 queues[i] = FifoQueue.random(p.queue_size, p.proj_dim, gen)
-        # the teachers' representations of the public set, once: the Pearson pass's
-        teacher_z = [torch.from_numpy(unit_rows(z)).float() for z in reps]
         loss = sed_distill(
-            student.encoder_, teacher_z, [queues[i] for i in ids], w, public,
+            student.encoder_, teacher_representations(reps), [queues[i] for i in ids], w, public,
             epochs=p.distill_epochs, batch_size=p.distill_batch,
             lr=cosine_lr(p.distill_lr, r - 1, ctx.rounds),
             rng=seeded_rng(self.setup.seed, r, 0x5ED), tau=p.sed_temperature,

@@ -234,16 +234,17 @@ def train_keeping_statistics(enc: nn.Module) -> None:
             m.eval()
 
 
-def teacher_representations(teachers: Sequence[Encoder], public: np.ndarray) -> list[torch.Tensor]:
-    """Every teacher's unit-normalised :math:`z` of the public set, computed once: a teacher
-    is fixed during the distillation (evaluation mode, no gradient), so its representation of
-    an image is the same in every batch and epoch.
+def teacher_representations(reps: Sequence[np.ndarray]) -> list[torch.Tensor]:
+    """The teachers' unit-normalised :math:`z` of the public set, as :func:`sed_distill`
+    takes them, from their :math:`z` (raw or unit-normalised: the Pearson weights' pass).
+    Computed once per round: a teacher is fixed during the distillation (evaluation mode, no
+    gradient), so its representation of an image is the same in every batch and epoch.
 
     Shapes:
-        - public: :math:`(N, C, H, W)`
+        - reps: :math:`C` arrays :math:`(N, D)`
         - output: :math:`C` tensors :math:`(N, D)`, float32
     """
-    return [torch.from_numpy(unit_rows(embed(t, public))).float() for t in teachers]
+    return [torch.from_numpy(unit_rows(z)).float() for z in reps]
 
 
 def sed_distill(
