@@ -79,11 +79,11 @@ share, which mirrors its own classes.
   if none is, the defaults stay. ``nosed-epochs-2`` and ``nosed-width-32`` are reported
   only (they cost time the issue does not allow). Then the evaluation (``table1``,
   ``evens``, ``reverse``, seeds 0-4) runs on whatever the rule decides.
-  Amendment before any FADngs row was seen: on a lent H100 (``fadngs_screen.py``, 36
-  processes) only ``fedavg-ae`` finished in the budget, so the suites run on the 2-core
-  CPU instead (``--jobs 2``), ``hard`` first without ``fadngs`` and ``local-pretrained``
-  (time), then ``screen`` with ``fadngs-nosed`` and only the candidates that pass
-  ``hard``'s bar (the rule reads ``screen`` for those alone).
+  Amendment before any FADngs row was seen: on a lent H100 (a runner, since removed, that
+  started 36 processes at once) only ``fedavg-ae`` finished in the budget, so the suites
+  run on the 2-core CPU instead (``--jobs 2``), ``hard`` first without ``fadngs`` and
+  ``local-pretrained`` (time), then ``screen`` with ``fadngs-nosed`` and only the
+  candidates that pass ``hard``'s bar (the rule reads ``screen`` for those alone).
   Outcome (2026-11-27, ``benchmarks/results/fadngs_hard_shared_only.json``): none passed
   (the best, ``lr = 0.03``, +0.001); the defaults stay and ``screen`` did not run.
 * Evaluation of the eighth session (registered before it ran, after the screen): the code of
