@@ -79,12 +79,7 @@ from fedad.methods.fadngs.privacy import (
     distance_correlations,
     noisy_gaussian,
 )
-from fedad.methods.fadngs.train import (
-    cosine_lr,
-    local_update,
-    sed_distill,
-    teacher_representations,
-)
+from fedad.methods.fadngs.train import cosine_lr, local_update, sed_distill, teacher_representations
 from fedad.seeding import rng as seeded_rng
 
 DENSITY = "density"
