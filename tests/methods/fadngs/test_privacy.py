@@ -92,8 +92,6 @@ def test_distance_correlations_equal_dcors_own_functions() -> None:
 
 
 def test_the_shared_draws_come_from_the_shared_gaussians() -> None:
-    from fedad.methods.fadngs.privacy import _draw
-
     rng = np.random.default_rng(3)
     means = np.array([[5.0, -5.0], [-5.0, 5.0]])
     covs = np.stack([np.eye(2) * 0.01] * 2)
