@@ -80,3 +80,51 @@ def test_crop_min_one_keeps_every_pixel_of_a_flat_image() -> None:
     top_half = half[:, :, :4, :].amax(dim=(1, 2, 3))
     assert float(top_full.min()) > 0.0  # every full-area view still shows the row
     assert float(top_half.min()) == 0.0  # a half-area crop can miss it
+
+
+@pytest.mark.parametrize("jitter", [-0.1, 1.5])
+def test_jitter_outside_its_range_is_refused(jitter: float) -> None:
+    from fedad.components.augment import normal_transform
+
+    with pytest.raises(ValueError, match="jitter"):
+        normal_transform(1, 16, 16, jitter=jitter)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_jitter_zero_keeps_an_images_brightness(channels: int) -> None:
+    """Without jitter and crops a view of a flat grey image is that image (flip and blur
+    keep a constant); the default jitter changes the brightness of most views."""
+    from fedad.components.augment import normal_transform
+
+    torch.manual_seed(0)
+    x = torch.full((32, channels, 16, 16), 0.5)
+    still = normal_transform(channels, 16, 16, crop_min=1.0, jitter=0.0)(x)
+    moved = normal_transform(channels, 16, 16, crop_min=1.0)(x)
+    torch.testing.assert_close(still, x)
+    changed = (moved.mean(dim=(1, 2, 3)) - 0.5).abs() > 1e-3
+    assert 0.5 < float(changed.float().mean()) < 1.0  # p = 0.8 per view
+
+
+def test_default_jitter_is_the_earlier_fixed_pipeline() -> None:
+    """``jitter = 0.4`` is the pipeline of before the param (same ops, same strengths), so
+    default runs draw the same views as before; ``jitter = 0`` drops the jitter."""
+    import kornia.augmentation as K
+    from torch import nn
+
+    from fedad.components.augment import normal_transform
+
+    for channels, jiggle in ((1, K.ColorJiggle(brightness=0.4, contrast=0.4, p=0.8)),
+                             (3, K.ColorJiggle(0.4, 0.4, 0.4, 0.1, p=0.8))):  # fmt: skip
+        before = nn.Sequential(
+            K.RandomResizedCrop((16, 16), scale=(0.5, 1.0)),
+            K.RandomHorizontalFlip(),
+            jiggle,
+            K.RandomGaussianBlur((3, 3), (0.1, 2.0), p=0.5),
+        )
+        x = torch.rand(8, channels, 16, 16, generator=torch.Generator().manual_seed(1))
+        torch.manual_seed(0)
+        want = before(x)
+        torch.manual_seed(0)
+        torch.testing.assert_close(normal_transform(channels, 16, 16)(x), want)
+        gone = [type(op).__name__ for op in normal_transform(channels, 16, 16, jitter=0.0)]
+        assert gone == ["RandomResizedCrop", "RandomHorizontalFlip", "RandomGaussianBlur"]

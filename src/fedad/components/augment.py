@@ -3,9 +3,9 @@
 * Normal transforms :math:`\\mathcal{T}_+` (the paper: crop, grayscale, colour jitter; the
   issue: crop, flip, blur or noise, a jitter that suits grey images): kornia's random
   resized crop back to the input size (scale ``crop_min``-1, 0.5 by default), horizontal
-  flip, brightness/contrast jitter (plus saturation/hue on RGB images only: grey images
-  have neither), and a light Gaussian blur on images of at least 16 px, Gaussian noise on
-  smaller ones.
+  flip, brightness/contrast jitter of strength ``jitter`` (0.4 by default; plus saturation
+  and hue on RGB images only: grey images have neither; 0: no jitter), and a light
+  Gaussian blur on images of at least 16 px, Gaussian noise on smaller ones.
 * Shifting transforms :math:`\\mathcal{T}_-`: rotations by 90, 180 and 270 degrees. Applied
   to a normal-transformed view, as CSI does (Tack et al. 2020): a rotated sample then
   differs from a positive by the rotation alone, not also by the absence of augmentation.
@@ -29,21 +29,27 @@ ROTATIONS = (1, 2, 3)
 """Quarter turns of the shifting transforms: 90, 180 and 270 degrees."""
 
 
-def normal_transform(channels: int, height: int, width: int, crop_min: float = 0.5) -> nn.Module:
+def normal_transform(
+    channels: int, height: int, width: int, crop_min: float = 0.5, jitter: float = 0.4
+) -> nn.Module:
     """The kornia pipeline :math:`\\mathcal{T}_+` for ``(N, channels, height, width)`` images
-    in [0, 1]; the random resized crop keeps ``crop_min`` to all of the image's area."""
+    in [0, 1]; the random resized crop keeps ``crop_min`` to all of the image's area, and
+    with probability 0.8 brightness and contrast (and on RGB saturation, and hue by a
+    quarter as much) are scaled by up to ``1 +- jitter`` (0: never)."""
     import kornia.augmentation as K
 
     if not 0.0 < crop_min <= 1.0:
         raise ValueError(f"crop_min must be in (0, 1], got {crop_min}")
+    if not 0.0 <= jitter <= 1.0:
+        raise ValueError(f"jitter must be in [0, 1], got {jitter}")
     ops: list[nn.Module] = [
         K.RandomResizedCrop((height, width), scale=(crop_min, 1.0)),
         K.RandomHorizontalFlip(),
     ]
-    if channels == 3:
-        ops.append(K.ColorJiggle(0.4, 0.4, 0.4, 0.1, p=0.8))
-    else:
-        ops.append(K.ColorJiggle(brightness=0.4, contrast=0.4, p=0.8))
+    if jitter > 0 and channels == 3:
+        ops.append(K.ColorJiggle(jitter, jitter, jitter, jitter / 4, p=0.8))
+    elif jitter > 0:
+        ops.append(K.ColorJiggle(brightness=jitter, contrast=jitter, p=0.8))
     if min(height, width) >= 16:
         ops.append(K.RandomGaussianBlur((3, 3), (0.1, 2.0), p=0.5))
     else:

@@ -69,6 +69,9 @@ class FADngsDetectorParams(DetectorParams):
     batch_size: int = Field(default=32, ge=2, le=1 << 16)
     n_plus: int = Field(default=2, ge=1, le=64)
     crop_min: float = Field(default=0.5, gt=0.0, le=1.0)
+    jitter: float = Field(
+        default=0.4, ge=0.0, le=1.0, description="brightness/contrast jitter of T+ (0: none)"
+    )
     temperature: float = Field(default=0.5, gt=0.0, le=100.0)
     loss: Literal["crad", "simclr", "csi"] = "crad"
     con_form: Literal["eq7", "mean-log"] = "mean-log"
@@ -224,7 +227,7 @@ class FADngsDetector(BaseDetector):
         p = self.params
         kw: dict[str, Any] = dict(
             batch_size=p.batch_size, lr=p.lr, rng=rng, n_plus=p.n_plus,
-            temperature=p.temperature, form=p.con_form, crop_min=p.crop_min,
+            temperature=p.temperature, form=p.con_form, crop_min=p.crop_min, jitter=p.jitter,
         )  # fmt: skip
         if self.params.warmup_epochs:
             local_update(self.encoder_, xs, epochs=self.params.warmup_epochs, loss="simclr", **kw)

@@ -113,6 +113,7 @@ class FADngsParams(Params):
     crop_min: float = shared_field(
         FADngsDetectorParams, "crop_min", description="smallest share of an image a T+ crop keeps"
     )
+    jitter: float = shared_field(FADngsDetectorParams, "jitter")
     width: int = shared_field(
         FADngsDetectorParams, "width", description="channels of the first stage"
     )
@@ -359,7 +360,7 @@ class _FADngs(Algorithm):
             lr=float(msg.get("lr", p.lr)), rng=rng, loss=loss, means=means, covs=covs,
             quantile=p.quantile, n_plus=p.n_plus, temperature=p.temperature,
             weight_decay=p.weight_decay, unit=det.params.unit, form=p.con_form, z0=z0,
-            crop_min=p.crop_min,
+            crop_min=p.crop_min, jitter=p.jitter,
         )  # fmt: skip
         reply = {"num_examples": data.n_train, **scalars}
         if p.density == "none":

@@ -162,6 +162,7 @@ def local_update(
     form: ConForm = "mean-log",
     z0: np.ndarray | None = None,
     crop_min: float = 0.5,
+    jitter: float = 0.4,
 ) -> dict[str, float]:
     """LocalUpdate [FADngs Algorithm 1]: train ``enc`` in place; return the last epoch's mean
     ``loss``, its collapsed value (``loss_collapsed``, :func:`~.losses.collapsed_loss`: the
@@ -178,7 +179,8 @@ def local_update(
     A batch of one sample is contrasted through its own views (its two :math:`T_+` views are
     a positive pair). ``z0``: :math:`z(x)` under ``enc`` as it is on entry (e.g. from the
     round's density phase), used for the first epoch's selection instead of embedding
-    ``x`` again. ``crop_min``: the smallest share of an image a normal view's crop keeps
+    ``x`` again. ``crop_min``: the smallest share of an image a normal view's crop keeps;
+    ``jitter``: the strength of its brightness and contrast jitter
     (:func:`~fedad.components.augment.normal_transform`).
     """
     if loss == "crad" and (means is None or covs is None):
@@ -188,7 +190,7 @@ def local_update(
     opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
     channels, height, width = (int(d) for d in x.shape[1:4])
-    aug = normal_transform(channels, height, width, crop_min=crop_min)
+    aug = normal_transform(channels, height, width, crop_min=crop_min, jitter=jitter)
     out = {"loss": float("nan")}
     for epoch in range(max(1, epochs)):
         flags_t: torch.Tensor | None = None
