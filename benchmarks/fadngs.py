@@ -122,6 +122,16 @@ share, which mirrors its own classes.
   the evaluation (``evens``, ``reverse``, ``table1`` as the eighth session's, seeds 0-4)
   runs again on it; if none is, the defaults stay. No evaluation seed (0-4) of any
   federation is run before that evaluation.
+  Outcome (2026-11-27, ``benchmarks/results/fadngs_jitter_shared_s9.json``,
+  ``fadngs_jitter-table1_shared_s9.json``): on ``jitter`` the defaults 0.833, ``jitter``
+  0 0.826, 0.2 0.828, 0 with ``crop_min = 1`` 0.846 (+0.013); on ``jitter-table1`` 0.914,
+  0.917, 0.916, 0.913 (-0.001). So ``jitter = 0, crop_min = 1`` is the default of both
+  FADngs methods (and of the FADngs detector); the ``contrastive`` baseline keeps its
+  views.
+* Evaluation of the ninth session (registered before it ran, on the code of this commit):
+  as the eighth session's (same suites, order, ``--only`` lists, seeds 0-4, ``--jobs 2``,
+  2-core CPU, nothing else running, ``--work`` kept, ``--tag s9``), with the new views.
+  Criteria as the sixth session's; every number is reported, met or not.
 * ``ablation``: Table III (``density = "local"``, ``"none"`` on ``fadngs-nosed``), Table IV
   (``loss = "csi"``, ``"simclr"``), eq. 7 as printed (``con_form = "eq7"``) on both
   variants, and SED with one temperature of 0.5 for teacher and student.

@@ -68,9 +68,9 @@ class FADngsDetectorParams(DetectorParams):
     lr: float = Field(default=0.01, gt=0.0, le=10.0)
     batch_size: int = Field(default=32, ge=2, le=1 << 16)
     n_plus: int = Field(default=2, ge=1, le=64)
-    crop_min: float = Field(default=0.5, gt=0.0, le=1.0)
+    crop_min: float = Field(default=1.0, gt=0.0, le=1.0)
     jitter: float = Field(
-        default=0.4, ge=0.0, le=1.0, description="brightness/contrast jitter of T+ (0: none)"
+        default=0.0, ge=0.0, le=1.0, description="brightness/contrast jitter of T+ (0: none)"
     )
     temperature: float = Field(default=0.5, gt=0.0, le=100.0)
     loss: Literal["crad", "simclr", "csi"] = "crad"

@@ -161,8 +161,8 @@ def local_update(
     unit: bool = False,
     form: ConForm = "mean-log",
     z0: np.ndarray | None = None,
-    crop_min: float = 0.5,
-    jitter: float = 0.4,
+    crop_min: float = 1.0,
+    jitter: float = 0.0,
 ) -> dict[str, float]:
     """LocalUpdate [FADngs Algorithm 1]: train ``enc`` in place; return the last epoch's mean
     ``loss``, its collapsed value (``loss_collapsed``, :func:`~.losses.collapsed_loss`: the
