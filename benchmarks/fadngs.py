@@ -142,6 +142,12 @@ share, which mirrors its own classes.
   ``sed9-table1`` becomes ``fadngs``'s default, and ``fadngs``'s rows of the evaluation
   (with ``fedavg-ae`` beside them for the time ratio; the other rows are deterministic
   and unchanged) run again on it; otherwise the defaults stay.
+  Outcome (2026-11-27, ``benchmarks/results/fadngs_sed9_shared_s9.json``,
+  ``fadngs_sed9-table1_shared_s9.json``): on ``sed9`` ``fadngs-nosed`` 0.846, ``fadngs``
+  0.829, ``distill_lr`` 0.001 0.840, 0.0003 0.842, student 0.2 0.847; on ``sed9-table1``
+  0.913, 0.917, 0.918, 0.914, 0.916. The student's temperature 0.2 passed (+0.018,
+  -0.001) and is ``fadngs``'s default; the rerun of ``fadngs``'s rows: ``--only fedavg-ae
+  fadngs --tag s9sed`` on the three suites, as the evaluation above otherwise.
 * ``ablation``: Table III (``density = "local"``, ``"none"`` on ``fadngs-nosed``), Table IV
   (``loss = "csi"``, ``"simclr"``), eq. 7 as printed (``con_form = "eq7"``) on both
   variants, and SED with one temperature of 0.5 for teacher and student.

@@ -168,7 +168,7 @@ class FADngsParams(Params):
     distill_batch: int = Field(default=64, ge=2, le=1 << 16)
     queue_size: int = Field(default=2048, ge=1, le=1 << 20, description="|D_c| of SED")
     sed_temperature: float = Field(
-        default=0.07, gt=0.0, le=100.0, description="student's tau of eq. 12 (SEED's)"
+        default=0.2, gt=0.0, le=100.0, description="student's tau of eq. 12 (SEED's code: 0.07)"
     )
     sed_teacher_temperature: float = Field(
         default=1e-4, gt=0.0, le=100.0, description="teacher's tau of eq. 11 (SEED's)"
