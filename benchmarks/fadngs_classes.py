@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sklearn.metrics import roc_auc_score
@@ -23,12 +24,23 @@ from sklearn.metrics import roc_auc_score
 import fedad
 from fedad.blas import limit_blas_threads
 from fedad.data.idx import load_fashion_mnist
+from fedad.data.types import Dataset
 
 
 def auroc(normal: np.ndarray, anomalous: np.ndarray) -> float:
     """AUROC of ``anomalous`` scores against ``normal`` ones."""
     y = np.r_[np.zeros(len(normal)), np.ones(len(anomalous))]
     return float(roc_auc_score(y, np.r_[normal, anomalous]))
+
+
+def load_run(path: Path) -> tuple[Any, list[int], list[int], Dataset]:
+    """A finished run (:func:`fedad.load`), its normal and anomaly classes, and
+    Fashion-MNIST with its official test split."""
+    run = fedad.load(str(path))
+    data = run.config["data"]
+    ds = load_fashion_mnist(data.get("path"))
+    assert ds.x_test is not None and ds.y_test is not None
+    return run, list(data["normal"]), list(data["anomaly"]), ds
 
 
 def main() -> None:
@@ -38,11 +50,8 @@ def main() -> None:
     ap.add_argument("--per-class", type=int, default=500)
     args = ap.parse_args()
     limit_blas_threads()
-    run = fedad.load(str(args.run))
-    data = run.config["data"]
-    normal, anomaly = list(data["normal"]), list(data["anomaly"])
-    ds = load_fashion_mnist(data.get("path"))
-    assert ds.x_test is not None and ds.y_test is not None
+    run, normal, anomaly, ds = load_run(args.run)
+    assert ds.y_test is not None
     rng = np.random.default_rng(0)
     picks = {
         c: rng.choice(np.flatnonzero(ds.y_test == c), args.per_class, replace=False)

@@ -34,11 +34,9 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.metrics import roc_auc_score
+from fadngs_classes import auroc, load_run
 
-import fedad
 from fedad.blas import limit_blas_threads
-from fedad.data.idx import load_fashion_mnist
 from fedad.methods.fadngs.density import fit_gaussians, min_mahalanobis
 
 Embed = Callable[[torch.Tensor], dict[str, torch.Tensor]]
@@ -83,10 +81,7 @@ def main() -> None:
     ap.add_argument("--per-class", type=int, default=400)
     args = ap.parse_args()
     limit_blas_threads()
-    run = fedad.load(str(args.run))
-    data = run.config["data"]
-    normal, anomaly = list(data["normal"]), list(data["anomaly"])
-    ds = load_fashion_mnist(data.get("path"))
+    run, normal, anomaly, ds = load_run(args.run)
     assert ds.x_test is not None and ds.y_test is not None
     rng = np.random.default_rng(0)
     x_train, x_test = np.asarray(ds.x, np.float32), np.asarray(ds.x_test, np.float32)
@@ -107,13 +102,8 @@ def main() -> None:
             covs = np.concatenate([s for _, s in fitted])
             s = {c: min_mahalanobis(te[c][key], means, covs) for c in te}
             ref = np.concatenate([s[c] for c in normal])
-
-            def auroc(a: np.ndarray, ref: np.ndarray = ref) -> float:
-                y = np.r_[np.zeros(len(ref)), np.ones(len(a))]
-                return round(float(roc_auc_score(y, np.r_[ref, a])), 3)
-
-            every = auroc(np.concatenate([s[c] for c in anomaly]))
-            by_class = {ds.classes[c]: auroc(s[c]) for c in anomaly}
+            every = round(auroc(ref, np.concatenate([s[c] for c in anomaly])), 3)
+            by_class = {ds.classes[c]: round(auroc(ref, s[c]), 3) for c in anomaly}
             print(f"{key:<11} width {tr[normal[0]][key].shape[1]:>4}  all {every:.3f}  {by_class}")
 
 
