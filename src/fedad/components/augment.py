@@ -5,7 +5,9 @@
   resized crop back to the input size (scale ``crop_min``-1, 0.5 by default), horizontal
   flip, brightness/contrast jitter of strength ``jitter`` (0.4 by default; plus saturation
   and hue on RGB images only: grey images have neither; 0: no jitter), and a light
-  Gaussian blur on images of at least 16 px, Gaussian noise on smaller ones.
+  Gaussian blur on images of at least 16 px, Gaussian noise on smaller ones. These
+  defaults are the ``contrastive`` detector's; FADngs passes its own (``crop_min = 1``,
+  ``jitter = 0``: docs/methods/fadngs.md, "Views that keep a garment's size and shade").
 * Shifting transforms :math:`\\mathcal{T}_-`: rotations by 90, 180 and 270 degrees. Applied
   to a normal-transformed view, as CSI does (Tack et al. 2020): a rotated sample then
   differs from a positive by the rotation alone, not also by the absence of augmentation.
