@@ -107,7 +107,8 @@ def test_jitter_zero_keeps_an_images_brightness(channels: int) -> None:
 
 def test_default_jitter_is_the_earlier_fixed_pipeline() -> None:
     """``jitter = 0.4`` is the pipeline of before the param (same ops, same strengths), so
-    default runs draw the same views as before; ``jitter = 0`` drops the jitter."""
+    the ``contrastive`` detector, which uses these defaults, draws the same views as
+    before; ``jitter = 0`` drops the jitter."""
     import kornia.augmentation as K
     from torch import nn
 

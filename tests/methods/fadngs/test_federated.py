@@ -265,3 +265,25 @@ def test_crafted_covariances_are_refused_in_one_line() -> None:
         with pytest.raises(FedadError, match="do not fit") as err:
             detector_from_config(algo.detector_config(), broken)
         assert "\n" not in str(err.value)
+
+
+def test_the_views_params_reach_the_normal_transform(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``crop_min`` and ``jitter`` of the method's params are the ones its clients' T+
+    pipeline is built with; without params, FADngs's own (no crop, no jitter), not the
+    ``contrastive`` detector's."""
+    import fedad.methods.fadngs.train as train
+
+    seen: list[tuple[float, float]] = []
+    real = train.normal_transform
+
+    def spy(c: int, h: int, w: int, crop_min: float = 0.5, jitter: float = 0.4) -> Any:
+        seen.append((crop_min, jitter))
+        return real(c, h, w, crop_min=crop_min, jitter=jitter)
+
+    monkeypatch.setattr(train, "normal_transform", spy)
+    fed = make_federation("image", clients=2)
+    _run(fed, "fadngs-nosed", rounds=1, warmup_rounds=0)
+    assert seen and set(seen) == {(1.0, 0.0)}
+    seen.clear()
+    _run(fed, "fadngs-nosed", rounds=1, warmup_rounds=0, crop_min=0.6, jitter=0.3)
+    assert seen and set(seen) == {(0.6, 0.3)}
