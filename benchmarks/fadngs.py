@@ -259,6 +259,14 @@ EVENS: list[Method] = [
     ("fadngs", "fadngs", {}, None),
     ("local-pretrained", "local", {}, "pretrained"),
 ]
+SUITE_ROWS: dict[str, list[Method]] = {
+    "ablation": ABLATION, "evens": EVENS, "speed": SPEED, "reverse": EVENS, "sed": SED,
+    "hard": SCREEN, "screen": SCREEN, "crops": CROPS, "crops-table1": CROPS,
+    "jitter": JITTER, "jitter-table1": JITTER, "sed9": SED9, "sed9-table1": SED9,
+}  # fmt: skip
+"""The rows of each suite; ``table1`` and ``digits`` run :data:`TABLE1`."""
+HARD_FEDERATION = ("hard", "crops", "jitter", "sed9")
+"""The suites on ``hard``'s federation (normal 2, 5, 7, 8, 9; anomalies 0, 1, 3, 4, 6)."""
 KEYS = ("auroc", "aupr", "fe", "me")
 
 
@@ -286,7 +294,7 @@ def config_text(
         lines[4] = "normal = [5, 6, 7, 8, 9]"
     if suite == "sed":
         lines[4] = "normal = [1, 3, 5, 7, 9]"
-    if suite in ("hard", "crops", "jitter", "sed9"):
+    if suite in HARD_FEDERATION:
         lines[4] = "normal = [2, 5, 7, 8, 9]"
     if suite == "digits":
         lines += ["anomaly = []", 'anomaly_source = "digits"', "size = 28"]
@@ -294,7 +302,7 @@ def config_text(
         lines += ["anomaly = [0, 1, 2, 3, 4]"]
     elif suite == "sed":
         lines += ["anomaly = [0, 2, 4, 6, 8]"]
-    elif suite in ("hard", "crops", "jitter", "sed9"):
+    elif suite in HARD_FEDERATION:
         lines += ["anomaly = [0, 1, 3, 4, 6]"]
     else:
         lines += ["anomaly = [1, 3, 5, 7, 9]" if evens else "anomaly = [5, 6, 7, 8, 9]"]
@@ -309,11 +317,7 @@ def config_text(
     ]
     if device != "auto":
         lines += ["[engine]", f'device = "{device}"']
-    suites = {"ablation": ABLATION, "evens": EVENS, "speed": SPEED, "reverse": EVENS, "sed": SED,
-              "hard": SCREEN, "screen": SCREEN, "crops": CROPS,
-              "crops-table1": CROPS, "jitter": JITTER, "jitter-table1": JITTER,
-              "sed9": SED9, "sed9-table1": SED9}  # fmt: skip
-    rows = suites.get(suite, TABLE1)
+    rows = SUITE_ROWS.get(suite, TABLE1)
     lines += method_lines(rows, only, suite)
     return "\n".join(lines) + "\n"
 
@@ -374,23 +378,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--suite",
-        choices=[
-            "table1",
-            "digits",
-            "ablation",
-            "evens",
-            "speed",
-            "reverse",
-            "sed",
-            "hard",
-            "screen",
-            "crops",
-            "crops-table1",
-            "jitter",
-            "jitter-table1",
-            "sed9",
-            "sed9-table1",
-        ],
+        choices=["table1", "digits", *SUITE_ROWS],
         required=True,
     )
     ap.add_argument("--seeds", type=int, default=5)
