@@ -93,6 +93,29 @@ def test_sed_changes_the_fedavg_start() -> None:
     assert "sed_loss" not in nosed.history[0]
 
 
+def test_sed_form_reaches_the_distillation_and_changes_the_student() -> None:
+    """``sed_form = "cosine"`` is passed to SED (a spy on the loss) and gives another
+    student than eq. 11-13 from the same FedAvg start."""
+    import fedad.methods.fadngs.train as train
+
+    fed = make_federation("image", clients=3)
+    seen: list[str] = []
+    real = train.ensemble_sed_loss
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(args[7] if len(args) > 7 else kwargs.get("form", "seed"))
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(train, "ensemble_sed_loss", spy)
+        _, cos = _run(fed, rounds=2, warmup_rounds=0, sed_form="cosine")
+    assert seen and set(seen) == {"cosine"}
+    _, seed = _run(fed, rounds=2, warmup_rounds=0)
+    key = "head.net.3.weight"
+    assert not np.allclose(cos.result.arrays[key], seed.result.arrays[key])
+    assert np.isfinite(cos.history[1]["sed_loss"])
+
+
 def test_sed_teachers_differ_after_a_round_and_keep_the_clients_statistics() -> None:
     """Each client's model after its local round is a teacher of its own (the issue's
     collapsed run had identical teachers); SED moves the student's weights but not the

@@ -16,6 +16,7 @@ from fedad.components.losses import (
 )
 from fedad.methods.fadngs.losses import (
     FifoQueue,
+    cosine_distill_loss,
     crad_anchors,
     crad_loss,
     crad_mask,
@@ -140,6 +141,32 @@ def test_ensemble_sed_is_the_weighted_sum_and_only_the_student_learns() -> None:
     torch.testing.assert_close(got, want)
     got.backward()
     assert s.grad is not None and t1.grad is None
+
+
+def test_cosine_sed_form_is_the_weighted_cosine_distance_and_ignores_the_queues() -> None:
+    torch.manual_seed(4)
+    s = torch.randn(5, 6, requires_grad=True)
+    t1, t2 = torch.randn(5, 6), torch.randn(5, 6)
+    q1, q2 = torch.randn(8, 6), torch.randn(3, 6)
+    got = ensemble_sed_loss(s, [t1, t2], [q1, q2], [0.25, 0.75], form="cosine")
+    want = (
+        0.25 * (1 - F.cosine_similarity(s, t1)).mean()
+        + 0.75 * (1 - F.cosine_similarity(s, t2)).mean()
+    )
+    torch.testing.assert_close(got, want)
+    other = ensemble_sed_loss(s, [t1, t2], [q2, q1], [0.25, 0.75], form="cosine", tau=0.1)
+    torch.testing.assert_close(got, other)  # no queue, no temperature
+    # where the student is every teacher (up to scale) there is nothing to distil
+    same = s.detach().clone().requires_grad_(True)
+    zero = ensemble_sed_loss(same, [2 * s.detach(), s.detach()], [q1, q2], [0.5, 0.5],
+                             form="cosine")  # fmt: skip
+    zero.backward()
+    assert float(zero.detach()) == pytest.approx(0.0, abs=1e-6)
+    assert same.grad is not None and float(same.grad.abs().max()) < 1e-5
+    # eq. 11-13 with the teacher's own entry still pushes from the queue there
+    seed = sed_loss(same, same.detach(), q1, 0.2, 1e-4, positive=True)
+    assert float(seed.detach()) > 0.0
+    assert float(cosine_distill_loss(s, -s).detach()) == pytest.approx(2.0)
 
 
 def test_pearson_weights_on_a_hand_example() -> None:

@@ -73,7 +73,7 @@ from fedad.fl.validate import ArraySpec, spec_of
 from fedad.methods.fadngs.density import min_mahalanobis
 from fedad.methods.fadngs.detector import COVS, MEANS, FADngsDetector, FADngsDetectorParams
 from fedad.methods.fadngs.family import PRIVACY
-from fedad.methods.fadngs.losses import FifoQueue, pearson_weights
+from fedad.methods.fadngs.losses import FifoQueue, pearson_weights, teacher_agreement
 from fedad.methods.fadngs.privacy import (
     density_epsilon,
     distance_correlations,
@@ -179,24 +179,10 @@ class FADngsParams(Params):
     sed_queues: Literal["persist", "round"] = Field(
         default="round", description="keep the queues across rounds or renew them each round"
     )
+    sed_form: Literal["seed", "cosine"] = Field(
+        default="seed", description="eq. 11-13 (SEED's) or a cosine pull without queue (docs)"
+    )
     privacy_measure: bool = Field(default=True, description="distance correlation (Fig. 9)")
-
-
-def teacher_agreement(reps: list[np.ndarray]) -> float:
-    """How alike SED's teachers are: the mean over pairs of teachers and public samples of the
-    cosine between two teachers' representations of the same sample (1: identical teachers,
-    nothing to distil; ``nan`` with one teacher).
-
-    Shapes:
-        - reps: :math:`C` arrays :math:`(N, D)`
-    """
-    if len(reps) < 2:
-        return float("nan")
-    units = [z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12) for z in reps]
-    total = np.sum(units, axis=0)  # sum over pairs a != b of <u_a, u_b> per sample
-    pairs = (total * total).sum(axis=1) - sum((u * u).sum(axis=1) for u in units)
-    c = len(reps)
-    return float(pairs.mean() / (c * (c - 1)))
 
 
 def client_rng(seed: int, round_no: int, client_id: int, stream: int) -> np.random.Generator:
@@ -465,7 +451,7 @@ class _FADngs(Algorithm):
             lr=cosine_lr(p.distill_lr, r - 1, ctx.rounds),
             rng=seeded_rng(self.setup.seed, r, 0x5ED), tau=p.sed_temperature,
             teacher_tau=p.sed_teacher_temperature, positive=p.sed_positive,
-            weight_decay=p.weight_decay,
+            weight_decay=p.weight_decay, form=p.sed_form,
         )  # fmt: skip
         ctx.log(
             sed_loss=loss,

@@ -197,6 +197,21 @@ def sed_loss(
     return -(p * F.log_softmax(s_logits, dim=1)).sum(dim=1).mean()
 
 
+def cosine_distill_loss(student_z: torch.Tensor, teacher_z: torch.Tensor) -> torch.Tensor:
+    """One teacher's term of SED's ``sed_form = "cosine"`` (not the paper's):
+    :math:`1 - \\cos(z^S(x), z_c^T(x))`, averaged over the batch. It pulls the student's
+    representation of each public image toward the teacher's and, unlike eq. 11-13, pushes
+    it from nothing: no queue, so no contrast that spreads the public images apart. The
+    teacher is fixed (detached). Zero, with zero gradient, where student and teacher agree.
+
+    Shapes:
+        - student_z, teacher_z: :math:`(N, D)`
+        - output: scalar
+    """
+    cos = F.cosine_similarity(student_z, teacher_z.detach(), dim=1)
+    return (1.0 - cos).mean()
+
+
 def ensemble_sed_loss(
     student_z: torch.Tensor,
     teacher_zs: Sequence[torch.Tensor],
@@ -205,10 +220,12 @@ def ensemble_sed_loss(
     tau: float = 0.5,
     teacher_tau: float | None = None,
     positive: bool = False,
+    form: Literal["seed", "cosine"] = "seed",
 ) -> torch.Tensor:
     """[FADngs eq. 13]: :math:`\\sum_{c \\in S_t} w_c \\, \\mathrm{CE}(P_c, Q_c)` with one
     :func:`sed_loss` per teacher :math:`c`, on its own queue :math:`D_c` (``positive``: see
-    :func:`sed_loss`).
+    :func:`sed_loss`). ``form = "cosine"`` puts :func:`cosine_distill_loss` in place of each
+    cross-entropy (the same Pearson weights; queues and temperatures unused).
 
     Shapes:
         - student_z: :math:`(N, D)`
@@ -220,7 +237,12 @@ def ensemble_sed_loss(
     if not len(teacher_zs) == len(queues) == len(weights) > 0:
         raise ValueError("need as many teachers, queues and weights, at least one")
     terms = [
-        float(w) * sed_loss(student_z, t, q, tau, teacher_tau, positive)
+        float(w)
+        * (
+            cosine_distill_loss(student_z, t)
+            if form == "cosine"
+            else sed_loss(student_z, t, q, tau, teacher_tau, positive)
+        )
         for w, t, q in zip(weights, teacher_zs, queues, strict=True)
     ]
     return torch.stack(terms).sum()
@@ -238,6 +260,23 @@ def _normalise_scores(s: NDArray[np.float64], how: str) -> NDArray[np.float64]:
         out = np.divide(s - lo, span, out=np.zeros_like(s), where=span > 0)
         return out
     raise ValueError(f"unknown normalisation {how!r}")
+
+
+def teacher_agreement(reps: list[np.ndarray]) -> float:
+    """How alike SED's teachers are: the mean over pairs of teachers and public samples of the
+    cosine between two teachers' representations of the same sample (1: identical teachers,
+    nothing to distil; ``nan`` with one teacher).
+
+    Shapes:
+        - reps: :math:`C` arrays :math:`(N, D)`
+    """
+    if len(reps) < 2:
+        return float("nan")
+    units = [z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12) for z in reps]
+    total = np.sum(units, axis=0)  # sum over pairs a != b of <u_a, u_b> per sample
+    pairs = (total * total).sum(axis=1) - sum((u * u).sum(axis=1) for u in units)
+    c = len(reps)
+    return float(pairs.mean() / (c * (c - 1)))
 
 
 def pearson_weights(

@@ -265,6 +265,7 @@ def sed_distill(
     positive: bool = False,
     momentum: float = 0.9,
     weight_decay: float = 1e-4,
+    form: Literal["seed", "cosine"] = "seed",
 ) -> float:
     """Aggregate's distillation [FADngs Algorithm 1, eq. 11-13]: ``student`` starts from the
     FedAvg of the teachers (the caller's job, [FADngs eq. 10]) and is trained in place for
@@ -275,7 +276,8 @@ def sed_distill(
     batch), then :math:`D_c` takes the teacher's normalised batch representations (FIFO);
     ``positive`` puts each input's own teacher representation in front of the queue (see
     :func:`~fedad.methods.fadngs.losses.sed_loss`). The queues are the caller's and keep
-    their state. Returns the last epoch's mean loss.
+    their state. ``form``: see :func:`~fedad.methods.fadngs.losses.ensemble_sed_loss`.
+    Returns the last epoch's mean loss.
 
     Shapes:
         - public: :math:`(N, C, H, W)`
@@ -300,7 +302,14 @@ def sed_distill(
             t_z = [z[rows].to(device) for z in teacher_z]
             s_z = student.normalized_projections(batch)
             value = ensemble_sed_loss(
-                s_z, t_z, [q.values.to(device) for q in queues], w, tau, teacher_tau, positive
+                s_z,
+                t_z,
+                [q.values.to(device) for q in queues],
+                w,
+                tau,
+                teacher_tau,
+                positive,
+                form,
             )
             opt.zero_grad(set_to_none=True)
             value.backward()  # type: ignore[no-untyped-call]
