@@ -169,6 +169,13 @@ share, which mirrors its own classes.
   ``--only fedavg-ae fadngs``, ``--jobs 2``, nothing else running, ``--tag s10``) run
   again on it; otherwise the defaults stay. Each variant's mean against ``fadngs-nosed``
   is reported either way.
+  Outcome (2026-11-27, ``benchmarks/results/fadngs_sed10_own_s10.json``,
+  ``fadngs_sed10-hard_shared_s10.json``): on ``sed10`` ``fadngs-nosed`` 0.9606, ``fadngs``
+  0.9424, ``distill_lr`` 0.001 0.9544, 0.0003 0.9590, ``sed_form = "cosine"`` 0.9590 (first
+  by 0.00003: a tie in all but the rule's order); on ``sed10-hard`` 0.846, 0.847, 0.845,
+  0.846, 0.845. ``sed_form = "cosine"`` passed (+0.017, -0.002) and is ``fadngs``'s
+  default (the paper's eq. 11-13: ``sed_form = "seed"``); the evaluation's ``fadngs`` rows
+  run again on it.
 * ``ablation``: Table III (``density = "local"``, ``"none"`` on ``fadngs-nosed``), Table IV
   (``loss = "csi"``, ``"simclr"``), eq. 7 as printed (``con_form = "eq7"``) on both
   variants, and SED with one temperature of 0.5 for teacher and student.

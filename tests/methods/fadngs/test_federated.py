@@ -94,8 +94,8 @@ def test_sed_changes_the_fedavg_start() -> None:
 
 
 def test_sed_form_reaches_the_distillation_and_changes_the_student() -> None:
-    """``sed_form = "cosine"`` is passed to SED (a spy on the loss) and gives another
-    student than eq. 11-13 from the same FedAvg start."""
+    """``sed_form = "cosine"`` (the default) is passed to SED (a spy on the loss) and gives
+    another student than eq. 11-13 (``"seed"``) from the same FedAvg start."""
     import fedad.methods.fadngs.train as train
 
     fed = make_federation("image", clients=3)
@@ -110,9 +110,11 @@ def test_sed_form_reaches_the_distillation_and_changes_the_student() -> None:
         mp.setattr(train, "ensemble_sed_loss", spy)
         _, cos = _run(fed, rounds=2, warmup_rounds=0, sed_form="cosine")
     assert seen and set(seen) == {"cosine"}
-    _, seed = _run(fed, rounds=2, warmup_rounds=0)
+    _, seed = _run(fed, rounds=2, warmup_rounds=0, sed_form="seed")
+    _, default = _run(fed, rounds=2, warmup_rounds=0)
     key = "head.net.3.weight"
     assert not np.allclose(cos.result.arrays[key], seed.result.arrays[key])
+    np.testing.assert_array_equal(default.result.arrays[key], cos.result.arrays[key])
     assert np.isfinite(cos.history[1]["sed_loss"])
 
 

@@ -180,7 +180,7 @@ class FADngsParams(Params):
         default="round", description="keep the queues across rounds or renew them each round"
     )
     sed_form: Literal["seed", "cosine"] = Field(
-        default="seed", description="eq. 11-13 (SEED's) or a cosine pull without queue (docs)"
+        default="cosine", description="a cosine pull without queue (docs) or eq. 11-13 (seed)"
     )
     privacy_measure: bool = Field(default=True, description="distance correlation (Fig. 9)")
 
