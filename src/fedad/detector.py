@@ -206,9 +206,17 @@ class BaseDetector(ABC):
         refused without allocating it. The base class checks nothing."""
         return None
 
+    def training_scores(self, x_train: np.ndarray) -> np.ndarray:
+        """The scores whose ``1 - contamination`` quantile is the threshold: by default
+        :meth:`score` of the training data. A detector that keeps its training samples
+        (a memory bank) scores them lower than unseen normal samples and overrides this with
+        scores of samples held out of its memory (``patchcore``)."""
+        return self.score(x_train)
+
     def set_threshold(self, x_train: np.ndarray) -> Self:
-        """Set ``threshold_`` from the scores of training data (never test data)."""
-        self.threshold_ = quantile_threshold(self.score(x_train), self.contamination)
+        """Set ``threshold_`` from the scores of training data (never test data):
+        :meth:`training_scores`."""
+        self.threshold_ = quantile_threshold(self.training_scores(x_train), self.contamination)
         return self
 
     def predict(self, x: np.ndarray) -> np.ndarray:

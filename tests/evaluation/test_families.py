@@ -229,6 +229,27 @@ def test_maps_of_the_wrong_shape_name_the_detector(toy: None) -> None:
         alg.client_evaluate({}, fed.clients[0], Message("evaluate"))
 
 
+def test_the_threshold_is_the_quantile_of_the_detectors_training_scores(toy: None) -> None:
+    """client_evaluate thresholds on ``training_scores`` (held-out scores where a detector
+    overrides it), not on ``score`` of the training data."""
+    from fedad.detector import quantile_threshold
+
+    class _Held(_DevMaps):
+        def training_scores(self, x: np.ndarray) -> np.ndarray:
+            return self.score(x) + 1.0
+
+    fed, runs = _run(RAW)
+    alg = runs["maps"][0]
+    c = fed.clients[0]
+    plain = alg.client_evaluate({}, c, Message("evaluate"))
+    alg.make_detector = lambda: _Held()  # type: ignore[method-assign]
+    held = alg.client_evaluate({}, c, Message("evaluate"))
+    det = alg.client_detector({}, c, Message("evaluate"))
+    want = quantile_threshold(det.score(c.x_train) + 1.0, alg.contamination)
+    assert held.scalars["threshold"] == pytest.approx(want)
+    assert held.scalars["threshold"] > plain.scalars["threshold"]
+
+
 # -- pixel family ---------------------------------------------------------------------------
 
 

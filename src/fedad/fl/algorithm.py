@@ -197,7 +197,8 @@ class Algorithm(ABC):
 
     # -- evaluation ------------------------------------------------------------------------
     def client_evaluate(self, state: ClientState, data: ClientData, msg: Message) -> Message:
-        """Score the local test set with the final detector; threshold from training data.
+        """Score the local test set with the final detector; threshold from training data
+        (:meth:`~fedad.detector.BaseDetector.training_scores`).
 
         The reply holds ``score`` (float64), ``label`` (int64), ``pred`` (0/1 int64) per test
         sample; when the detector localises (:func:`fedad.detector.localizes`) and the
@@ -210,11 +211,10 @@ class Algorithm(ABC):
         det = self.client_detector(state, data, msg)
         # a graph method's detector scores a GraphSet; BaseDetector is typed for arrays
         x_train, x_test = cast(np.ndarray, data.x_train), cast(np.ndarray, data.x_test)
-        train_scores = det.score(x_train)
         if "threshold" in msg.scalars:
             det.threshold_ = float(msg.scalars["threshold"])
-        else:
-            det.threshold_ = quantile_threshold(train_scores, self.contamination)
+        else:  # held-out scores where the detector keeps its training samples (training_scores)
+            det.threshold_ = quantile_threshold(det.training_scores(x_train), self.contamination)
         scores = det.score(x_test)
         arrays: dict[str, np.ndarray] = {
             "score": scores.astype(np.float64),

@@ -75,6 +75,30 @@ def test_trained_maps_peak_at_the_defect_and_arrays_round_trip(images: np.ndarra
 
 
 @needs_weights
+def test_the_threshold_comes_from_held_out_scores_and_spares_unseen_normals(
+    images: np.ndarray,
+) -> None:
+    """Against a bank of their own patches training images score near 0, and a threshold
+    from those scores flags every unseen normal image; the held-out scores (each half
+    against the other half's bank) give one that flags few of them."""
+    det = PatchCoreDetector(
+        input_shape=(3, 32, 32), image_size=64, epochs=0, contamination=0.1
+    ).fit(images)
+    rng = np.random.default_rng(7)
+    fresh = (0.5 + 0.05 * rng.normal(size=(20, 3, 32, 32))).astype(np.float32)
+    own = det.score(images)
+    held = det.training_scores(images)
+    assert held.shape == (10,) and held.min() > own.max()
+    np.testing.assert_array_equal(held, det.training_scores(images))  # seeded split
+    assert det.threshold_ == pytest.approx(np.quantile(held, 0.9))
+    assert (det.score(fresh) > np.quantile(own, 0.9)).mean() == 1.0  # the old threshold
+    assert det.predict(fresh).mean() <= 0.3
+    bad = images[:3].copy()
+    bad[:, :, 8:16, 8:16] = 1.0
+    assert det.predict(bad).all()
+
+
+@needs_weights
 def test_fedavg_sends_only_the_projection(
     delivered: list[tuple[int, Message, Message | None]],
 ) -> None:

@@ -28,6 +28,9 @@ PatchCore's local neighbourhood aggregation (3x3 average pooling):
   costs nothing there, not hidden: longer training keeps shrinking it (weight decay too);
 * **scoring** as FedDyMem's (:mod:`fedad.components.nn.patchscore`): nearest-bank distance maps,
   bilinear upsampling, Gaussian smoothing with sigma 4, image score the maximum.
+* **threshold** from held-out scores (:meth:`PatchCoreDetector.training_scores`): each half
+  of the training images scored against a coreset bank of the other half, since against a
+  bank of their own patches training images score far below unseen normal ones.
 
 In ``fedavg``/``fedprox`` only the projection travels; each client's final detector is the
 global projection with a coreset bank of its own training images, computed on the client
@@ -392,12 +395,43 @@ class PatchCoreDetector(TorchDetector):
         """The coreset bank of ``x``'s projected patches (the data whose patches count as
         normal: the holder's training images)."""
         self._ensure_built()
-        patches = self._patches(self.features(x)).cpu()
-        n = min(MAX_BANK, max(1, math.ceil(self.params.coreset * len(patches))))
-        idx = greedy_coreset(patches, n, int(seeded_rng(self.params.seed, 0xC0E).integers(2**62)))
-        self.bank_ = patches[idx].numpy().astype(np.float32)
+        self.bank_ = self._coreset_bank(self.features(x))
         self._changed()
         return self
+
+    def _coreset_bank(self, feats: np.ndarray) -> np.ndarray:
+        """The greedy coreset of ``coreset`` of the projected patches of ``feats``."""
+        patches = self._patches(feats).cpu()
+        n = min(MAX_BANK, max(1, math.ceil(self.params.coreset * len(patches))))
+        idx = greedy_coreset(patches, n, int(seeded_rng(self.params.seed, 0xC0E).integers(2**62)))
+        return patches[idx].numpy().astype(np.float32)
+
+    def training_scores(self, x: Features) -> np.ndarray:
+        """Held-out scores of the training images for the threshold: the images split in two
+        halves at random (seeded), each half scored against a coreset bank of the other
+        half's patches. Scored against a bank that holds their own patches, training images
+        score far below unseen normal ones (a coreset covers its own patches), and a
+        threshold from those scores flags nearly every test image; scores against a bank of
+        half the images are slightly above the full bank's (a conservative threshold).
+        Fewer than two images: :meth:`score`."""
+        xs = np.ascontiguousarray(dense(x, "the patchcore detector"), dtype=np.float32)
+        if len(xs) < 2:
+            return self.score(xs)
+        self._ensure_built()
+        feats = self.features(xs)
+        order = seeded_rng(self.params.seed, 0x7E1D).permutation(len(xs))
+        halves = (np.sort(order[: len(xs) // 2]), np.sort(order[len(xs) // 2 :]))
+        size = (int(xs.shape[2]), int(xs.shape[3]))
+        out = np.empty(len(xs), dtype=np.float64)
+        for held, kept in (halves, halves[::-1]):
+            bank = torch.as_tensor(self._coreset_bank(feats[kept]))
+            bank = bank.to(next(self.model_.parameters()).device)
+            with torch.no_grad():
+                for s in range(0, len(held), 32):
+                    rows = held[s : s + 32]
+                    maps = anomaly_maps(self._project(feats[rows]), bank, size)
+                    out[rows] = image_scores(maps).double().cpu().numpy()
+        return out
 
     # -- training ------------------------------------------------------------------------------
     def train_epochs(
