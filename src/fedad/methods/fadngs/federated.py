@@ -19,8 +19,11 @@ Round :math:`t` of [FADngs Algorithm 1], for the sampled clients :math:`S_t`
 4. **Aggregate**: ``fadngs-nosed`` takes the example-weighted mean (FedAvg; through
    :meth:`~fedad.fl.context.ServerContext.mean`, so SecAgg+ applies); ``fadngs`` starts from
    that mean [FADngs eq. 10] and distils the clients' models into it on the server's public
-   set (SED, [FADngs eq. 11-13]), teachers weighted by the Pearson correlation of their
-   normalised anomaly scores on the public set with the mean score. Each client has one
+   set (SED), teachers weighted by the Pearson correlation of their normalised anomaly
+   scores on the public set with the mean score. By default (``sed_form = "cosine"``, not
+   the paper's) each teacher's term pulls the student toward it by cosine, with no queue
+   (:func:`~fedad.methods.fadngs.losses.cosine_distill_loss`); ``sed_form = "seed"`` is
+   [FADngs eq. 11-13], for which the rest of this item holds. Each client has one
    FIFO instance queue on the server, filled with random unit vectors and **renewed in every
    Aggregate** (``sed_queues = "round"``, [FADngs Algorithm 1]: "initialize instances queue
    D_c randomly", as the authors' code does); each input's own teacher representation leads
