@@ -281,6 +281,31 @@ def test_coreset_and_image_size_keys_shape_each_clients_bank() -> None:
         assert ref.shape == (int(np.ceil(0.1 * n * 8 * 8)), 152)  # 64 pixels, 10%
 
 
+@needs_weights
+@pytest.mark.parametrize("method", ["fedavg", "centralized"])
+def test_federated_thresholds_come_from_held_out_scores(method: str) -> None:
+    """Each client's (``fedavg``) or the pooled (``centralized``) threshold is the quantile
+    of the detector's held-out training scores, above that of its own-bank scores."""
+    from fedad.data.types import dense
+    from fedad.detector import quantile_threshold
+
+    fed = make_federation("image", clients=2)
+    setup = Setup("image", fed.feature_shape, rounds=1, seed=0, contamination=0.1, num_clients=2)
+    algo = build_algorithm(method, {"image_size": 64}, setup, "patchcore")
+    out = run_inprocess(algo, fed, 1, 0)
+    x = [dense(c.x_train, "test") for c in fed.clients]
+    for cid, m in out.evaluations.items():
+        if method == "fedavg":
+            det = algo.client_detector({}, fed.clients[cid], Message("evaluate", out.result.arrays))
+            own = x[cid]
+        else:
+            det = algo.make_detector().set_arrays(out.result.arrays)
+            own = np.concatenate(x)
+        held = quantile_threshold(det.training_scores(own), 0.1)
+        assert m.scalars["threshold"] == pytest.approx(held, rel=1e-5)
+        assert held > quantile_threshold(det.score(own), 0.1)
+
+
 @pytest.mark.slow
 def test_wide_resnet_backbone_from_the_method_keys(tmp_path: Path) -> None:
     from fedad.resources.wide_resnet import WideResNet50

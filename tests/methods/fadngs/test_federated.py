@@ -58,8 +58,9 @@ def test_density_phase_uploads_only_means_and_covariances(
 
 def test_sed_queues_persist_across_rounds_when_asked() -> None:
     fed = make_federation("image", clients=2)
-    algo1, out1 = _run(fed, rounds=1, warmup_rounds=0, sed_queues="persist")
-    algo2, out2 = _run(fed, rounds=2, warmup_rounds=0, sed_queues="persist")
+    seed = {"sed_form": "seed", "sed_queues": "persist"}  # queues are eq. 11-13's
+    algo1, out1 = _run(fed, rounds=1, warmup_rounds=0, **seed)
+    algo2, out2 = _run(fed, rounds=2, warmup_rounds=0, **seed)
     assert failures(out1.events) == [] and failures(out2.events) == []
     for cid in (0, 1):
         q1, q2 = algo1.queues[cid].values, algo2.queues[cid].values
@@ -73,8 +74,8 @@ def test_sed_queues_persist_across_rounds_when_asked() -> None:
 
 def test_sed_queues_are_renewed_every_round_by_default() -> None:
     fed = make_federation("image", clients=2)
-    algo1, _ = _run(fed, rounds=1, warmup_rounds=0)
-    algo2, out2 = _run(fed, rounds=2, warmup_rounds=0)
+    algo1, _ = _run(fed, rounds=1, warmup_rounds=0, sed_form="seed")
+    algo2, out2 = _run(fed, rounds=2, warmup_rounds=0, sed_form="seed")
     for cid in (0, 1):
         q1, q2 = algo1.queues[cid].values.numpy(), algo2.queues[cid].values.numpy()
         # each round: 4 fresh random unit rows, then that round's 8 teacher representations
@@ -108,8 +109,9 @@ def test_sed_form_reaches_the_distillation_and_changes_the_student() -> None:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(train, "ensemble_sed_loss", spy)
-        _, cos = _run(fed, rounds=2, warmup_rounds=0, sed_form="cosine")
+        algo, cos = _run(fed, rounds=2, warmup_rounds=0, sed_form="cosine")
     assert seen and set(seen) == {"cosine"}
+    assert algo.queues == {}  # the cosine form keeps no queue
     _, seed = _run(fed, rounds=2, warmup_rounds=0, sed_form="seed")
     _, default = _run(fed, rounds=2, warmup_rounds=0)
     key = "head.net.3.weight"

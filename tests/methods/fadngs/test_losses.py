@@ -26,6 +26,7 @@ from fedad.methods.fadngs.losses import (
     sed_loss,
     simclr_mask,
     similarity_distribution,
+    teacher_agreement,
 )
 
 
@@ -164,9 +165,28 @@ def test_cosine_sed_form_is_the_weighted_cosine_distance_and_ignores_the_queues(
     assert float(zero.detach()) == pytest.approx(0.0, abs=1e-6)
     assert same.grad is not None and float(same.grad.abs().max()) < 1e-5
     # eq. 11-13 with the teacher's own entry still pushes from the queue there
-    seed = sed_loss(same, same.detach(), q1, 0.2, 1e-4, positive=True)
-    assert float(seed.detach()) > 0.0
+    pushed = s.detach().clone().requires_grad_(True)
+    sed_loss(pushed, pushed.detach(), q1, 0.2, 1e-4, positive=True).backward()
+    assert pushed.grad is not None and float(pushed.grad.abs().max()) > 1e-3
     assert float(cosine_distill_loss(s, -s).detach()) == pytest.approx(2.0)
+
+
+def test_sed_forms_are_checked() -> None:
+    s, t = torch.randn(3, 4), torch.randn(3, 4)
+    with pytest.raises(ValueError, match="unknown SED form 'Cosine'"):
+        ensemble_sed_loss(s, [t], None, [1.0], form="Cosine")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="needs one queue per teacher"):
+        ensemble_sed_loss(s, [t], None, [1.0], form="seed")
+    got = ensemble_sed_loss(s, [t], None, [1.0], form="cosine")  # no queue needed
+    torch.testing.assert_close(got, cosine_distill_loss(s, t))
+
+
+def test_teacher_agreement_on_a_hand_example() -> None:
+    a = np.array([[1.0, 0.0], [0.0, 2.0]])
+    b = np.array([[0.0, 3.0], [0.0, 1.0]])  # orthogonal to a on row 0, parallel on row 1
+    assert teacher_agreement([a, b]) == pytest.approx(0.5)
+    assert teacher_agreement([a, a, 2 * a]) == pytest.approx(1.0)
+    assert math.isnan(teacher_agreement([a]))
 
 
 def test_pearson_weights_on_a_hand_example() -> None:

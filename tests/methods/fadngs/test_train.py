@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -132,6 +133,27 @@ def test_sed_distill_moves_the_student_toward_the_teachers_and_fills_queues() ->
     assert not torch.equal(queues[1].values, before[1])
     # teachers are untouched
     assert all(not p.requires_grad or p.grad is None for t in teachers for p in t.parameters())
+
+
+def test_cosine_sed_distill_needs_no_queue_and_pulls_the_student_to_the_teachers() -> None:
+    public = _images(16, seed=5)
+    teachers = [_encoder(1), _encoder(2)]
+    reps = teacher_representations([embed(t, public) for t in teachers])
+    student = _encoder(3)
+    kw: dict[str, Any] = {"epochs": 1, "batch_size": 8, "lr": 0.1, "form": "cosine"}
+    losses = [
+        sed_distill(student, reps, None, [0.5, 0.5], public, rng=np.random.default_rng(e), **kw)
+        for e in range(10)
+    ]
+    assert losses[-1] < losses[0]
+    queue = FifoQueue.random(8, 8, torch.Generator().manual_seed(0))
+    before = queue.values.clone()
+    sed_distill(student, reps, [queue, queue], [0.5, 0.5], public, rng=np.random.default_rng(0),
+                **kw)  # fmt: skip
+    assert torch.equal(queue.values, before)  # queues given are left untouched
+    with pytest.raises(ValueError, match="queues"):
+        sed_distill(student, reps, None, [0.5, 0.5], public, rng=np.random.default_rng(0),
+                    **{**kw, "form": "seed"})  # fmt: skip
 
 
 def test_teacher_representations_are_the_per_batch_ones() -> None:

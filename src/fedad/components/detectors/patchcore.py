@@ -107,6 +107,11 @@ def _cache_features(key: tuple[Any, ...], feats: np.ndarray) -> None:
             total -= old.nbytes
 
 
+def _images(x: Features) -> np.ndarray:
+    """``x`` as a contiguous float32 image array (one-line error for other data)."""
+    return np.ascontiguousarray(dense(x, "the patchcore detector"), dtype=np.float32)
+
+
 def clear_feature_cache() -> None:
     """Forget every cached feature array (tests; memory)."""
     with _FEATURES_LOCK:
@@ -364,7 +369,7 @@ class PatchCoreDetector(TorchDetector):
         process-wide cache (at most :data:`FEATURE_CACHE_BYTES`), keyed by the backbone, the
         resize side and a hash of the images: the backbone is frozen, so a client's images
         go through it once in a run, not once per round. Do not modify the result."""
-        xs = np.ascontiguousarray(dense(x, "the patchcore detector"), dtype=np.float32)
+        xs = _images(x)
         key = self._key(xs)
         hit = _cached_features(key)
         if hit is None:
@@ -406,7 +411,7 @@ class PatchCoreDetector(TorchDetector):
         idx = greedy_coreset(patches, n, int(seeded_rng(self.params.seed, 0xC0E).integers(2**62)))
         return patches[idx].numpy().astype(np.float32)
 
-    def training_scores(self, x: Features) -> np.ndarray:
+    def training_scores(self, x_train: Features) -> np.ndarray:
         """Held-out scores of the training images for the threshold: the images split in two
         halves at random (seeded), each half scored against a coreset bank of the other
         half's patches. Scored against a bank that holds their own patches, training images
@@ -414,7 +419,7 @@ class PatchCoreDetector(TorchDetector):
         threshold from those scores flags nearly every test image; scores against a bank of
         half the images are slightly above the full bank's (a conservative threshold).
         Fewer than two images: :meth:`score`."""
-        xs = np.ascontiguousarray(dense(x, "the patchcore detector"), dtype=np.float32)
+        xs = _images(x_train)
         if len(xs) < 2:
             return self.score(xs)
         self._ensure_built()
@@ -424,13 +429,8 @@ class PatchCoreDetector(TorchDetector):
         size = (int(xs.shape[2]), int(xs.shape[3]))
         out = np.empty(len(xs), dtype=np.float64)
         for held, kept in (halves, halves[::-1]):
-            bank = torch.as_tensor(self._coreset_bank(feats[kept]))
-            bank = bank.to(next(self.model_.parameters()).device)
-            with torch.no_grad():
-                for s in range(0, len(held), 32):
-                    rows = held[s : s + 32]
-                    maps = anomaly_maps(self._project(feats[rows]), bank, size)
-                    out[rows] = image_scores(maps).double().cpu().numpy()
+            maps = self._maps(feats[held], self._coreset_bank(feats[kept]), size)
+            out[held] = image_scores(torch.from_numpy(maps)).double().numpy()
         return out
 
     # -- training ------------------------------------------------------------------------------
@@ -490,21 +490,24 @@ class PatchCoreDetector(TorchDetector):
         """Anomaly maps ``(N, H, W)`` float32 at the images' resolution."""
         if not hasattr(self, "bank_"):
             raise RuntimeError("PatchCoreDetector has no memory bank: call set_bank or fit")
-        xs = np.ascontiguousarray(dense(x, "the patchcore detector"), dtype=np.float32)
+        xs = _images(x)
         key = (self._version, *self._key(xs))
         if self._memo is not None and self._memo[0] == key:
             return self._memo[1].copy()  # score and score_maps of one test set: one kNN
-        feats = self.features(xs)
-        bank = torch.as_tensor(self.bank_, device=next(self.model_.parameters()).device)
-        size = (int(xs.shape[2]), int(xs.shape[3]))
+        result = self._maps(self.features(xs), self.bank_, (int(xs.shape[2]), int(xs.shape[3])))
+        self._memo = (key, result)
+        return result.copy()
+
+    def _maps(self, feats: np.ndarray, bank: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+        """Anomaly maps ``(N, H, W)`` float32 of frozen features ``feats`` against ``bank``,
+        32 images at a time."""
+        on = torch.as_tensor(bank, device=next(self.model_.parameters()).device)
         out = []
         with torch.no_grad():
             for s in range(0, len(feats), 32):
-                maps = anomaly_maps(self._project(feats[s : s + 32]), bank, size)
+                maps = anomaly_maps(self._project(feats[s : s + 32]), on, size)
                 out.append(maps.float().cpu().numpy())
-        result = np.concatenate(out) if out else np.zeros((0, *size), np.float32)
-        self._memo = (key, result)
-        return result.copy()
+        return np.concatenate(out) if out else np.zeros((0, *size), np.float32)
 
     def score(self, x: Features) -> np.ndarray:
         """The image score: the maximum of the anomaly map."""

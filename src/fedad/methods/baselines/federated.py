@@ -243,7 +243,8 @@ class Centralized(TorchBaseline):
 
     def _pooled_result(self, det: BaselineDetector, pooled: np.ndarray) -> ServerResult:
         """The model trained on the pooled data, ready to score, with the threshold of its
-        scores on that data."""
+        training scores on that data (:meth:`~fedad.detector.BaseDetector.training_scores`:
+        held-out scores for a detector that keeps its training samples)."""
         self._with_bank(det, pooled)
-        threshold = quantile_threshold(det.score(pooled), self.contamination)
+        threshold = quantile_threshold(det.training_scores(pooled), self.contamination)
         return ServerResult(arrays=self._shared_arrays(det), scalars={"threshold": threshold})

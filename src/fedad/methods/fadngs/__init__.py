@@ -28,6 +28,8 @@ CSI's pairs (Table IV, Tack et al. eq. 4)  ``augment.shifted_views``,
                                            ``losses.shifted_instance_mask``
 eq. 11, 12 (similarity distributions)      ``losses.similarity_distribution``
 eq. 13 (weighted ensemble distillation)    ``losses.sed_loss``, ``losses.ensemble_sed_loss``
+SED's cosine form (``sed_form``, ours)     ``losses.cosine_distill_loss``
+teachers' agreement (history)              ``losses.teacher_agreement``
 :math:`w_c` (Sec. III-D, Pearson)          ``losses.pearson_weights``
 instance queue :math:`D_c` (Sec. III-D)    ``losses.FifoQueue``
 :math:`T_+`, :math:`T_-` (Sec. III-C)      ``augment.normal_transform``, ``augment.rotations``,

@@ -76,7 +76,7 @@ from fedad.fl.validate import ArraySpec, spec_of
 from fedad.methods.fadngs.density import min_mahalanobis
 from fedad.methods.fadngs.detector import COVS, MEANS, FADngsDetector, FADngsDetectorParams
 from fedad.methods.fadngs.family import PRIVACY
-from fedad.methods.fadngs.losses import FifoQueue, pearson_weights, teacher_agreement
+from fedad.methods.fadngs.losses import FifoQueue, SedForm, pearson_weights, teacher_agreement
 from fedad.methods.fadngs.privacy import (
     density_epsilon,
     distance_correlations,
@@ -169,20 +169,25 @@ class FADngsParams(Params):
         description="SED's SGD (the paper's 0.03 undoes each round's CRAD: docs)",
     )
     distill_batch: int = Field(default=64, ge=2, le=1 << 16)
-    queue_size: int = Field(default=2048, ge=1, le=1 << 20, description="|D_c| of SED")
+    queue_size: int = Field(default=2048, ge=1, le=1 << 20, description="|D_c| of SED (seed form)")
     sed_temperature: float = Field(
-        default=0.2, gt=0.0, le=100.0, description="student's tau of eq. 12 (SEED's code: 0.07)"
+        default=0.2,
+        gt=0.0,
+        le=100.0,
+        description="student's tau of eq. 12, seed form (SEED's code: 0.07)",
     )
     sed_teacher_temperature: float = Field(
-        default=1e-4, gt=0.0, le=100.0, description="teacher's tau of eq. 11 (SEED's)"
+        default=1e-4, gt=0.0, le=100.0, description="teacher's tau of eq. 11, seed form (SEED's)"
     )
     sed_positive: bool = Field(
-        default=True, description="the teacher's own representation leads the queue (code)"
+        default=True,
+        description="seed form: the teacher's own representation leads the queue (code)",
     )
     sed_queues: Literal["persist", "round"] = Field(
-        default="round", description="keep the queues across rounds or renew them each round"
+        default="round",
+        description="seed form: keep the queues across rounds or renew them each round",
     )
-    sed_form: Literal["seed", "cosine"] = Field(
+    sed_form: SedForm = Field(
         default="cosine", description="a cosine pull without queue (docs) or eq. 11-13 (seed)"
     )
     privacy_measure: bool = Field(default=True, description="distance correlation (Fig. 9)")
@@ -204,7 +209,7 @@ class _FADngs(Algorithm):
     sed: ClassVar[bool] = False
     queues: dict[int, FifoQueue]
     """SED's instance queues by client id (set by :meth:`server`; renewed every round unless
-    ``sed_queues = "persist"``)."""
+    ``sed_queues = "persist"``; empty with ``sed_form = "cosine"``, which has none)."""
 
     def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
         super().__init__(params, setup, detector)
@@ -443,13 +448,14 @@ class _FADngs(Algorithm):
         p = self.params
         if p.sed_queues == "round":
             queues.clear()  # [FADngs Algorithm 1]: "initialize instances queue D_c randomly"
-        for i in ids:
+        for i in ids if p.sed_form == "seed" else ():  # the cosine form has no queue
             if i not in queues:
                 seed = int(seeded_rng(self.setup.seed, i, r, 0x9E).integers(2**62))
                 gen = torch.Generator().manual_seed(seed)
                 queues[i] = FifoQueue.random(p.queue_size, p.proj_dim, gen)
         loss = sed_distill(
-            student.encoder_, teacher_representations(reps), [queues[i] for i in ids], w, public,
+            student.encoder_, teacher_representations(reps),
+            [queues[i] for i in ids] if p.sed_form == "seed" else None, w, public,
             epochs=p.distill_epochs, batch_size=p.distill_batch,
             lr=cosine_lr(p.distill_lr, r - 1, ctx.rounds),
             rng=seeded_rng(self.setup.seed, r, 0x5ED), tau=p.sed_temperature,

@@ -7,7 +7,8 @@
 - SED (Self-supervised Ensemble Distillation, [FADngs Sec. III-D, eq. 11-13]): the student
   matches each teacher's softmax distribution of similarities to that teacher's FIFO queue of
   representations, teachers weighted by how well their public-set anomaly scores correlate
-  with the ensemble's mean score.
+  with the ensemble's mean score. :func:`cosine_distill_loss` is the queue-free form that
+  ``fadngs`` uses by default (``sed_form = "cosine"``, not the paper's).
 
 The contrastive loss itself (eq. 7), the collapse monitors and CSI's pairs are shared with the
 ``contrastive`` detector: :mod:`fedad.components.losses`.
@@ -24,6 +25,10 @@ import torch.nn.functional as F
 from numpy.typing import ArrayLike, NDArray
 
 from fedad.components.losses import ConForm, contrastive_loss
+
+SedForm = Literal["seed", "cosine"]
+SED_FORMS: tuple[str, ...] = ("seed", "cosine")
+"""SED's per-teacher loss: [FADngs eq. 11-13] (``"seed"``) or :func:`cosine_distill_loss`."""
 
 
 def crad_mask(
@@ -215,17 +220,18 @@ def cosine_distill_loss(student_z: torch.Tensor, teacher_z: torch.Tensor) -> tor
 def ensemble_sed_loss(
     student_z: torch.Tensor,
     teacher_zs: Sequence[torch.Tensor],
-    queues: Sequence[torch.Tensor],
+    queues: Sequence[torch.Tensor] | None,
     weights: Sequence[float] | torch.Tensor,
     tau: float = 0.5,
     teacher_tau: float | None = None,
     positive: bool = False,
-    form: Literal["seed", "cosine"] = "seed",
+    form: SedForm = "seed",
 ) -> torch.Tensor:
     """[FADngs eq. 13]: :math:`\\sum_{c \\in S_t} w_c \\, \\mathrm{CE}(P_c, Q_c)` with one
     :func:`sed_loss` per teacher :math:`c`, on its own queue :math:`D_c` (``positive``: see
     :func:`sed_loss`). ``form = "cosine"`` puts :func:`cosine_distill_loss` in place of each
-    cross-entropy (the same Pearson weights; queues and temperatures unused).
+    cross-entropy (the same Pearson weights; no queues: ``queues`` may be None, and the
+    temperatures are unused).
 
     Shapes:
         - student_z: :math:`(N, D)`
@@ -234,15 +240,18 @@ def ensemble_sed_loss(
         - weights: :math:`(C,)`
         - output: scalar
     """
-    if not len(teacher_zs) == len(queues) == len(weights) > 0:
-        raise ValueError("need as many teachers, queues and weights, at least one")
+    if form not in SED_FORMS:
+        raise ValueError(f"unknown SED form {form!r}: one of {', '.join(SED_FORMS)}")
+    if not len(teacher_zs) == len(weights) > 0:
+        raise ValueError("need as many teachers and weights, at least one")
+    if form == "cosine":
+        pairs = zip(weights, teacher_zs, strict=True)
+        terms = [float(w) * cosine_distill_loss(student_z, t) for w, t in pairs]
+        return torch.stack(terms).sum()
+    if queues is None or len(queues) != len(teacher_zs):
+        raise ValueError('sed_form "seed" needs one queue per teacher')
     terms = [
-        float(w)
-        * (
-            cosine_distill_loss(student_z, t)
-            if form == "cosine"
-            else sed_loss(student_z, t, q, tau, teacher_tau, positive)
-        )
+        float(w) * sed_loss(student_z, t, q, tau, teacher_tau, positive)
         for w, t, q in zip(weights, teacher_zs, queues, strict=True)
     ]
     return torch.stack(terms).sum()

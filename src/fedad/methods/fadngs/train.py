@@ -9,9 +9,11 @@
   and ``"csi"`` (Table IV's CSI row: CSI's loss with shifted instances, every rotation of
   every sample an anchor, no selection) need no density.
 * :func:`sed_distill` is Aggregate of [FADngs Algorithm 1] after the FedAvg start: ``epochs``
-  passes over the public set; per batch, every teacher's similarity distribution over its
-  own FIFO queue is matched by the student [FADngs eq. 11-13], then the teacher's batch
-  representations enter its queue.
+  passes over the public set; per batch, with ``form = "seed"``, every teacher's similarity
+  distribution over its own FIFO queue is matched by the student [FADngs eq. 11-13], then
+  the teacher's batch representations enter its queue; with ``form = "cosine"`` (not the
+  paper's; ``fadngs``'s default) the student's representation of each image is pulled
+  toward each teacher's by cosine, no queue.
 * :func:`embed` gives :math:`z(x)` for the density estimation and the score.
 
 Optimiser: SGD with momentum 0.9 and weight decay, as the paper [FADngs Sec. IV]; the learning
@@ -40,7 +42,9 @@ from fedad.components.nn.resnet import Encoder
 from fedad.components.train import iterate_batches
 from fedad.methods.fadngs.density import min_mahalanobis
 from fedad.methods.fadngs.losses import (
+    SED_FORMS,
     FifoQueue,
+    SedForm,
     crad_loss,
     crad_mask,
     ensemble_sed_loss,
@@ -252,7 +256,7 @@ def teacher_representations(reps: Sequence[np.ndarray]) -> list[torch.Tensor]:
 def sed_distill(
     student: Encoder,
     teacher_z: Sequence[torch.Tensor],
-    queues: Sequence[FifoQueue],
+    queues: Sequence[FifoQueue] | None,
     weights: Sequence[float] | np.ndarray,
     public: np.ndarray,
     *,
@@ -265,7 +269,7 @@ def sed_distill(
     positive: bool = False,
     momentum: float = 0.9,
     weight_decay: float = 1e-4,
-    form: Literal["seed", "cosine"] = "seed",
+    form: SedForm = "seed",
 ) -> float:
     """Aggregate's distillation [FADngs Algorithm 1, eq. 11-13]: ``student`` starts from the
     FedAvg of the teachers (the caller's job, [FADngs eq. 10]) and is trained in place for
@@ -276,16 +280,20 @@ def sed_distill(
     batch), then :math:`D_c` takes the teacher's normalised batch representations (FIFO);
     ``positive`` puts each input's own teacher representation in front of the queue (see
     :func:`~fedad.methods.fadngs.losses.sed_loss`). The queues are the caller's and keep
-    their state. ``form``: see :func:`~fedad.methods.fadngs.losses.ensemble_sed_loss`.
-    Returns the last epoch's mean loss.
+    their state. ``form = "cosine"`` (not the paper's) replaces each term by the teacher's
+    :func:`~fedad.methods.fadngs.losses.cosine_distill_loss` and needs no queues (``queues``
+    None, or left untouched). Returns the last epoch's mean loss.
 
     Shapes:
         - public: :math:`(N, C, H, W)`
         - teacher_z: :math:`C` tensors :math:`(N, D)`
         - weights: :math:`(C,)`, one per teacher
     """
-    if not len(teacher_z) == len(queues) == len(weights) > 0:
-        raise ValueError("need as many teachers, queues and weights, at least one")
+    if form not in SED_FORMS:
+        raise ValueError(f"unknown SED form {form!r}: one of {', '.join(SED_FORMS)}")
+    pushed = list(queues) if form == "seed" and queues is not None else []
+    if not len(teacher_z) == len(weights) > 0 or (form == "seed" and len(pushed) != len(weights)):
+        raise ValueError("need as many teachers, queues (eq. 11-13) and weights, at least one")
     if any(tuple(z.shape[:1]) != (len(public),) for z in teacher_z):
         raise ValueError("every teacher needs one representation per public sample")
     device = next(student.parameters()).device
@@ -301,20 +309,12 @@ def sed_distill(
             batch = xt[rows].to(device)
             t_z = [z[rows].to(device) for z in teacher_z]
             s_z = student.normalized_projections(batch)
-            value = ensemble_sed_loss(
-                s_z,
-                t_z,
-                [q.values.to(device) for q in queues],
-                w,
-                tau,
-                teacher_tau,
-                positive,
-                form,
-            )
+            qs = [q.values.to(device) for q in pushed]
+            value = ensemble_sed_loss(s_z, t_z, qs, w, tau, teacher_tau, positive, form)
             opt.zero_grad(set_to_none=True)
             value.backward()  # type: ignore[no-untyped-call]
             opt.step()
-            for q, z in zip(queues, t_z, strict=True):
+            for q, z in zip(pushed, t_z if pushed else [], strict=True):
                 q.push(z.cpu())
             total += float(value.detach()) * len(idx)
             count += len(idx)
