@@ -17,7 +17,7 @@ The contrastive loss itself (eq. 7), the collapse monitors and CSI's pairs are s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 import torch
@@ -27,8 +27,14 @@ from numpy.typing import ArrayLike, NDArray
 from fedad.components.losses import ConForm, contrastive_loss
 
 SedForm = Literal["seed", "cosine"]
-SED_FORMS: tuple[str, ...] = ("seed", "cosine")
 """SED's per-teacher loss: [FADngs eq. 11-13] (``"seed"``) or :func:`cosine_distill_loss`."""
+
+
+def check_sed_form(form: str) -> None:
+    """``ValueError`` (one line) unless ``form`` is one of :data:`SedForm`'s values."""
+    forms = get_args(SedForm)
+    if form not in forms:
+        raise ValueError(f"unknown SED form {form!r}: one of {', '.join(forms)}")
 
 
 def crad_mask(
@@ -240,8 +246,7 @@ def ensemble_sed_loss(
         - weights: :math:`(C,)`
         - output: scalar
     """
-    if form not in SED_FORMS:
-        raise ValueError(f"unknown SED form {form!r}: one of {', '.join(SED_FORMS)}")
+    check_sed_form(form)
     if not len(teacher_zs) == len(weights) > 0:
         raise ValueError("need as many teachers and weights, at least one")
     if form == "cosine":

@@ -42,9 +42,9 @@ from fedad.components.nn.resnet import Encoder
 from fedad.components.train import iterate_batches
 from fedad.methods.fadngs.density import min_mahalanobis
 from fedad.methods.fadngs.losses import (
-    SED_FORMS,
     FifoQueue,
     SedForm,
+    check_sed_form,
     crad_loss,
     crad_mask,
     ensemble_sed_loss,
@@ -289,8 +289,7 @@ def sed_distill(
         - teacher_z: :math:`C` tensors :math:`(N, D)`
         - weights: :math:`(C,)`, one per teacher
     """
-    if form not in SED_FORMS:
-        raise ValueError(f"unknown SED form {form!r}: one of {', '.join(SED_FORMS)}")
+    check_sed_form(form)
     pushed = list(queues) if form == "seed" and queues is not None else []
     if not len(teacher_z) == len(weights) > 0 or (form == "seed" and len(pushed) != len(weights)):
         raise ValueError("need as many teachers, queues (eq. 11-13) and weights, at least one")
@@ -314,8 +313,9 @@ def sed_distill(
             opt.zero_grad(set_to_none=True)
             value.backward()  # type: ignore[no-untyped-call]
             opt.step()
-            for q, z in zip(pushed, t_z if pushed else [], strict=True):
-                q.push(z.cpu())
+            if pushed:  # eq. 11-13's queues take the teachers' batch (FIFO)
+                for q, z in zip(pushed, t_z, strict=True):
+                    q.push(z.cpu())
             total += float(value.detach()) * len(idx)
             count += len(idx)
         last = total / count if count else float("nan")
