@@ -19,6 +19,7 @@ import pytest
 import fedad.cli.app as cli_app
 from fedad.cli import options
 from fedad.config import dump_toml
+from fedad.errors import Interrupted
 from tests.hostile.conftest import SMALL_RUN
 
 
@@ -109,6 +110,47 @@ def test_ctrl_c_after_the_first_only_says_so(
     assert capfd.readouterr().err.count("stopping after Ctrl-C") == 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # ignored (a background job): left alone
     assert not options.CtrlC().install()
+
+
+def test_a_ctrl_c_inside_an_import_lands_after_it(
+    restored_sigint: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C while a module loads is put off until it has loaded: raised inside torch's
+    import it ended the process with SIGABRT (pybind11 cannot pass the exception on)."""
+    (tmp_path / "slow_module_for_ctrl_c.py").write_text(
+        "import os, signal, time\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "time.sleep(0.3)  # the handler runs here, inside the import\n"
+        "loaded = True\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    handler = options.CtrlC()
+    assert handler.install()
+    with pytest.raises(KeyboardInterrupt):
+        import slow_module_for_ctrl_c  # noqa: F401
+
+        time.sleep(2)  # the Ctrl-C comes back here, 50 ms after the import
+    assert sys.modules["slow_module_for_ctrl_c"].loaded  # the import was not cut short
+    assert handler.count == 1
+    del sys.modules["slow_module_for_ctrl_c"]
+
+
+def test_sigterm_inside_an_import_lands_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "slow_module_for_term.py").write_text(
+        "import os, signal, time\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "time.sleep(0.3)\n"
+        "loaded = True\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(Interrupted), options.terminate_as_interrupt():
+        import slow_module_for_term  # noqa: F401
+
+        time.sleep(2)
+    assert sys.modules["slow_module_for_term"].loaded
+    del sys.modules["slow_module_for_term"]
 
 
 def _ctrl_c() -> None:

@@ -16,9 +16,11 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -103,12 +105,45 @@ def write_file(out: Path, text: str) -> None:
         raise FedadError(f"cannot write '{out}': {err.strerror or err}") from None
 
 
+def _importing(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside an import (a module's top-level code is executing)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def deferred_while_importing(signum: int, frame: FrameType | None) -> bool:
+    """Put off a signal that lands while a module loads; whether it did.
+
+    An exception raised by a Python signal handler inside a module's import can reach C++
+    code that cannot pass it on: torch's ``torch._C._c10d_init()`` (run by ``import torch``)
+    then ends the process with ``terminate called after throwing an instance of
+    'pybind11::error_already_set'`` and SIGABRT, whatever fedad does afterwards. So a handler
+    asks this first: inside an import, the same signal is sent again to the main thread
+    50 ms later (from a timer thread), until it lands outside every import and the handler
+    raises there. Where threads cannot signal each other (no ``pthread_kill``), nothing is
+    put off.
+    """
+    if not hasattr(signal, "pthread_kill") or not _importing(frame):
+        return False
+    main = threading.main_thread().ident
+    if main is None:  # pragma: no cover - the main thread always has an ident
+        return False
+    timer = threading.Timer(0.05, signal.pthread_kill, (main, signum))
+    timer.daemon = True
+    timer.start()
+    return True
+
+
 @contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM raises :class:`Interrupted` (like Ctrl-C) for the duration of a run."""
 
-    def on_term(signum: int, frame: object) -> None:
-        raise Interrupted(signum)
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        if not deferred_while_importing(signum, frame):
+            raise Interrupted(signum)
 
     try:
         previous = signal.signal(signal.SIGTERM, on_term)
@@ -153,15 +188,18 @@ class CtrlC:
     (a run then keeps its finished methods and stops, :func:`fedad.cli.run.run`); the ones
     that follow while that happens only say it is under way, so that three quick Ctrl-C
     neither cut the keeping short nor end in the default handler's silent death by signal.
-    Ctrl-\\ (SIGQUIT) still stops at once. ``reported``: a command already said it was
-    interrupted.
+    Ctrl-\\ (SIGQUIT) still stops at once. A first Ctrl-C while a module loads is put off
+    until it has loaded (:func:`deferred_while_importing`). ``reported``: a command already
+    said it was interrupted.
     """
 
     def __init__(self) -> None:
         self.count = 0
         self.reported = False
 
-    def __call__(self, signum: int, frame: object) -> None:
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.count == 0 and deferred_while_importing(signum, frame):
+            return  # the first Ctrl-C comes back once the module has loaded
         self.count += 1
         if self.count == 1:
             raise KeyboardInterrupt
