@@ -46,6 +46,7 @@ import numpy as np
 from fedad.claim import RunDir
 from fedad.config import ExperimentConfig, dump_toml
 from fedad.errors import FedadError, Interrupted
+from fedad.interrupts import raise_interrupted
 from fedad.outdir import RUN_FILE, STATE_DIR, anchored, write_text
 from fedad.tracking import track_seeds
 
@@ -397,10 +398,7 @@ def _worker_init(threads: int) -> None:
     """Worker processes: SIGTERM stops a seed like in the CLI; CPU threads shared out."""
     import torch
 
-    def on_term(signum: int, frame: object) -> None:
-        raise Interrupted(signum)
-
-    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGTERM, raise_interrupted)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it sends SIGTERM
     torch.set_num_threads(threads)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")

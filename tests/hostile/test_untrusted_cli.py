@@ -19,7 +19,6 @@ import pytest
 import fedad.cli.app as cli_app
 from fedad.cli import options
 from fedad.config import dump_toml
-from fedad.errors import Interrupted
 from tests.hostile.conftest import SMALL_RUN
 
 
@@ -133,24 +132,6 @@ def test_a_ctrl_c_inside_an_import_lands_after_it(
     assert sys.modules["slow_module_for_ctrl_c"].loaded  # the import was not cut short
     assert handler.count == 1
     del sys.modules["slow_module_for_ctrl_c"]
-
-
-def test_sigterm_inside_an_import_lands_after_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (tmp_path / "slow_module_for_term.py").write_text(
-        "import os, signal, time\n"
-        "os.kill(os.getpid(), signal.SIGTERM)\n"
-        "time.sleep(0.3)\n"
-        "loaded = True\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(Interrupted), options.terminate_as_interrupt():
-        import slow_module_for_term  # noqa: F401
-
-        time.sleep(2)
-    assert sys.modules["slow_module_for_term"].loaded
-    del sys.modules["slow_module_for_term"]
 
 
 def _ctrl_c() -> None:

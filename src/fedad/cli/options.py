@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -28,6 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from fedad.errors import FedadError, Interrupted
+from fedad.interrupts import deferred_while_importing, raise_interrupted
 
 ConfigFile = Annotated[Path, typer.Argument(help="experiment TOML file")]
 RunDir = Annotated[Path, typer.Argument(help="a directory written by fedad run")]
@@ -105,48 +105,12 @@ def write_file(out: Path, text: str) -> None:
         raise FedadError(f"cannot write '{out}': {err.strerror or err}") from None
 
 
-def _importing(frame: FrameType | None) -> bool:
-    """Whether ``frame`` runs inside an import (a module's top-level code is executing)."""
-    while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
-            return True
-        frame = frame.f_back
-    return False
-
-
-def deferred_while_importing(signum: int, frame: FrameType | None) -> bool:
-    """Put off a signal that lands while a module loads; whether it did.
-
-    An exception raised by a Python signal handler inside a module's import can reach C++
-    code that cannot pass it on: torch's ``torch._C._c10d_init()`` (run by ``import torch``)
-    then ends the process with ``terminate called after throwing an instance of
-    'pybind11::error_already_set'`` and SIGABRT, whatever fedad does afterwards. So a handler
-    asks this first: inside an import, the same signal is sent again to the main thread
-    50 ms later (from a timer thread), until it lands outside every import and the handler
-    raises there. Where threads cannot signal each other (no ``pthread_kill``), nothing is
-    put off.
-    """
-    if not hasattr(signal, "pthread_kill") or not _importing(frame):
-        return False
-    main = threading.main_thread().ident
-    if main is None:  # pragma: no cover - the main thread always has an ident
-        return False
-    timer = threading.Timer(0.05, signal.pthread_kill, (main, signum))
-    timer.daemon = True
-    timer.start()
-    return True
-
-
 @contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM raises :class:`Interrupted` (like Ctrl-C) for the duration of a run."""
 
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        if not deferred_while_importing(signum, frame):
-            raise Interrupted(signum)
-
     try:
-        previous = signal.signal(signal.SIGTERM, on_term)
+        previous = signal.signal(signal.SIGTERM, raise_interrupted)
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
@@ -189,8 +153,8 @@ class CtrlC:
     that follow while that happens only say it is under way, so that three quick Ctrl-C
     neither cut the keeping short nor end in the default handler's silent death by signal.
     Ctrl-\\ (SIGQUIT) still stops at once. A first Ctrl-C while a module loads is put off
-    until it has loaded (:func:`deferred_while_importing`). ``reported``: a command already
-    said it was interrupted.
+    until it has loaded (:func:`fedad.interrupts.deferred_while_importing`). ``reported``: a
+    command already said it was interrupted.
     """
 
     def __init__(self) -> None:

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from fedad.errors import Interrupted
 from fedad.fl.flower.deploy.launch import port_open
+from fedad.interrupts import raise_interrupted
 
 START_TIMEOUT = 60.0
 """Seconds to wait for a SuperLink to accept connections."""
@@ -445,10 +445,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
         return
 
-    def handler(signum: int, frame: Any) -> None:
-        raise Interrupted(signum)
-
-    old = signal.signal(signal.SIGTERM, handler)
+    old = signal.signal(signal.SIGTERM, raise_interrupted)
     try:
         yield
     finally:
