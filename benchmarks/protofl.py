@@ -1,8 +1,9 @@
 """ProtoFL on one-vs-rest federations: the issue's benchmark, side by side with its baselines.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/protofl.py
-        --suite fashion|digits|ablation|dev|eval|odds|heads|eval2
+        --suite fashion|digits|ablation|dev|eval|odds|heads|eval2|tables
         [--seeds 5] [--first-seed 0] [--jobs 2] [--rounds 10] [--max-test 2000] [--work DIR]
+        [--data breast_cancer|odds_breastw|odds_ionosphere|odds_satellite]  (tables)
 
 Every suite is one fedad run with ``seeds = [0, ..., seeds - 1]`` (:func:`fedad.seeds.run_seeds`;
 ``--jobs`` worker processes, one torch thread each), every method of the suite on the same
@@ -65,6 +66,25 @@ Issue 28, seventh session (2026-11-26), registered before it runs:
   purely local Gaussian on the off-the-shelf features gives, to separate the head's gain
   from anything the federation adds) and ``fedavg`` + ``deepsvdd``. ``protofl``'s defaults
   (the CNN trunk and the flow: unchanged by the head change) are in ``eval``.
+
+Eleventh session (2026-11-27), registered before it runs:
+
+* ``tables``: ProtoFL's MLP trunk on tables with and without its group norm
+  (``vector_norm``). Found by an edge-case sweep of every method with no params: on
+  scikit-learn's breast-cancer table (3 IID clients, 10 rounds, dev seed 100) ``protofl``
+  scored 0.606 and its Gaussian head 0.604 against ``fedavg`` + ``autoencoder``'s 0.968;
+  without the group norm 0.943 / 0.907 (a diagnostic that replaced ``nn.GroupNorm`` by the
+  identity). Group norm rescales each row's hidden units, and a row anomalous by its size
+  then looks normal. The federation: ``--data`` (breast_cancer, odds_breastw,
+  odds_ionosphere, odds_satellite), ``scheme = "iid"``, 3 clients, 10 rounds, the whole
+  table (no caps); rows: ``protofl`` and its Gaussian head, each at ``vector_norm = "group"``
+  and ``"none"``, ``fedavg`` + ``autoencoder`` and ``fedavg`` + ``deepsvdd``. Development
+  seeds 100-102 (``--first-seed 100 --seeds 3``), one run per table. Rule: ``protofl``'s
+  default becomes ``vector_norm = "none"`` if, with the flow head, its AUROC averaged over
+  the four tables (each the mean over the three seeds) is at least 0.02 above ``"group"``'s
+  and no table is more than 0.01 below; otherwise the default stays the paper's group norm
+  and the rows are reported. Evaluation afterwards, whatever the rule says: the same four
+  tables at seeds 0-4 (``--seeds 5``).
 
 Writes ``benchmarks/results/protofl_<suite>.json`` (per method: mean and std over seeds of
 the mean per-client AUROC, per-class AUROC means, rounds, bytes, seconds, joined/new
@@ -145,15 +165,35 @@ ODDS: list[Method] = [
     ("local-autoencoder", "local", {}, "autoencoder"),
     ("fedavg-deepsvdd", "fedavg", {}, "deepsvdd"),
 ]
+TABLES: list[Method] = [
+    ("protofl-group", "protofl", {"vector_norm": "group"}, None),
+    ("protofl-none", "protofl", {"vector_norm": "none"}, None),
+    ("gaussian-group", "protofl", {"vector_norm": "group", "head": "gaussian"}, None),
+    ("gaussian-none", "protofl", {"vector_norm": "none", "head": "gaussian"}, None),
+    ("fedavg-autoencoder", "fedavg", {}, "autoencoder"),
+    ("fedavg-deepsvdd", "fedavg", {}, "deepsvdd"),
+]
+TABLE_DATA = ("breast_cancer", "odds_breastw", "odds_ionosphere", "odds_satellite")
 TRAINED = {"protofl", "fedavg", "feduv"}
 
 
-def config_text(suite: str, seeds: int, rounds: int, max_test: int, first: int = 0) -> str:
-    """The suite's experiment as TOML (seeds ``first .. first + seeds - 1``)."""
+SUITES: dict[str, list[Method]] = {
+    "fashion": MAIN, "digits": MAIN, "ablation": ABLATION, "dev": DEV, "eval": EVAL,
+    "odds": ODDS, "heads": HEADS, "eval2": EVAL2, "tables": TABLES,
+}  # fmt: skip
+
+
+def config_text(
+    suite: str, seeds: int, rounds: int, max_test: int, first: int = 0, data: str = TABLE_DATA[0]
+) -> str:
+    """The suite's experiment as TOML (seeds ``first .. first + seeds - 1``; ``data``: the
+    table of ``tables``)."""
     digits = suite == "digits"
-    methods = {"fashion": MAIN, "digits": MAIN, "ablation": ABLATION, "dev": DEV,
-               "eval": EVAL, "odds": ODDS, "heads": HEADS, "eval2": EVAL2}[suite]  # fmt: skip
+    methods = SUITES[suite]
     lines = [f"seeds = {list(range(first, first + seeds))}", f"rounds = {rounds}", "[data]"]
+    if suite == "tables":
+        lines += [f'name = "{data}"', "[partition]", 'scheme = "iid"', "clients = 3"]
+        return "\n".join(lines + method_lines(methods, None, suite)) + "\n"
     if suite == "odds":
         lines += ['name = "odds_satellite"', "[partition]", 'scheme = "iid"', "clients = 5"]
         return "\n".join(lines + method_lines(methods, None, suite)) + "\n"
@@ -233,9 +273,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--suite",
-        choices=["fashion", "digits", "ablation", "dev", "eval", "odds", "heads", "eval2"],
+        choices=list(SUITES),
         required=True,
     )
+    ap.add_argument("--data", choices=TABLE_DATA, default=TABLE_DATA[0], help="tables: which")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=1)
@@ -249,9 +290,14 @@ def main() -> None:
     )
     args = ap.parse_args()
 
-    text = config_text(args.suite, args.seeds, args.rounds, args.max_test, args.first_seed)
+    text = config_text(
+        args.suite, args.seeds, args.rounds, args.max_test, args.first_seed, args.data
+    )
+    name = f"protofl_{args.suite}"
+    if args.suite == "tables":
+        name += f"_{args.data}" + ("_dev" if args.first_seed >= 100 else "")
     rows = run_suite(
-        text, f"protofl_{args.suite}", summarise, work=args.work, jobs=args.jobs,
+        text, name, summarise, work=args.work, jobs=args.jobs,
         summarise_only=args.summarise_only, suite=args.suite,
     )  # fmt: skip
     print(f"```toml\n{text}```\n")

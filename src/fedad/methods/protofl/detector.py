@@ -58,6 +58,7 @@ HEADS = ("flow", "kde", "gaussian", "ocsvm")
 Head = Literal["flow", "kde", "gaussian", "ocsvm"]
 HeadData = Literal["clean", "views"]
 Normalize = Literal["auto", "none", "l2"]
+VectorNorm = Literal["group", "none"]
 MAX_FEATURES = 1 << 22
 
 
@@ -81,6 +82,7 @@ class ProtoFLDetectorParams(DetectorParams):
     head: Head = "flow"
     head_data: HeadData = "clean"
     normalize: Normalize = "auto"
+    vector_norm: VectorNorm = "group"
     flow_layers: int = Field(default=8, ge=1, le=64)
     flow_hidden: int = Field(default=64, ge=1, le=4096)
     flow_epochs: int = Field(default=100, ge=0, le=100_000)
@@ -109,10 +111,13 @@ class ProtoFLDetectorParams(DetectorParams):
     @classmethod
     def _before_normalize(cls, data: Any) -> Any:
         """A checkpoint written before ``normalize`` existed (issue 28, seventh session) fit
-        its head on unnormalised representations: read its absence so, so that it scores
-        as it did."""
+        its head on unnormalised representations, and one written before ``vector_norm``
+        has group norm in its MLP trunk: read their absence so, so that it scores as it
+        did."""
         if isinstance(data, dict) and "normalize" not in data and "input_shape" in data:
             data = {**data, "normalize": "none"}
+        if isinstance(data, dict) and "vector_norm" not in data and "input_shape" in data:
+            data = {**data, "vector_norm": "group"}  # written before it existed: group norm
         return data
 
     @model_validator(mode="after")
@@ -217,7 +222,13 @@ class ProtoFLDetector(BaseDetector):
         """The trunk's architecture, untrained (seeded) or, for ``efficientnet``, random."""
         if self.params.trunk_input == "efficientnet":
             return PretrainedTail(tail_start(self.params.tune_stages))
-        return Trunk(self.trunk_shape, self.params.rep_dim, self.params.width)
+        return Trunk(self.trunk_shape, self.params.rep_dim, self.params.width, self.vector_norm)
+
+    @property
+    def vector_norm(self) -> bool:
+        """Whether an MLP trunk has group norm: always on the pretrained features, on raw
+        vectors as ``vector_norm`` says."""
+        return self.params.kind != "vector" or self.params.vector_norm == "group"
 
     def make_trunk(self) -> torch.nn.Module:
         """The initial trunk: seeded weights, or EfficientNet-Lite0's shipped ones."""
@@ -231,7 +242,8 @@ class ProtoFLDetector(BaseDetector):
         r""":math:`\phi = g \circ f` around :meth:`make_trunk`, seeded, on the CPU."""
         if self.params.trunk_input != "efficientnet":
             with seeded(self.params.seed):
-                return Encoder(self.trunk_shape, self.params.rep_dim, proto_dim, self.params.width)
+                return Encoder(self.trunk_shape, self.params.rep_dim, proto_dim, self.params.width,
+                               vector_norm=self.vector_norm)  # fmt: skip
         return Encoder(self.trunk_shape, self.params.rep_dim, proto_dim, self.params.width,
                        self.make_trunk().cpu())  # fmt: skip
 

@@ -67,6 +67,7 @@ from fedad.methods.protofl.detector import (
     Normalize,
     ProtoFLDetector,
     ProtoFLDetectorParams,
+    VectorNorm,
 )
 from fedad.methods.protofl.model import Encoder
 from fedad.methods.protofl.train import train_encoder
@@ -106,6 +107,12 @@ class ProtoFLParams(Params):
         "normalize",
         description="h as the heads see it: 'l2' (unit length), 'none'; auto: l2 for the "
         "efficientnet trunk",
+    )
+    vector_norm: VectorNorm = shared_field(
+        ProtoFLDetectorParams,
+        "vector_norm",
+        description="tables: group norm in the MLP trunk ('group', the paper's tabular model) "
+        "or none",
     )
     flow_layers: int = shared_field(
         ProtoFLDetectorParams, "flow_layers", description="affine coupling layers"

@@ -31,9 +31,14 @@ class Trunk(nn.Module):
     detector): a small CNN with group norm for images of any size ``(C, H, W)`` (three
     3x3 convolutions, the last two of stride 2, then global average pooling and a linear
     layer), or, for vectors, three linear layers with ReLU and group norm (the paper's
-    tabular model, [ProtoFL Sec. 5.2])."""
+    tabular model, [ProtoFL Sec. 5.2]); ``vector_norm = False`` leaves the vector model's
+    group norm out. Group norm rescales each sample's hidden units to zero mean and unit
+    variance, so a table row that is anomalous by its overall size (every feature large, as
+    malignant tumours in the breast-cancer table) looks like a normal one to the heads."""
 
-    def __init__(self, input_shape: tuple[int, ...], rep_dim: int, width: int = 32) -> None:
+    def __init__(
+        self, input_shape: tuple[int, ...], rep_dim: int, width: int = 32, vector_norm: bool = True
+    ) -> None:
         super().__init__()
         self.rep_dim = rep_dim
         layers: list[nn.Module]
@@ -57,13 +62,17 @@ class Trunk(nn.Module):
         else:
             n = math.prod(input_shape)
             hdim = 4 * width
+
+            def norm() -> nn.Module:
+                return nn.GroupNorm(_groups(hdim), hdim) if vector_norm else nn.Identity()
+
             layers = [
                 nn.Flatten(),
                 nn.Linear(n, hdim),
-                nn.GroupNorm(_groups(hdim), hdim),
+                norm(),
                 nn.ReLU(),
                 nn.Linear(hdim, hdim),
-                nn.GroupNorm(_groups(hdim), hdim),
+                norm(),
                 nn.ReLU(),
                 nn.Linear(hdim, rep_dim),
             ]
@@ -90,9 +99,10 @@ class Encoder(nn.Module):
         proto_dim: int,
         width: int = 32,
         trunk: nn.Module | None = None,
+        vector_norm: bool = True,
     ) -> None:
         super().__init__()
-        self.trunk = Trunk(input_shape, rep_dim, width) if trunk is None else trunk
+        self.trunk = Trunk(input_shape, rep_dim, width, vector_norm) if trunk is None else trunk
         rep_dim = int(getattr(self.trunk, "rep_dim", rep_dim))
         self.proj: nn.Module
         if isinstance(self.trunk, PretrainedTail) and rep_dim == proto_dim:
