@@ -82,7 +82,7 @@ class ProtoFLDetectorParams(DetectorParams):
     head: Head = "flow"
     head_data: HeadData = "clean"
     normalize: Normalize = "auto"
-    vector_norm: VectorNorm = "group"
+    vector_norm: VectorNorm = "none"
     flow_layers: int = Field(default=8, ge=1, le=64)
     flow_hidden: int = Field(default=64, ge=1, le=4096)
     flow_epochs: int = Field(default=100, ge=0, le=100_000)

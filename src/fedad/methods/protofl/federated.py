@@ -111,8 +111,8 @@ class ProtoFLParams(Params):
     vector_norm: VectorNorm = shared_field(
         ProtoFLDetectorParams,
         "vector_norm",
-        description="tables: group norm in the MLP trunk ('group', the paper's tabular model) "
-        "or none",
+        description="tables: the MLP trunk without normalisation ('none'), or with the "
+        "paper's group norm ('group'; it hides rows anomalous by their size)",
     )
     flow_layers: int = shared_field(
         ProtoFLDetectorParams, "flow_layers", description="affine coupling layers"
