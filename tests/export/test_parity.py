@@ -218,14 +218,16 @@ def test_feddymem_maps(seed: int, generator: bool, calibrated: bool, spread: boo
     st.integers(0, 2**16),
     st.sampled_from(["flow", "kde", "gaussian", "ocsvm"]),
     st.sampled_from(["none", "l2"]),
+    st.sampled_from(["none", "group"]),
 )
-def test_protofl_heads(seed: int, head: str, normalize: str) -> None:
+def test_protofl_heads(seed: int, head: str, normalize: str, vector_norm: str) -> None:
     """(Width 16: the trunk's group norm then sees groups of 8; with groups of 2, as width 4
     gives, two nearly equal values amplify float32 rounding to 1e-4, in fedad as in ONNX.)"""
     x = data(seed, "vector")
     det = ProtoFLDetector(kind="vector", input_shape=(5,), rep_dim=4, width=16, head=head,
                           epochs=1, flow_epochs=2, flow_layers=3, flow_hidden=8,
-                          flow_val=0.0, seed=seed, normalize=normalize).fit(x[:32])  # fmt: skip
+                          flow_val=0.0, seed=seed, normalize=normalize,
+                          vector_norm=vector_norm).fit(x[:32])  # fmt: skip
     assert_same(parity_on(det, x[32:]))
 
 
