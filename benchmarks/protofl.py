@@ -4,6 +4,7 @@
         --suite fashion|digits|ablation|dev|eval|odds|heads|eval2|tables
         [--seeds 5] [--first-seed 0] [--jobs 2] [--rounds 10] [--max-test 2000] [--work DIR]
         [--data breast_cancer|odds_breastw|odds_ionosphere|odds_satellite]  (tables)
+        [--tag T]  (results file protofl_<suite>[_<data>][_dev]_<T>.json; ``_dev``: seeds >= 100)
 
 Every suite is one fedad run with ``seeds = [0, ..., seeds - 1]`` (:func:`fedad.seeds.run_seeds`;
 ``--jobs`` worker processes, one torch thread each), every method of the suite on the same
@@ -277,6 +278,9 @@ def main() -> None:
         required=True,
     )
     ap.add_argument("--data", choices=TABLE_DATA, default=TABLE_DATA[0], help="tables: which")
+    ap.add_argument(
+        "--tag", default="", help="suffix of the results file (keeps an earlier run's file)"
+    )
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=1)
@@ -296,6 +300,8 @@ def main() -> None:
     name = f"protofl_{args.suite}"
     if args.suite == "tables":
         name += f"_{args.data}" + ("_dev" if args.first_seed >= 100 else "")
+    if args.tag:
+        name += f"_{args.tag}"
     rows = run_suite(
         text, name, summarise, work=args.work, jobs=args.jobs,
         summarise_only=args.summarise_only, suite=args.suite,

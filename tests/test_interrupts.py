@@ -1,31 +1,53 @@
-"""Signals that stop a run never land inside an import (:mod:`fedad.interrupts`)."""
+"""Signals that stop a run do not land inside an import (:mod:`fedad.interrupts`)."""
 
 from __future__ import annotations
 
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from fedad import interrupts
 from fedad.errors import Interrupted
 from fedad.interrupts import deferred_while_importing, importing, raise_interrupted
 
 
-def test_importing_is_true_only_inside_an_import(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (tmp_path / "probe_importing.py").write_text(
-        "import sys\nfrom fedad.interrupts import importing\nINSIDE = importing(sys._getframe())\n"
-    )
+@pytest.fixture
+def module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], str]]:
+    """``module(body)``: the name of a fresh importable module with that top-level code."""
     monkeypatch.syspath_prepend(str(tmp_path))
-    import probe_importing
+    names: list[str] = []
 
-    assert probe_importing.INSIDE is True
+    def make(body: str) -> str:
+        name = f"probe_interrupts_{len(names)}"
+        (tmp_path / f"{name}.py").write_text(body)
+        names.append(name)
+        return name
+
+    yield make
+    for name in names:
+        sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def sigterm_raises() -> Iterator[None]:
+    old = signal.signal(signal.SIGTERM, raise_interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        interrupts._pending.clear()
+
+
+def test_importing_is_true_only_inside_an_import(module: Callable[[str], str]) -> None:
+    name = module("import sys\nfrom fedad.interrupts import importing\n"
+                  "INSIDE = importing(sys._getframe())\n")  # fmt: skip
+    assert __import__(name).INSIDE is True
     assert importing(sys._getframe()) is False
     assert importing(None) is False
-    del sys.modules["probe_importing"]
 
 
 def test_outside_an_import_the_handler_raises_at_once() -> None:
@@ -36,23 +58,50 @@ def test_outside_an_import_the_handler_raises_at_once() -> None:
 
 
 def test_a_sigterm_inside_an_import_is_raised_after_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    module: Callable[[str], str], sigterm_raises: None
 ) -> None:
     """The module finishes loading; Interrupted comes from the code after the import."""
-    (tmp_path / "slow_module_for_term.py").write_text(
-        "import os, signal, time\n"
-        "os.kill(os.getpid(), signal.SIGTERM)\n"
-        "time.sleep(0.3)  # the handler runs here, inside the import\n"
-        "loaded = True\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    old = signal.signal(signal.SIGTERM, raise_interrupted)
-    try:
-        with pytest.raises(Interrupted):
-            import slow_module_for_term  # noqa: F401
+    name = module(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGTERM)\n"
+        "time.sleep(0.3)\nloaded = True\n"
+    )  # fmt: skip  (the handler runs in the sleep)
+    with pytest.raises(Interrupted):
+        __import__(name)
+        time.sleep(2)  # sent again 50 ms after the import: raised here
+    assert sys.modules[name].loaded
 
-            time.sleep(2)  # sent again 50 ms after the import: raised here
-    finally:
-        signal.signal(signal.SIGTERM, old)
-    assert sys.modules["slow_module_for_term"].loaded
-    del sys.modules["slow_module_for_term"]
+
+def test_a_second_signal_while_one_is_put_off_acts_at_once(
+    module: Callable[[str], str], sigterm_raises: None
+) -> None:
+    name = module("import os, signal, time\nos.kill(os.getpid(), signal.SIGTERM)\n"
+                  "time.sleep(0.01)\nos.kill(os.getpid(), signal.SIGTERM)\n"
+                  "time.sleep(0.3)\nloaded = True\n")  # fmt: skip
+    with pytest.raises(Interrupted):
+        __import__(name)
+    assert name not in sys.modules  # cut short by the second one, inside the import
+    time.sleep(0.2)  # the first one's redelivery was called off: nothing more comes
+    assert not interrupts._pending
+
+
+def test_an_import_that_hangs_holds_a_signal_for_a_bounded_time(
+    module: Callable[[str], str], sigterm_raises: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(interrupts, "MAX_DEFER_S", 0.3)
+    name = module("import os, signal, time\nos.kill(os.getpid(), signal.SIGTERM)\n"
+                  "while True:\n    time.sleep(0.01)\n")  # fmt: skip
+    start = time.monotonic()
+    with pytest.raises(Interrupted):
+        __import__(name)
+    assert 0.3 <= time.monotonic() - start < 5
+
+
+def test_without_pthread_kill_nothing_is_put_off(
+    module: Callable[[str], str], sigterm_raises: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delattr(signal, "pthread_kill")
+    name = module("import os, signal, time\nos.kill(os.getpid(), signal.SIGTERM)\n"
+                  "time.sleep(0.3)\nloaded = True\n")  # fmt: skip
+    with pytest.raises(Interrupted):
+        __import__(name)
+    assert name not in sys.modules

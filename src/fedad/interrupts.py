@@ -1,4 +1,4 @@
-"""Signals that stop a run, handled so that they never land inside a module's import.
+"""Signals that stop a run, handled so that they do not land inside a module's import.
 
 A Python signal handler that raises (``KeyboardInterrupt`` on Ctrl-C, :class:`Interrupted`
 on SIGTERM) can do so inside a module's import, and from there into C++ code that cannot
@@ -6,18 +6,31 @@ pass the exception on: ``import torch`` runs ``torch._C._c10d_init()``, which th
 process with ``terminate called after throwing an instance of 'pybind11::error_already_set'``
 (SIGABRT), and other C-extension imports swallow the exception, so that the signal is lost.
 Every handler of fedad that raises asks :func:`deferred_while_importing` first.
+
+A put-off signal arrives late, under whatever handler is installed by then (a block that
+restored the default SIGTERM handler meanwhile dies by the signal, as it would had the
+signal come 50 ms later).
 """
 
 from __future__ import annotations
 
+import _thread
 import signal
 import threading
+import time
 from types import FrameType
 
 from fedad.errors import Interrupted
 
 REDELIVER_S = 0.05
 """How long after a put-off signal the main thread is sent it again."""
+MAX_DEFER_S = 5.0
+"""How long a signal is put off at most: an import that hangs must not hold Ctrl-C."""
+
+_pending: dict[int, float] = {}
+"""Signals put off and not yet acted on: when each was first put off (monotonic seconds)."""
+_resent: set[int] = set()
+"""Signals the redelivery thread has just sent again (not a new press)."""
 
 
 def importing(frame: FrameType | None) -> bool:
@@ -29,19 +42,41 @@ def importing(frame: FrameType | None) -> bool:
     return False
 
 
+def _resend(main: int, signum: int) -> None:
+    """In its own thread: send ``signum`` to the main thread again after
+    :data:`REDELIVER_S`, unless it was acted on meanwhile."""
+    time.sleep(REDELIVER_S)
+    if signum in _pending:
+        _resent.add(signum)
+        signal.pthread_kill(main, signum)
+
+
 def deferred_while_importing(signum: int, frame: FrameType | None) -> bool:
     """Put off signal ``signum`` if it landed inside an import; whether it did.
 
     Inside an import, the same signal is sent to the main thread again :data:`REDELIVER_S`
-    later (from a timer thread), until it lands outside every import and the handler acts
-    there. Where threads cannot signal each other (no ``pthread_kill``), nothing is put off.
+    later, until it lands outside every import and the handler acts there. It is not put
+    off (the handler acts at once) where threads cannot signal each other (no
+    ``pthread_kill``), once it has waited :data:`MAX_DEFER_S`, or when it comes again from
+    outside while put off (a second Ctrl-C means now). The redelivery thread is started with
+    ``_thread`` rather than ``threading``: a handler runs between any two bytecodes of the
+    main thread, which may hold ``threading``'s own locks then.
     """
+    resent = signum in _resent
+    _resent.discard(signum)
+    first = _pending.get(signum)
+    now = time.monotonic()
     main = threading.main_thread().ident
-    if not hasattr(signal, "pthread_kill") or main is None or not importing(frame):
+    if (
+        main is None
+        or not hasattr(signal, "pthread_kill")
+        or not importing(frame)
+        or (first is not None and (not resent or now - first > MAX_DEFER_S))
+    ):
+        _pending.pop(signum, None)
         return False
-    timer = threading.Timer(REDELIVER_S, signal.pthread_kill, (main, signum))
-    timer.daemon = True
-    timer.start()
+    _pending.setdefault(signum, now)
+    _thread.start_new_thread(_resend, (main, signum))
     return True
 
 

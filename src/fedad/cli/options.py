@@ -152,9 +152,10 @@ class CtrlC:
     (a run then keeps its finished methods and stops, :func:`fedad.cli.run.run`); the ones
     that follow while that happens only say it is under way, so that three quick Ctrl-C
     neither cut the keeping short nor end in the default handler's silent death by signal.
-    Ctrl-\\ (SIGQUIT) still stops at once. A first Ctrl-C while a module loads is put off
-    until it has loaded (:func:`fedad.interrupts.deferred_while_importing`). ``reported``: a
-    command already said it was interrupted.
+    Ctrl-\\ (SIGQUIT) still stops at once. A Ctrl-C while a module loads is put off until it
+    has loaded, at most 5 s; a second one while it waits acts at once
+    (:func:`fedad.interrupts.deferred_while_importing`). ``reported``: a command already said
+    it was interrupted.
     """
 
     def __init__(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
@@ -13,7 +15,7 @@ from fedad.methods.protofl.detector import ProtoFLDetector, ProtoFLDetectorParam
 from fedad.methods.protofl.federated import ProtoFL
 from fedad.methods.protofl.model import Trunk
 
-SMALL = {"rep_dim": 8, "width": 8, "epochs": 0, "head": "gaussian"}
+SMALL: dict[str, Any] = {"rep_dim": 8, "width": 8, "epochs": 0, "head": "gaussian"}
 
 
 def _group_norms(module: nn.Module) -> int:

@@ -31,7 +31,8 @@ Alg. 1            prototypes once, then T rounds of FedAvg over sampled clients:
 Alg. 2            frozen global model + local flow: ``federated.ProtoFL.client_detector``,
                   ``detector.ProtoFLDetector.fit_head``; score = NLL:
                   ``detector.ProtoFLDetector.score``
-Sec. 5.2          group norm instead of batch norm, 8 affine coupling layers (RealNVP),
+Sec. 5.2          group norm instead of batch norm (tables: ``vector_norm = "group"``; by
+                  default none there, see below), 8 affine coupling layers (RealNVP),
                   RAdam (0.94, 0.98), weight decay 1e-3: ``model.Trunk``, ``model.make_flow``,
                   ``train.RADAM_BETAS``
 Fig. 5            new clients (only phase 2): ``new_clients``, ``federated.ProtoFL.new_ids``,
@@ -46,7 +47,8 @@ dimension, with phase 2 on h; farthest-point choice of prototype images; standar
 of h before the head; the small CNN; the augmentation strengths; the flow's epoch count
 picked on held-out training samples (``train.choose_flow_epochs``); the ``phase1 = "local"``
 baseline (``federated.ProtoFL``); the ``trunk = "pretrained"`` variant (an MLP trunk on frozen
-backbone features, :mod:`.features`).
+backbone features, :mod:`.features`); on tables, the MLP trunk without the paper's group norm
+(``vector_norm = "none"``, the default: group norm hides rows anomalous by their size).
 """
 
 from fedad.catalog import declare_detector, declare_method

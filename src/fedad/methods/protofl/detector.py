@@ -109,7 +109,7 @@ class ProtoFLDetectorParams(DetectorParams):
 
     @model_validator(mode="before")
     @classmethod
-    def _before_normalize(cls, data: Any) -> Any:
+    def _older_checkpoint(cls, data: Any) -> Any:
         """A checkpoint written before ``normalize`` existed (issue 28, seventh session) fit
         its head on unnormalised representations, and one written before ``vector_norm``
         has group norm in its MLP trunk: read their absence so, so that it scores as it
@@ -222,10 +222,11 @@ class ProtoFLDetector(BaseDetector):
         """The trunk's architecture, untrained (seeded) or, for ``efficientnet``, random."""
         if self.params.trunk_input == "efficientnet":
             return PretrainedTail(tail_start(self.params.tune_stages))
-        return Trunk(self.trunk_shape, self.params.rep_dim, self.params.width, self.vector_norm)
+        p = self.params
+        return Trunk(self.trunk_shape, p.rep_dim, p.width, self.trunk_group_norm)
 
     @property
-    def vector_norm(self) -> bool:
+    def trunk_group_norm(self) -> bool:
         """Whether an MLP trunk has group norm: always on the pretrained features, on raw
         vectors as ``vector_norm`` says."""
         return self.params.kind != "vector" or self.params.vector_norm == "group"
@@ -243,7 +244,7 @@ class ProtoFLDetector(BaseDetector):
         if self.params.trunk_input != "efficientnet":
             with seeded(self.params.seed):
                 return Encoder(self.trunk_shape, self.params.rep_dim, proto_dim, self.params.width,
-                               vector_norm=self.vector_norm)  # fmt: skip
+                               vector_norm=self.trunk_group_norm)  # fmt: skip
         return Encoder(self.trunk_shape, self.params.rep_dim, proto_dim, self.params.width,
                        self.make_trunk().cpu())  # fmt: skip
 

@@ -2,13 +2,14 @@
 
 Every function cites [ProtoFL eq. N] (Kim et al., ICCV 2023).
 
-Normalisation: group normalisation, never batch normalisation. FedAvg averages parameters;
-batch-norm running statistics are per-client estimates of *local* activation moments, and in
-a one-vs-rest federation (each client holds one class) their average describes no client's
-data, while each client trains with its own batch statistics: the averaged model is then
-evaluated under statistics it was never trained with. Group norm normalises each sample on
-its own and has no running statistics, so the averaged model behaves the same on every
-client ([ProtoFL Sec. 5.2], after Hosseini et al. 2021).
+Normalisation: group normalisation, never batch normalisation (and on tables, by the
+detector's default ``vector_norm = "none"``, none at all: :class:`Trunk`). FedAvg averages
+parameters; batch-norm running statistics are per-client estimates of *local* activation
+moments, and in a one-vs-rest federation (each client holds one class) their average
+describes no client's data, while each client trains with its own batch statistics: the
+averaged model is then evaluated under statistics it was never trained with. Group norm
+normalises each sample on its own and has no running statistics, so the averaged model
+behaves the same on every client ([ProtoFL Sec. 5.2], after Hosseini et al. 2021).
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ class Trunk(nn.Module):
     3x3 convolutions, the last two of stride 2, then global average pooling and a linear
     layer), or, for vectors, three linear layers with ReLU and group norm (the paper's
     tabular model, [ProtoFL Sec. 5.2]); ``vector_norm = False`` leaves the vector model's
-    group norm out. Group norm rescales each sample's hidden units to zero mean and unit
-    variance, so a table row that is anomalous by its overall size (every feature large, as
-    malignant tumours in the breast-cancer table) looks like a normal one to the heads."""
+    group norm out (here the default is the paper's; the detector's is without). Group norm
+    rescales each sample's hidden units to zero mean and unit variance, so a table row that
+    is anomalous by its overall size (every feature large, as malignant tumours in the
+    breast-cancer table) looks like a normal one to the heads."""
 
     def __init__(
         self, input_shape: tuple[int, ...], rep_dim: int, width: int = 32, vector_norm: bool = True
