@@ -242,9 +242,9 @@ class ProtoFLDetector(BaseDetector):
     def make_encoder(self, proto_dim: int) -> Encoder:
         r""":math:`\phi = g \circ f` around :meth:`make_trunk`, seeded, on the CPU."""
         if self.params.trunk_input != "efficientnet":
-            with seeded(self.params.seed):
+            with seeded(self.params.seed):  # the trunk's initial weights, then g's
                 return Encoder(self.trunk_shape, self.params.rep_dim, proto_dim, self.params.width,
-                               vector_norm=self.trunk_group_norm)  # fmt: skip
+                               self._new_trunk())  # fmt: skip
         return Encoder(self.trunk_shape, self.params.rep_dim, proto_dim, self.params.width,
                        self.make_trunk().cpu())  # fmt: skip
 

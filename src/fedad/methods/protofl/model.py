@@ -101,10 +101,9 @@ class Encoder(nn.Module):
         proto_dim: int,
         width: int = 32,
         trunk: nn.Module | None = None,
-        vector_norm: bool = True,
     ) -> None:
         super().__init__()
-        self.trunk = Trunk(input_shape, rep_dim, width, vector_norm) if trunk is None else trunk
+        self.trunk = Trunk(input_shape, rep_dim, width) if trunk is None else trunk
         rep_dim = int(getattr(self.trunk, "rep_dim", rep_dim))
         self.proj: nn.Module
         if isinstance(self.trunk, PretrainedTail) and rep_dim == proto_dim:
