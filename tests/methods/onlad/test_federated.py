@@ -44,14 +44,19 @@ def test_gaussian_poisoned_client_is_excluded() -> None:
     from fedad.config import AttackConfig
 
     (bad,) = attacked_clients(AttackConfig(**attack), 5, 0)  # type: ignore[arg-type]
-    for row in out.history:
-        if row["round"] >= 1:
-            w = _weights(row)
-            assert w[bad] == 0.0
-            assert sum(w.values()) == pytest.approx(1.0, abs=1e-3)
+    rounds = [row for row in out.history if row["round"] >= 1]
+    assert len(rounds) == 3  # every round ran and was recorded: nothing passes vacuously
+    for row in rounds:
+        w = _weights(row)
+        assert set(w) == set(range(5))  # every client was weighed, the poisoned one included
+        assert w[bad] == 0.0
+        assert row["excluded"] == 1  # the server really excluded one client: the poisoned one
+        assert all(w[c] > 0.0 for c in w if c != bad)  # and only it
+        assert sum(w.values()) == pytest.approx(1.0, abs=1e-3)
     # FedAvg gives it its full n_k / N share
-    plain = _run("onlad", attack, detect=False)
-    assert all(_weights(r)[bad] > 0.1 for r in plain.history if r["round"] >= 1)
+    plain = [r for r in _run("onlad", attack, detect=False).history if r["round"] >= 1]
+    assert len(plain) == 3
+    assert all(_weights(r)[bad] > 0.1 for r in plain)
 
 
 def test_clean_run_excludes_nobody_and_detects() -> None:
