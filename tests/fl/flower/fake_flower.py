@@ -45,9 +45,11 @@ class FakeFlowerGrid:
 
     ``order`` permutes the reply order; ``dead`` nodes answer only the handshake (or
     nothing, without ``hello_from_dead``); ``node_parts`` may misconfigure a node's
-    ``num-partitions``. Like a deployment (unless ``sim_spec``), the nodes keep personalised
-    detectors in ``models_dir`` (node config ``fedad-models-dir``; default: a temporary
-    directory removed with the grid; ``""`` gives the nodes none).
+    ``num-partitions``; ``claims`` adds nodes (Flower node id -> the partition it claims),
+    e.g. a second node for a partition that a node holds already. Like a deployment (unless
+    ``sim_spec``), the nodes keep personalised detectors in ``models_dir`` (node config
+    ``fedad-models-dir``; default: a temporary directory removed with the grid; ``""`` gives
+    the nodes none).
     """
 
     def __init__(
@@ -60,6 +62,7 @@ class FakeFlowerGrid:
         sim_spec: bool = False,
         hello_from_dead: bool = True,
         models_dir: str | Path | None = None,
+        claims: dict[int, int] | None = None,
     ) -> None:
         self.hello_from_dead = hello_from_dead
         if models_dir is None:
@@ -69,6 +72,7 @@ class FakeFlowerGrid:
         extra = {"fedad-models-dir": str(models_dir)} if models_dir else {}
         self.app = FedadClientApp(spec if sim_spec else None)
         self.nodes = {1000 + 7 * p: p for p in range(partitions)}  # Flower ids are not ours
+        self.nodes.update(claims or {})
         self.contexts = {
             n: Context(
                 run_id=1,

@@ -326,16 +326,6 @@ def test_malformed_reply_is_rejected_as_in_process(monkeypatch: pytest.MonkeyPat
     assert out.bytes_up == ref.bytes_up
 
 
-def test_misconfigured_node_is_ignored() -> None:
-    cfg, _, alg = _setup()
-    spec = RunSpec.build(cfg, alg)
-    spec = RunSpec(**{**spec.__dict__, "timeout": 0.2})
-    fake = FakeFlowerGrid(spec, node_parts={2: 5})
-    out = serve(fake, spec, alg, poll_interval=0.01)
-    assert out.missing_nodes == [2]
-    assert any("holds partition 2 of 5" in e for e in out.events)
-
-
 def test_random_reply_order_changes_nothing() -> None:
     cfg, _, alg = _setup()
     spec = RunSpec.build(cfg, alg)

@@ -69,6 +69,7 @@ class FlowerGrid:
         self._node_of: dict[int, int] = {}
         self._client_of: dict[int, int] = {}
         self._asked: set[int] = set()
+        self._unasked: set[int] = set()  # late nodes named, never asked
         self._up = 0
         self._down = 0
         self.client_seconds = 0.0
@@ -111,7 +112,14 @@ class FlowerGrid:
             log.warning(self.failures[-1])
 
     def _hello(self, deadline: float) -> None:
-        """Ask nodes not yet asked for their partition id."""
+        """Ask nodes not yet asked for their partition id; map those that answer.
+
+        A node that claims a partition another node holds, or one outside the run's
+        ``0 .. num_partitions - 1``, stops the run (:class:`FlowerRunError`, naming the
+        nodes): the server cannot tell which of two claimants is the site it expects, and
+        keeping either would let a stranger's updates in. A node that does not answer, or
+        not as a fedad node, is left out, with a warning.
+        """
         from flwr.app import ConfigRecord, RecordDict
         from flwr.app import Message as FMessage
 
@@ -123,23 +131,55 @@ class FlowerGrid:
             FMessage(RecordDict({META_KEY: ConfigRecord({"kind": HELLO})}), n, f"query.{HELLO}")
             for n in new
         ]
-        for node, reply in sorted(self.exchange(msgs, new, deadline).items()):
-            if reply.has_error() or not reply.has_content():
+        got = self.exchange(msgs, new, deadline)
+        contested: list[str] = []
+        for node in new:
+            reply = got.get(node)
+            claim = self._claim(node, reply)
+            if claim is None:
                 continue
-            meta = recorddict_meta(reply.content)
-            pid, parts = meta.get("partition-id"), meta.get("num-partitions")
-            if not isinstance(pid, int) or isinstance(pid, bool):
-                continue
+            pid, parts = claim
             if parts != self.num_partitions or not 0 <= pid < self.num_partitions:
-                self.failures.append(
-                    f"node {node} holds partition {pid} of {parts}, "
-                    f"but the run has {self.num_partitions} clients; ignored"
+                contested.append(
+                    f"Flower node {node} holds partition {pid} of {parts}, but the run has "
+                    f"{self.num_partitions} clients (partition ids 0..{self.num_partitions - 1})"
                 )
             elif pid in self._node_of:
-                self.failures.append(f"two nodes hold client {pid}; node {node} ignored")
+                contested.append(
+                    f"two nodes claim client {pid}: Flower nodes {self._node_of[pid]} and {node}"
+                )
             else:
                 self._node_of[pid] = node
                 self._client_of[node] = pid
+        if contested:
+            self.failures.extend(contested)
+            raise FlowerRunError(
+                "; ".join(contested),
+                "each site starts one SuperNode with its own --partition-id and the run's "
+                "number of clients as --num-partitions; stop the others (a node's id is in "
+                "its log, 'SuperNode ID: N', and in 'fedad flower nodes') and run again",
+            )
+
+    def _claim(self, node: int, reply: FlowerMessage | None) -> tuple[int, object] | None:
+        """The ``(partition-id, num-partitions)`` a node's handshake reply claims; ``None``
+        (with a warning) when it did not answer, or not as a fedad node."""
+        why = None
+        if reply is None:
+            why = "did not answer the handshake in time"
+        elif reply.has_error():
+            reason = (reply.error.reason or "").strip().splitlines()
+            why = f"failed the handshake: {reason[-1] if reason else reply.error.code}"
+        elif not reply.has_content():
+            why = "answered the handshake without content"
+        else:
+            meta = recorddict_meta(reply.content)
+            pid, parts = meta.get("partition-id"), meta.get("num-partitions")
+            if isinstance(pid, int) and not isinstance(pid, bool):
+                return pid, parts
+            why = "did not say which partition it holds"
+        self.failures.append(f"Flower node {node} {why}; it takes no part in the run")
+        log.warning(self.failures[-1])
+        return None
 
     def flower_node_ids(self) -> list[int]:
         """The Flower node ids connected now."""
@@ -240,11 +280,21 @@ class FlowerGrid:
         return dict(sorted(replies.items()))
 
     def _map_late_nodes(self, clients: Iterable[int], timeout: float) -> None:
-        """Ask nodes that connected after the handshake for their partition, if needed."""
-        if any(c not in self._node_of for c in clients) and (
-            set(self.grid.get_node_ids()) - self._asked
-        ):
+        """Ask nodes that connected after the handshake for their partition, if a client
+        has no node yet; otherwise name them (once): they receive no task."""
+        late = set(self.grid.get_node_ids()) - self._asked
+        if not late:
+            return
+        if any(c not in self._node_of for c in clients):
             self._hello(deadline=time.monotonic() + min(timeout, 30.0))
+            return
+        for node in sorted(late - self._unasked):
+            self.failures.append(
+                f"Flower node {node} connected during the run; every client has its node, so "
+                "it was not asked and receives no task"
+            )
+            log.warning(self.failures[-1])
+        self._unasked |= late
 
     def _post(self, cid: int, msg: Message) -> bool:
         """Count ``msg``'s bytes and draw its dropout with the in-process engine's stream;
