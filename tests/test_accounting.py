@@ -141,7 +141,8 @@ def test_target_epsilon_calibrates_the_run(tmp_path: object) -> None:
         "data": {"name": "odds_ionosphere", "max_train_per_client": 20},
         "partition": {"scheme": "iid", "clients": 4},
         "engine": {"fraction": 0.5, "progress": False},
-        "privacy": {"mechanism": "gaussian", "target_epsilon": 3.0, "delta": 1e-3},
+        "privacy": {"mechanism": "gaussian", "target_epsilon": 3.0, "delta": 1e-3,
+                    "noise_source": "seeded"},  # the second run must draw the same noise
         "methods": [{"name": "fedavg", "detector": "autoencoder", "params": {"local_epochs": 1}}],
     }  # fmt: skip
     data = run_experiment(parse_config(raw), root / "a")

@@ -57,6 +57,9 @@ def test_privatize_reply_only_touches_shared_float_arrays() -> None:
     assert out.arrays["w"].dtype == np.float32 and out.scalars == {"k": 1}
 
 
+SEEDED = PrivacyConfig(mechanism="gaussian", noise_source="seeded")
+
+
 def _auroc(privacy: PrivacyConfig | None) -> float:
     fed = make_federation(clients=3, n=80)
     setup = Setup("vector", (6,), rounds=5, seed=0, contamination=0.1, num_clients=3)
@@ -69,8 +72,9 @@ def _auroc(privacy: PrivacyConfig | None) -> float:
 
 def test_results_stay_within_tolerance_under_mild_noise() -> None:
     clean = _auroc(None)
-    mild = _auroc(PrivacyConfig(mechanism="gaussian", clip=5.0, noise_multiplier=0.01))
-    heavy = _auroc(PrivacyConfig(mechanism="gaussian", clip=5.0, noise_multiplier=50.0))
+    # seeded: the same noise on every run of the test (private noise would make it a draw)
+    mild = _auroc(SEEDED.model_copy(update={"clip": 5.0, "noise_multiplier": 0.01}))
+    heavy = _auroc(SEEDED.model_copy(update={"clip": 5.0, "noise_multiplier": 50.0}))
     assert abs(mild - clean) <= 0.02
     assert heavy < clean - 0.1  # the mechanism is really applied
 
@@ -159,7 +163,7 @@ def _msg(kind: str, round_no: int = 4) -> Message:
     return Message(kind, {"w": np.linspace(-1.0, 1.0, 50)}, {"round": round_no})
 
 
-NOISY = PrivacyConfig(mechanism="gaussian", clip=1.0, noise_multiplier=0.5)
+NOISY = SEEDED.model_copy(update={"clip": 1.0, "noise_multiplier": 0.5})
 
 
 def test_only_declared_update_phases_are_privatised() -> None:
@@ -282,3 +286,113 @@ def test_centralized_under_privacy_says_it_is_not_applied() -> None:
     algo = build_algorithm("centralized", {"local_epochs": 1}, SETUP)
     _, events = _scores(algo, NOISY)
     assert "method 'centralized' has no model-update phase: [privacy] not applied" in events
+
+
+# ------------------------------------------------------------------ where the noise comes from
+
+PRIVATE = NOISY.model_copy(update={"noise_source": "private"})
+
+
+def _server_recovers_the_update(cfg: PrivacyConfig) -> bool:
+    """The attack of a server that holds the run's seed: regenerate a client's seeded noise
+    and subtract it from the client's reply. True when that yields the clipped update."""
+    seed, client, round_no = 11, 2, 3
+    msg = _msg("train", round_no)
+    reply = private_handlers(_toy_handlers(), cfg, seed, client)["train"]({}, None, msg)
+    clipped = clip_l2({"w": np.full(50, 0.25)}, cfg.clip)["w"]  # what the client really sent
+    std = cfg.noise_multiplier * cfg.clip
+    regenerated = noise_rng(seed, round_no, client, "train").normal(0.0, std, size=50)
+    recovered = reply.arrays["w"] - msg.arrays["w"] - regenerated
+    return bool(np.allclose(recovered, clipped, atol=1e-12))
+
+
+def test_private_noise_is_the_default_and_the_server_cannot_regenerate_it() -> None:
+    assert PrivacyConfig().noise_source == "private"
+    assert PrivacyConfig(mechanism="gaussian").noise_source == "private"
+    # seeded noise: the server subtracts it and sees the clipped update itself
+    assert _server_recovers_the_update(NOISY)
+    assert not _server_recovers_the_update(PRIVATE)
+    # private noise: two replies to one request differ; seeded ones are equal
+    for cfg, same in ((PRIVATE, False), (NOISY, True)):
+        train = private_handlers(_toy_handlers(), cfg, 3, 1)["train"]
+        a, b = (train({}, None, _msg("train")).arrays["w"] for _ in range(2))
+        assert np.array_equal(a, b) is same
+        # the scale is the configured one either way: sigma * C = 0.5 on the clipped update
+        noise = a - _msg("train").arrays["w"] - 1.0 / np.sqrt(50)
+        assert 0.3 < float(np.std(noise)) < 0.75
+
+
+def _final(engine: str, privacy: PrivacyConfig) -> dict[str, np.ndarray]:
+    """The global model after two FedAvg rounds of one seed on ``engine``."""
+    from fedad.config import parse_config
+    from fedad.federation import build_federation
+    from fedad.runner import build_algorithms, run_method
+
+    raw = {
+        "seed": 3, "rounds": 2,
+        "data": {"name": "digits", "normal": [0, 1, 2], "anomaly": [7, 8],
+                 "max_train_per_client": 40, "max_test": 60},
+        "partition": {"scheme": "iid", "clients": 3},
+        "engine": {"progress": False, "workers": 2 if engine == "workers" else 1},
+        "privacy": privacy.model_dump(),
+        "methods": [{"name": "fedavg", "detector": "autoencoder", "params": {"batch_size": 16}}],
+    }  # fmt: skip
+    cfg = parse_config(raw)
+    fed = build_federation(cfg)
+    alg = build_algorithms(cfg, fed)["fedavg"]
+    if engine != "flower":
+        return run_method(cfg, alg, fed).result.arrays
+    from fedad.fl.flower.server import serve
+    from fedad.fl.flower.spec import RunSpec
+    from tests.fl.flower.fake_flower import FakeFlowerGrid
+
+    spec = RunSpec.build(cfg, alg)  # the nodes take [privacy] from the run's spec
+    return serve(FakeFlowerGrid(spec), spec, alg, poll_interval=0.0).result.arrays
+
+
+@pytest.mark.parametrize("engine", ["inprocess", "flower"])
+def test_two_runs_carry_different_noise_unless_seeded(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployment-shaped run: the same config and seed twice. Under private noise (the
+    default) the models differ, so nothing the server holds fixes the noise; under seeded
+    noise they are equal, bit for bit."""
+    if engine == "flower":
+        pytest.importorskip("flwr", reason="the flower extra")
+        from tests.fl.flower.fake_flower import as_server_app
+
+        as_server_app(monkeypatch)
+    base = PrivacyConfig(mechanism="gaussian", clip=1.0, noise_multiplier=0.5)
+    one, two = _final(engine, base), _final(engine, base)
+    assert any(not np.array_equal(one[k], two[k]) for k in one)
+    seeded = base.model_copy(update={"noise_source": "seeded"})
+    one, two = _final(engine, seeded), _final(engine, seeded)
+    for k in one:
+        np.testing.assert_array_equal(one[k], two[k], err_msg=k)
+
+
+@pytest.mark.slow
+def test_worker_processes_draw_private_noise() -> None:
+    """Clients in worker processes (``engine.workers``) get the noise source too: with
+    seeded noise they equal one process bit for bit (tests/fl/test_workers.py), with private
+    noise they differ from that seeded run."""
+    base = PrivacyConfig(mechanism="gaussian", clip=1.0, noise_multiplier=0.5)
+    seeded = _final("inprocess", base.model_copy(update={"noise_source": "seeded"}))
+    private = _final("workers", base)
+    assert any(not np.array_equal(seeded[k], private[k]) for k in seeded)
+
+
+def test_the_resolved_config_records_the_noise_source() -> None:
+    """``--resume`` compares resolved configs: a run resumed with the other noise source is
+    refused, naming the key."""
+    from fedad.claim import config_difference
+    from fedad.config import dump_toml, parse_config
+
+    raw = {"data": {"name": "digits", "normal": [0], "anomaly": [1]},
+           "privacy": {"noise_multiplier": 1.0},
+           "methods": [{"name": "fedavg", "detector": "autoencoder"}]}  # fmt: skip
+    private = parse_config(raw).model_dump(mode="json", exclude_none=True)
+    assert 'noise_source = "private"' in dump_toml(private)
+    seeded = parse_config(raw | {"privacy": {"noise_multiplier": 1.0, "noise_source": "seeded"}})
+    diff = config_difference(private, seeded.model_dump(mode="json", exclude_none=True))
+    assert diff is not None and "privacy.noise_source" in diff

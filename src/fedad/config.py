@@ -185,6 +185,9 @@ class PrivacyConfig(_Strict):
     target_epsilon: float | None = Field(
         default=None, gt=0.0, description="calibrate noise_multiplier to this epsilon"
     )
+    noise_source: Literal["private", "seeded"] = Field(
+        default="private", description="private: OS entropy; seeded: reproducible, honest server"
+    )
     secagg: bool = Field(
         default=False, description="Flower's SecAgg+ for the phases that only need a weighted mean"
     )

@@ -6,14 +6,30 @@ phase) is clipped to L2 norm :math:`C` over all its arrays together,
 :math:`\\tilde u = u \\cdot \\min(1, C / \\lVert u \\rVert_2)`, then noised,
 :math:`\\hat u = \\tilde u + \\mathcal N(0, \\sigma^2 C^2 I)` with noise multiplier
 :math:`\\sigma`, and the client returns :math:`w + \\hat u`. Each client adds its own noise
-(local DP), so no trusted server is needed. Configured by the ``[privacy]`` section.
+(local DP). Configured by the ``[privacy]`` section.
 
 The mechanism acts on the phases the method declares as model updates
 (:attr:`Requirements.update_phases <fedad.fl.algorithm.Requirements.update_phases>`, passed
 in as ``phases``) and on no other: a memory bank or a density statistic is not a model
-update. The noise is seeded by (seed, round, client, phase): the ``train`` phase keeps the
-stream it always had, every other phase mixes in the CRC-32 of its name (stable across
-processes, unlike :func:`hash`), so two phases never share noise.
+update.
+
+**Where the noise comes from** (``privacy.noise_source``). The guarantee holds against the
+server only if the server cannot know the noise: a server that could regenerate
+:math:`\\mathcal N(0, \\sigma^2 C^2 I)` would subtract it and see the clipped update
+:math:`\\tilde u` itself.
+
+- ``"private"`` (the default): every reply draws fresh noise from the operating system's
+  entropy on the client (:func:`private_rng`), which nobody else holds. Two runs of one
+  config then differ wherever the noise reaches.
+- ``"seeded"``: the noise comes from the run's seed, keyed by (seed, round, client, phase)
+  (:func:`noise_rng`): reproducible, bit for bit, across runs and engines. Whoever holds
+  the config holds the seed, and the server does: seeded noise **assumes an honest server**
+  (a simulation, a benchmark) and gives no protection against it. The ``train`` phase keeps
+  the stream it always had; every other phase mixes in the CRC-32 of its name (stable
+  across processes, unlike :func:`hash`), so two phases never share noise.
+
+A server that asks for the same round twice gets fresh private noise each time: every
+answer is a release, counted as one by :func:`fedad.accounting.client_level_guarantee`.
 """
 
 from __future__ import annotations
@@ -80,7 +96,8 @@ def privatize_reply(
 
 
 def noise_rng(seed: int, round_no: int, client_id: int, phase: str) -> np.random.Generator:
-    """The noise stream of ``client_id``'s ``phase`` reply in round ``round_no``.
+    """The seeded noise stream of ``client_id``'s ``phase`` reply in round ``round_no``
+    (``noise_source = "seeded"``: anyone with the seed regenerates it).
 
     ``train`` keeps the stream of earlier versions (bit-identical results); any other phase
     adds the CRC-32 of its name as a key, so phases never share noise.
@@ -91,13 +108,24 @@ def noise_rng(seed: int, round_no: int, client_id: int, phase: str) -> np.random
     return seeded_rng(*keys)
 
 
+def private_rng() -> np.random.Generator:
+    """A noise stream from fresh operating-system entropy (128 bits through
+    :class:`numpy.random.SeedSequence`): nothing the server holds reproduces it."""
+    return np.random.default_rng(np.random.SeedSequence())
+
+
 def private_handler(
     handler: Handler, phase: str, cfg: PrivacyConfig, seed: int, client_id: int
 ) -> Handler:
-    """Wrap the handler of the update phase ``phase`` so that its replies are privatised."""
+    """Wrap the handler of the update phase ``phase`` so that its replies are privatised,
+    with noise from ``cfg.noise_source`` (see the module docstring)."""
+    seeded = cfg.noise_source == "seeded"
 
     def private(state: ClientState, data: ClientData, msg: Message) -> Message:
-        rng = noise_rng(seed, int(msg.get("round", 0)), client_id, phase)
+        if seeded:
+            rng = noise_rng(seed, int(msg.get("round", 0)), client_id, phase)
+        else:
+            rng = private_rng()
         return privatize_reply(msg.arrays, handler(state, data, msg), cfg, rng)
 
     return private

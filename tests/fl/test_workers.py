@@ -54,7 +54,8 @@ def test_two_workers_equal_one_process_bit_for_bit(
     fed, _ = _fed_and_algo(method, detector)
     kw = {"rounds": 3, "seed": 4, "fraction": 0.6, "dropout": 0.2,
           "attack": AttackConfig(kind="sign-flip", clients=1),
-          "privacy": PrivacyConfig(mechanism="gaussian", noise_multiplier=0.1)}  # fmt: skip
+          "privacy": PrivacyConfig(mechanism="gaussian", noise_multiplier=0.1,
+                                   noise_source="seeded")}  # fmt: skip
     one = run_inprocess(_fed_and_algo(method, detector)[1], fed, **kw)  # type: ignore[arg-type]
     two = run_inprocess(_fed_and_algo(method, detector)[1], fed, workers=2, **kw)  # type: ignore[arg-type]
     assert one.bytes_up == two.bytes_up and one.bytes_down == two.bytes_down
