@@ -1,7 +1,9 @@
 """What a client node runs: the algorithm's handlers, poisoned if attacked, then privatised.
 
 Both engines build every node's handlers with :func:`node_handlers`, so attacks and privacy
-behave identically in-process and on Flower. Both act on the algorithm's model-update phases
+behave identically in-process (worker processes included) and on Flower; the noise of
+``[privacy]`` is drawn on the node, from its own entropy unless ``privacy.noise_source`` is
+``"seeded"`` (:mod:`fedad.privacy`). Both act on the algorithm's model-update phases
 (:func:`update_phases`) and on no other phase; a run whose method has none says so in its
 events (:func:`unapplied_note`, recorded by :func:`fedad.fl.engine.drive`).
 """
