@@ -168,3 +168,57 @@ def test_supernode_command_rejects_an_unknown_mode(tmp_path: Path) -> None:
     )  # fmt: skip
     assert res.exit_code == 2
     assert "--clientapp 'per-run' is not one of per-node, per-message" in res.output
+
+
+@needs_flwr
+def test_authentication_mistakes_are_one_line_before_flower_starts(tmp_path: Path) -> None:
+    """A key file that is missing or not a private key, a key or --enable-supernode-auth
+    without TLS: one line, exit status 2, before anything is started or waited for."""
+    from fedad.cli.flower import app
+    from fedad.fl.flower.deploy.auth import generate_key_pair
+
+    _, public = generate_key_pair(tmp_path / "site")
+    ca = tmp_path / "ca.pem"
+    ca.write_text("not checked before the key\n")
+    node = ["supernode", "--superlink", "127.0.0.1:1", "--partition-id", "0",
+            "--num-partitions", "2", "--connect-timeout", "60"]  # fmt: skip
+    cases = [
+        ([*node, "--root-certificates", str(ca), "--auth-key", str(tmp_path / "nope")],
+         f"--auth-key '{tmp_path / 'nope'}' does not exist"),
+        ([*node, "--root-certificates", str(ca), "--auth-key", str(public)],
+         f"--auth-key '{public}' is a public key"),
+        ([*node, "--insecure", "--auth-key", str(tmp_path / "site")],
+         "--auth-key needs TLS, and --insecure turns it off"),
+        (["superlink", "--insecure", "--enable-supernode-auth", "--port", "1"],
+         "--enable-supernode-auth needs TLS, and --insecure turns it off"),
+    ]  # fmt: skip
+    for args, what in cases:
+        t0 = time.monotonic()
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2, res.output
+        assert what in one_line(res.output)
+        assert time.monotonic() - t0 < 10  # nothing waited for the SuperLink
+
+
+def test_a_refused_supernode_is_one_line(capfd: pytest.CaptureFixture[str]) -> None:
+    """A SuperNode's local API listens before the SuperLink has taken it: with ``ready``,
+    its output is held until that line, and a refusal is ``explain``'s one line."""
+    from fedad.cli.flower import run_foreground
+
+    port = free_port()
+    refused = [
+        sys.executable,
+        "-c",
+        "import socket, time\n"
+        f"s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen()\n"
+        "print('Uvicorn running on x', flush=True); time.sleep(1.5)\n"
+        "print('[code: 2004] Failed to activate SuperNode.'); raise SystemExit(1)\n",
+    ]
+
+    def explain(text: str) -> FedadError | None:
+        return FedadError("refused: not registered") if "[code: 2004]" in text else None
+
+    with pytest.raises(FedadError, match="refused: not registered"):
+        run_foreground(refused, dict(os.environ), "the SuperNode", port=port,
+                       ready="SuperNode ID:", explain=explain)  # fmt: skip
+    assert "Uvicorn" not in capfd.readouterr().out  # Flower's output was held back

@@ -8,14 +8,23 @@
 * ``fedad flower run CONFIG --superlink HOST:PORT`` — runs an experiment on that
   federation and writes the usual run directory; the ServerApp runs on this machine.
 
+* ``fedad flower keygen | register | unregister | nodes`` (:mod:`fedad.cli.flower_keys`) —
+  which sites may join: a site's key pair, and the SuperLink's register of their keys.
+
 TLS: the SuperLink takes ``--certfile``/``--keyfile``/``--ca-certfile``, the others
 ``--root-certificates`` (all passed through to Flower's own flags); ``--insecure`` runs
-without TLS. Nothing here imports ``flwr`` until a command runs.
+without TLS. SuperNode authentication is Flower's: ``fedad flower superlink
+--enable-supernode-auth`` accepts only SuperNodes whose public key is registered, and
+``fedad flower supernode --auth-key KEY`` (Flower's ``--auth-supernode-private-key``) signs
+with the site's private key; both need TLS, and a key file that is missing, unreadable or
+of the wrong kind is one line before Flower starts. Nothing here imports ``flwr`` until a
+command runs.
 
 Mistakes are one line each, before or instead of Flower's logs: a port already in use (a
 bind test first; a Flower process that still stops while starting is summed up in one line
 and its held-back output is not printed), a ``--superlink`` that is not ``HOST:PORT`` or
-where nothing accepts connections within ``--connect-timeout`` seconds. Ctrl-C or SIGTERM
+where nothing accepts connections within ``--connect-timeout`` seconds, a SuperNode that the
+SuperLink refuses (not registered, or no key where one is needed). Ctrl-C or SIGTERM
 stops the Flower process and everything it started (exit status 130 or 143); so does
 fedad's own death, even by SIGKILL (:class:`~fedad.fl.flower.deploy.processes.Supervisor`).
 """
@@ -29,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated
 
@@ -52,7 +62,8 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     no_args_is_help=True,
-    help="Flower federation over several machines: superlink, supernode, run.",
+    help="Flower federation over several machines: superlink, supernode, run; which sites may "
+    "join: keygen, register, unregister, nodes.",
     pretty_exceptions_enable=False,
 )
 
@@ -82,6 +93,12 @@ ConnectTimeout = Annotated[
 
 STARTUP = 20.0
 """Seconds a foreground Flower process's output is held back while it starts."""
+
+NODE_STARTUP = 40.0
+"""The same for a SuperNode, which has started once the SuperLink took it (:data:`NODE_READY`)."""
+
+NODE_READY = "SuperNode ID:"
+"""What Flower 1.41's SuperNode prints once the SuperLink has accepted it."""
 
 
 class _Relay:
@@ -138,6 +155,8 @@ def run_foreground(
     port_option: str = "--port",
     startup: float = STARTUP,
     companion: list[str] | None = None,
+    ready: str | None = None,
+    explain: Callable[[str], FedadError | None] | None = None,
 ) -> int:
     """Run a Flower server process in the foreground; return its exit status.
 
@@ -151,6 +170,10 @@ def run_foreground(
     process, :mod:`fedad.fl.flower.worker`), with the same environment and output; started
     again when it dies (:data:`~fedad.fl.flower.deploy.local.WORKER_RESTARTS` times at most) and
     stopped with the main process.
+
+    ``ready``: a line of its output that says it has started (default: it listens on
+    ``port``); ``explain``: turns the output of a process that stopped while starting into
+    the one-line error to raise (``None``: the generic one).
     """
     from fedad.fl.flower.deploy.launch import PORT_BUSY, port_open
     from fedad.fl.flower.deploy.processes import (
@@ -169,9 +192,9 @@ def run_foreground(
             probe = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
             deadline = time.monotonic() + startup
             while proc.poll() is None and time.monotonic() < deadline:
-                if READY_LINE in relay.text():
+                if (ready or READY_LINE) in relay.text():
                     break
-                if port is not None and port_open(probe, port):
+                if ready is None and port is not None and port_open(probe, port):
                     time.sleep(0.5)  # a port held by another process makes it exit now
                     if proc.poll() is None:
                         break
@@ -180,7 +203,10 @@ def run_foreground(
             if code is not None:
                 relay.join(2.0)  # all of its output
             text = relay.text()
-            if code is not None and code != 0 and READY_LINE not in text:
+            if code is not None and code != 0 and (ready or READY_LINE) not in text:
+                known = explain(text) if explain is not None else None
+                if known is not None:
+                    raise known
                 if port is not None and PORT_BUSY.search(text):
                     raise FedadError(
                         f"port {port} on {host} is already in use, so {what} cannot listen on it",
@@ -265,6 +291,14 @@ def superlink(
     certfile: Annotated[Path | None, typer.Option(help="server certificate (PEM)")] = None,
     keyfile: Annotated[Path | None, typer.Option(help="server private key (PEM)")] = None,
     ca_certfile: Annotated[Path | None, typer.Option(help="CA certificate (PEM)")] = None,
+    enable_supernode_auth: Annotated[
+        bool,
+        typer.Option(
+            "--enable-supernode-auth",
+            help="accept only SuperNodes whose public key is registered (fedad flower "
+            "register); needs TLS",
+        ),
+    ] = False,
     insecure: Insecure = False,
     home: Home = None,
 ) -> None:
@@ -277,6 +311,11 @@ def superlink(
             tls_args_superlink,
         )
 
+        if enable_supernode_auth and insecure:
+            raise FedadError(
+                "--enable-supernode-auth needs TLS, and --insecure turns it off",
+                "give --certfile, --keyfile and --ca-certfile instead of --insecure",
+            )
         tls = tls_args_superlink(
             str(certfile) if certfile else None,
             str(keyfile) if keyfile else None,
@@ -284,9 +323,8 @@ def superlink(
             insecure,
         )
         check_port_free(host, port, "the SuperLink")
-        code = run_foreground(
-            superlink_argv(host, port, tls), _env(home), "the SuperLink", port=port, host=host
-        )
+        argv = superlink_argv(host, port, tls, supernode_auth=enable_supernode_auth)
+        code = run_foreground(argv, _env(home), "the SuperLink", port=port, host=host)
     except FedadError as err:
         fail(err)
     raise typer.Exit(code)
@@ -317,6 +355,14 @@ def supernode(
         ),
     ] = "per-node",
     root_certificates: RootCert = None,
+    auth_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--auth-key",
+            help="this site's private key (fedad flower keygen), registered at a SuperLink "
+            "started with --enable-supernode-auth; needs TLS",
+        ),
+    ] = None,
     insecure: Insecure = False,
     home: Home = None,
     connect_timeout: ConnectTimeout = 30.0,
@@ -325,6 +371,7 @@ def supernode(
     try:
         _require_flwr()
         from fedad.config import read_toml
+        from fedad.fl.flower.deploy.auth import refusal
         from fedad.fl.flower.deploy.launch import (
             CLIENTAPP_MODES,
             check_port_free,
@@ -350,23 +397,51 @@ def supernode(
             read_toml(config)  # a missing file or bad TOML is a one-line error now
             data_config = str(config.resolve())
         tls = tls_args_client(str(root_certificates) if root_certificates else None, insecure)
+        key = _auth_key(auth_key, insecure)
         parse_address(superlink)
         models = check_models_dir(models_dir)
         check_port_free("127.0.0.1", port, "the SuperNode's local API")
         wait_reachable(superlink, "--superlink", connect_timeout)
         argv = supernode_argv(
-            superlink, partition_id, num_partitions, port, tls, data_config, str(models), clientapp
-        )
+            superlink, partition_id, num_partitions, port, tls, data_config, str(models),
+            clientapp, key,
+        )  # fmt: skip
         worker = worker_argv(port) if clientapp == "per-node" else None
         with contextlib.ExitStack() as stack:
             cache = cache_dir
             if cache is None:
                 cache = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fedad-")))
             env = _env(home, {"FEDAD_FLOWER_CACHE": str(Path(cache).resolve())})
-            code = run_foreground(argv, env, "the SuperNode", port=port, companion=worker)
+            code = run_foreground(
+                argv, env, "the SuperNode", port=port, companion=worker,
+                startup=NODE_STARTUP, ready=NODE_READY,
+                explain=lambda text: refusal(text, superlink, key),
+            )  # fmt: skip
+        if code == 0:  # not stopped by us (130, 143): the SuperLink no longer takes it
+            raise FedadError(
+                "the SuperNode stopped by itself (exit status 0), as Flower's SuperNode does "
+                f"when the SuperLink at {superlink} stops accepting it (with "
+                "--enable-supernode-auth: once its key is unregistered)",
+                "ask the SuperLink's operator ('fedad flower nodes'); start it again once its "
+                "key is registered",
+            )
     except FedadError as err:
         fail(err)
     raise typer.Exit(code)
+
+
+def _auth_key(path: Path | None, insecure: bool) -> str | None:
+    """``--auth-key``, checked: a readable private key Flower can use, and TLS."""
+    if path is None:
+        return None
+    from fedad.fl.flower.deploy.auth import check_private_key
+
+    if insecure:
+        raise FedadError(
+            "--auth-key needs TLS, and --insecure turns it off",
+            "give --root-certificates (the CA certificate) instead of --insecure",
+        )
+    return str(check_private_key(path))
 
 
 def check_models_dir(path: Path) -> Path:
@@ -423,3 +498,14 @@ def run_cmd(
         fail(err)
     except Interrupted as stop:
         interrupted(stop, config)
+
+
+def _add_key_commands() -> None:
+    """``keygen``, ``register``, ``unregister`` and ``nodes`` (:mod:`fedad.cli.flower_keys`)."""
+    from fedad.cli.flower_keys import COMMANDS
+
+    for name, command in COMMANDS.items():
+        app.command(name)(command)
+
+
+_add_key_commands()

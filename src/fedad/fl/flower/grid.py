@@ -155,9 +155,9 @@ class FlowerGrid:
             self.failures.extend(contested)
             raise FlowerRunError(
                 "; ".join(contested),
-                "each site starts one SuperNode with its own --partition-id and the run's "
-                "number of clients as --num-partitions; stop the others (a node's id is in "
-                "its log, 'SuperNode ID: N', and in 'fedad flower nodes') and run again",
+                "each site starts one SuperNode, with its own --partition-id and the run's "
+                "number of clients as --num-partitions; stop the node that should not be "
+                "there (its log says 'SuperNode ID: N') and run again",
             )
 
     def _claim(self, node: int, reply: FlowerMessage | None) -> tuple[int, object] | None:

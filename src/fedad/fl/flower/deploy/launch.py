@@ -212,12 +212,18 @@ def tls_args_client(root_certificates: str | None, insecure: bool) -> list[str]:
 
 
 def superlink_argv(
-    host: str = "127.0.0.1", port: int = 9093, tls: list[str] | None = None
+    host: str = "127.0.0.1",
+    port: int = 9093,
+    tls: list[str] | None = None,
+    supernode_auth: bool = False,
 ) -> list[str]:
-    """``flower-superlink`` as fedad runs it: ServerApps run by an external SuperExec."""
+    """``flower-superlink`` as fedad runs it: ServerApps run by an external SuperExec; with
+    ``supernode_auth``, only SuperNodes whose key is registered may connect (Flower's
+    ``--enable-supernode-auth``, which needs TLS)."""
     return [
         flower_bin("flower-superlink"),
         *(tls or ["--insecure"]),
+        *(["--enable-supernode-auth"] if supernode_auth else []),
         "--isolation", "process",
         "--disable-runtime-dependency-installation",
         "--host", host,
@@ -234,9 +240,12 @@ def supernode_argv(
     data_config: str | None = None,
     models_dir: str | None = None,
     clientapp: str = "per-node",
+    auth_key: str | None = None,
 ) -> list[str]:
     """``flower-supernode`` holding client ``partition_id`` of ``num_partitions``; it keeps
-    personalised detectors in ``models_dir`` (node config ``fedad-models-dir``).
+    personalised detectors in ``models_dir`` (node config ``fedad-models-dir``) and, with
+    ``auth_key``, signs its requests with that private key (Flower's
+    ``--auth-supernode-private-key``).
 
     ``clientapp = "per-node"``: ``--isolation process``, the node's ClientApp tasks are left
     to one long-running :mod:`fedad.fl.flower.worker` (:func:`worker_argv`) on its Runtime
@@ -254,6 +263,7 @@ def supernode_argv(
     return [
         flower_bin("flower-supernode"),
         *(tls or ["--insecure"]),
+        *(["--auth-supernode-private-key", auth_key] if auth_key else []),
         "--superlink", superlink,
         "--node-config", node_config,
         *isolation,
