@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from fedad.accounting import calibrate_noise_multiplier, default_delta, dp_epsilon
+from fedad.accounting import (
+    accounted_epsilon,
+    calibrate_noise_multiplier,
+    default_delta,
+    dp_epsilon,
+)
 
 
 def analytic_gaussian_epsilon(sigma: float, delta: float) -> float:
@@ -30,11 +36,33 @@ def analytic_gaussian_epsilon(sigma: float, delta: float) -> float:
 def test_full_participation_matches_the_analytic_gaussian(
     sigma: float, rounds: int, delta: float
 ) -> None:
-    # T Gaussian releases without sampling = one Gaussian of noise sigma / sqrt(T)
-    want = analytic_gaussian_epsilon(sigma / math.sqrt(rounds), delta)
-    got = dp_epsilon(sigma, 1.0, rounds, delta)
+    """k = n: no sampling. Replace-one adjacency moves a clipped update by up to 2C, so T
+    releases of noise sigma C are one Gaussian of noise sigma / (2 sqrt(T)) per unit of
+    sensitivity, whose exact epsilon is Balle and Wang's (hand-checkable)."""
+    want = analytic_gaussian_epsilon(sigma / (2 * math.sqrt(rounds)), delta)
+    got = dp_epsilon(sigma, 10, 10, rounds, delta)
     assert got == pytest.approx(want, rel=0.01)
-    assert got <= dp_epsilon(sigma, 1.0, rounds, delta, accountant="rdp")  # RDP is looser
+    assert got <= dp_epsilon(sigma, 10, 10, rounds, delta, accountant="rdp")  # RDP is looser
+    # the size of the federation does not matter without sampling
+    assert dp_epsilon(sigma, 3, 3, rounds, delta) == pytest.approx(got)
+
+
+def test_the_sampled_rdp_at_order_two_by_hand() -> None:
+    """The RDP accountant's event for k of n without replacement, at order 2, against
+    Wang, Balle and Kasiviswanathan's Theorem 27 worked by hand: with q = k/n and the
+    Gaussian's RDP eps(2) = 2 / (2 s^2) = 1 / s^2 (s = sigma / 2: sensitivity 2C),
+    RDP(2) = log(1 + q^2 min(4 (e^eps(2) - 1), 2 e^eps(2)))."""
+    import numpy as np
+    from dp_accounting.rdp import RdpAccountant
+
+    from fedad.accounting import REPLACE_ONE, _sampled
+
+    sigma, k, n = 3.0, 2, 10
+    acc = RdpAccountant([2], REPLACE_ONE)
+    acc.compose(_sampled(sigma, k, n, 1))
+    e2 = 1.0 / (sigma / 2) ** 2
+    want = math.log(1 + (k / n) ** 2 * min(4 * math.expm1(e2), 2 * math.exp(e2)))
+    assert float(np.asarray(acc._rdp)[0]) == pytest.approx(want, rel=1e-9)
 
 
 # TensorFlow Privacy's MNIST DP-SGD tutorial (tutorials/README.md, "Select Parameters"):
@@ -44,47 +72,74 @@ PUBLISHED = [(1.12, 60, 2.92), (0.6, 30, 9.74), (1.2, 10, 1.20)]
 TUTORIAL_ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
 
 
+def _poisson_epsilon(sigma: float, q: float, steps: int, delta: float, orders: Any = None) -> float:
+    """The Poisson-sampled Gaussian under add/remove adjacency (sensitivity C): what fedad
+    reported before, and what DP-SGD's tutorials use."""
+    import dp_accounting
+    from dp_accounting.pld import PLDAccountant
+    from dp_accounting.rdp import RdpAccountant
+
+    acc = RdpAccountant(orders) if orders is not None else PLDAccountant()
+    one = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma))
+    acc.compose(dp_accounting.SelfComposedDpEvent(one, steps))
+    return float(acc.get_epsilon(delta))
+
+
 @pytest.mark.parametrize(("sigma", "epochs", "published"), PUBLISHED)
-def test_the_sampled_gaussian_reproduces_published_epsilons(
+def test_the_poisson_reference_reproduces_published_epsilons(
     sigma: float, epochs: int, published: float
 ) -> None:
-    """Our event (Poisson-sampled Gaussian, composed ``steps`` times) gives the published
-    epsilon under the tutorial's RDP orders and conversion (eps = min over orders of
-    rdp - log(delta) / (order - 1)); ``dp_epsilon``, with dp-accounting's tighter
-    conversion (RDP) or PLD, stays at or below it."""
+    """The Poisson reference the next test compares with is dp-accounting's event as
+    published: the tutorial's epsilon under its RDP orders (rel. 0.5%)."""
+    import dp_accounting
     import numpy as np
     from dp_accounting.rdp import RdpAccountant
 
-    from fedad.accounting import _event
-
     q, steps, delta = 256 / 60_000, int(epochs * 60_000 / 256), 1e-5
     acc = RdpAccountant(TUTORIAL_ORDERS)
-    acc.compose(_event(sigma, q, steps))
+    one = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma))
+    acc.compose(dp_accounting.SelfComposedDpEvent(one, steps))
     rdp = np.asarray(acc._rdp)  # the RDP curve itself, before any conversion
     basic = float(np.min(rdp - math.log(delta) / (np.asarray(TUTORIAL_ORDERS) - 1)))
     assert basic == pytest.approx(published, rel=0.005)
-    tight = dp_epsilon(sigma, q, steps, delta, accountant="rdp")
-    assert 0.75 * published < tight <= published
-    assert dp_epsilon(sigma, q, steps, delta) <= tight  # PLD is tighter still
-
-
-def test_sampling_amplifies_and_more_rounds_cost_more() -> None:
-    full = dp_epsilon(1.0, 1.0, 50, 1e-5)
-    sampled = dp_epsilon(1.0, 0.1, 50, 1e-5)
-    assert sampled < full
-    assert dp_epsilon(1.0, 0.1, 100, 1e-5) > sampled
-    assert dp_epsilon(0.0, 0.1, 10, 1e-5) == math.inf
-    assert dp_epsilon(1.0, 0.1, 0, 1e-5) == 0.0
 
 
 @pytest.mark.parametrize(
-    ("target", "q", "rounds"), [(1.0, 0.1, 100), (8.0, 1.0, 20), (3.0, 0.3, 50)]
+    ("sigma", "k", "n", "rounds"),
+    [(1.0, 5, 10, 10), (1.0, 1, 10, 10), (2.0, 10, 100, 50), (4.0, 30, 1000, 100)],
 )
-def test_calibration_lands_within_one_percent_of_the_target(
-    target: float, q: float, rounds: int
+def test_fixed_size_sampling_costs_at_least_the_poisson_figure(
+    sigma: float, k: int, n: int, rounds: int
 ) -> None:
-    sigma = calibrate_noise_multiplier(target, q, rounds, 1e-5)
-    eps = dp_epsilon(sigma, q, rounds, 1e-5)
+    """What fedad does (k of n without replacement, replace-one) is never accounted below
+    Poisson sampling at the same q = k/n under add/remove, the figure it used to report."""
+    delta = 1e-5
+    fixed = dp_epsilon(sigma, k, n, rounds, delta)
+    assert fixed >= _poisson_epsilon(sigma, k / n, rounds, delta)
+    assert fixed >= _poisson_epsilon(sigma, k / n, rounds, delta, TUTORIAL_ORDERS)
+    # and never above full participation: sampling does not cost privacy
+    assert fixed <= dp_epsilon(sigma, n, n, rounds, delta) * (1 + 1e-9)
+
+
+def test_sampling_amplifies_and_more_rounds_cost_more() -> None:
+    """Amplification shows where the sample is small (k/n = 0.01); at k/n = 0.5 the
+    without-replacement bound gives none, and full participation's epsilon is reported."""
+    full = dp_epsilon(2.0, 1000, 1000, 50, 1e-5)
+    sampled = dp_epsilon(2.0, 10, 1000, 50, 1e-5)
+    assert sampled < full / 3
+    assert dp_epsilon(2.0, 10, 1000, 100, 1e-5) > sampled
+    half, used = accounted_epsilon(1.0, 5, 10, 10, 10**-1.1)
+    assert half == pytest.approx(dp_epsilon(1.0, 10, 10, 10, 10**-1.1)) and used == "pld"
+    assert dp_epsilon(0.0, 1, 10, 10, 1e-5) == math.inf
+    assert dp_epsilon(1.0, 1, 10, 0, 1e-5) == 0.0
+
+
+@pytest.mark.parametrize(("target", "k", "n", "rounds"), [(1.0, 10, 100, 100), (8.0, 4, 4, 20)])
+def test_calibration_lands_within_one_percent_of_the_target(
+    target: float, k: int, n: int, rounds: int
+) -> None:
+    sigma = calibrate_noise_multiplier(target, k, n, rounds, 1e-5)
+    eps = dp_epsilon(sigma, k, n, rounds, 1e-5)
     assert eps <= target * 1.0001
     assert eps >= 0.99 * target
 
@@ -92,12 +147,14 @@ def test_calibration_lands_within_one_percent_of_the_target(
 def test_default_delta_and_bad_arguments() -> None:
     assert default_delta(10) == pytest.approx(10**-1.1)
     assert default_delta(1) == 0.5
-    with pytest.raises(ValueError, match="sampling_rate"):
-        dp_epsilon(1.0, 0.0, 1, 1e-5)
+    with pytest.raises(ValueError, match="sample_size"):
+        dp_epsilon(1.0, 0, 10, 1, 1e-5)
+    with pytest.raises(ValueError, match="sample_size"):
+        dp_epsilon(1.0, 11, 10, 1, 1e-5)
     with pytest.raises(ValueError, match="delta"):
-        dp_epsilon(1.0, 0.5, 1, 1.0)
+        dp_epsilon(1.0, 5, 10, 1, 1.0)
     with pytest.raises(ValueError, match="target_epsilon"):
-        calibrate_noise_multiplier(0.0, 0.5, 1, 1e-5)
+        calibrate_noise_multiplier(0.0, 5, 10, 1, 1e-5)
 
 
 def test_guarantee_counts_the_releases_it_was_given() -> None:
@@ -108,8 +165,13 @@ def test_guarantee_counts_the_releases_it_was_given() -> None:
         ["train", "evaluate"],
     )  # fmt: skip
     assert g["releases"] == 3 and g["sampling_rate"] == 0.5 and g["dp"]
-    assert g["epsilon"] == pytest.approx(dp_epsilon(1.2, 0.5, 3, 1e-3))
+    assert g["epsilon"] == pytest.approx(dp_epsilon(1.2, 5, 10, 3, 1e-3))
+    # against the server, which chose the sample: three releases without sampling
+    assert g["epsilon_server"] == pytest.approx(dp_epsilon(1.2, 10, 10, 3, 1e-3))
+    assert g["epsilon_server"] >= g["epsilon"]
     assert g["privatised_phases"] == ["train"] and "in the clear" in g["note"]
+    everyone = client_level_guarantee(1.2, 1.0, 1e-3, 4, {"train": [4] * 3}, ("train",), [])
+    assert everyone["epsilon"] == everyone["epsilon_server"] and everyone["accountant"] == "pld"
 
 
 def test_unnoised_arrays_mean_no_epsilon() -> None:

@@ -534,7 +534,7 @@ def with_calibrated_noise(
 
     q, t = _planned_releases(cfg, list(algorithms), n)
     delta = p.delta if p.delta is not None else default_delta(n)
-    sigma = calibrate_noise_multiplier(p.target_epsilon, q, t, delta)
+    sigma = calibrate_noise_multiplier(p.target_epsilon, round(q * n), n, t, delta)
     logging.getLogger("fedad").info(
         "privacy: noise_multiplier %.4g for epsilon %g, delta %.3g", sigma, p.target_epsilon, delta
     )

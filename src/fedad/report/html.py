@@ -426,8 +426,10 @@ def _privacy_section(entries: Mapping[str, Mapping[str, Any]]) -> str:
     return (
         "<h2>Privacy</h2>"
         '<p class="muted">Client-level differential privacy of the Gaussian mechanism on model '
-        "updates (DP-FedAvg), from the PLD accountant of dp-accounting over the releases the "
-        "run made. A method whose clients also send un-noised arrays has no ε.</p>"
+        "updates (DP-FedAvg), from dp-accounting over the releases the run made, each to a "
+        "fixed number of clients sampled without replacement (replace-one neighbours); "
+        "against the server, which chose the samples, metrics.json's epsilon_server holds. "
+        "A method whose clients also send un-noised arrays has no ε.</p>"
         f'<div class="scroll"><table><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
