@@ -147,6 +147,14 @@ def _alive(pid: int) -> bool:
     return not Path("/proc").is_dir()
 
 
+def _pgid(pid: int) -> int | None:
+    """The process group of ``pid`` (``None`` when it is gone)."""
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
 def _signal_all(pids: Iterable[int], sig: int) -> None:
     for pid in pids:
         with contextlib.suppress(OSError):
@@ -380,11 +388,15 @@ class Supervisor:
                 procs = list(self.procs.values())
             tree = process_tree(p.pid for p in procs if p.poll() is None)
             tree |= marked_processes(self.token)  # e.g. children of a SuperNode that died
+            groups = set()
             for p in procs:
                 if p.poll() is None:
                     with contextlib.suppress(OSError):
                         os.killpg(p.pid, signal.SIGTERM)
-            _signal_all(tree, signal.SIGTERM)
+                        groups.add(p.pid)
+            # one SIGTERM each: Flower's handler takes the first, shuts down gracefully (a
+            # SuperNode signs off at the SuperLink) and leaves a second to the default action
+            _signal_all((pid for pid in tree if _pgid(pid) not in groups), signal.SIGTERM)
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline and any(_alive(pid) for pid in tree):
                 time.sleep(0.1)
