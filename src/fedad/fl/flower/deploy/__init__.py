@@ -55,7 +55,9 @@ stays after the run.
 
 **Modules.** :mod:`~fedad.fl.flower.deploy.processes` (starting, watching and stopping
 processes; the reaper), :mod:`~fedad.fl.flower.deploy.launch` (binaries, environment,
-ports, TLS options, command lines, the app bundle), :mod:`~fedad.fl.flower.deploy.local`
+ports, TLS options, command lines, the app bundle), :mod:`~fedad.fl.flower.deploy.auth`
+(SuperNode authentication: key pairs, registering keys with a SuperLink, a refused
+SuperNode's one-line error), :mod:`~fedad.fl.flower.deploy.local`
 (:class:`~fedad.fl.flower.deploy.local.LocalDeployment`) and
 :mod:`~fedad.fl.flower.deploy.run` (submitting a run and reading its results).
 """
