@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedad.methods.fadngs.density import shrinkage_covariance
 from fedad.methods.fadngs.privacy import (
     _draw,
+    _ratio,
     density_epsilon,
     distance_correlations,
+    distances,
+    double_centred,
+    mean_product,
     noisy_gaussian,
+    u_centred,
+    u_product,
     unit_rows,
 )
 
@@ -59,26 +69,83 @@ def test_noisy_gaussian_noise_has_the_calibrated_scale_and_stays_positive_defini
     assert np.all(np.linalg.eigvalsh(cov) > 0) and np.allclose(cov, cov.T)
 
 
+@pytest.fixture(scope="module")
+def dcor() -> Iterator[Any]:
+    """The ``dcor`` package, the oracle (the dev extra; fedad itself does not import it).
+    Importing it resets torch's intra-op threads (numba's OpenMP runtime): put back, so
+    later tests in this process sum as before."""
+    import torch
+
+    threads = torch.get_num_threads()
+    module = pytest.importorskip("dcor", reason="dcor, the test oracle (the dev extra)")
+    torch.set_num_threads(threads)
+    yield module
+    torch.set_num_threads(threads)
+
+
+def _pair(seed: int, n: int, p: int, q: int, dependent: bool) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, p)) * rng.uniform(0.1, 10.0)
+    y = rng.normal(size=(n, q))
+    if dependent:
+        y[:, 0] += np.sin(x[:, 0]) * 3 + x[:, -1] ** 2
+    return x, y
+
+
+def _ours(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(dCor, dCor²_U) by this module's own functions."""
+    a, b = distances(x), distances(y)
+    biased = _ratio(mean_product, double_centred(a), double_centred(b))
+    return math.sqrt(max(biased, 0.0)), _ratio(u_product, u_centred(a), u_centred(b))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(4, 40),
+    st.integers(1, 6),
+    st.integers(1, 4),
+    st.booleans(),
+)
+def test_numpy_distance_correlation_equals_dcors(
+    dcor: Any, seed: int, n: int, p: int, q: int, dependent: bool
+) -> None:
+    """Double centring, U-centring and both products against ``dcor``'s own functions, and
+    the statistics against ``dcor.distance_correlation`` and
+    ``dcor.u_distance_correlation_sqr`` (the U-statistic form), on random samples."""
+    x, y = _pair(seed, n, p, q, dependent)
+    a = distances(x)
+    np.testing.assert_allclose(double_centred(a), dcor.double_centered(a), atol=1e-12)
+    np.testing.assert_allclose(u_centred(a), dcor.u_centered(a), atol=1e-12)
+    b = distances(y)
+    c, d = double_centred(a), double_centred(b)
+    assert mean_product(c, d) == pytest.approx(float(dcor.mean_product(c, d)), abs=1e-12)
+    c, d = u_centred(a), u_centred(b)
+    assert u_product(c, d) == pytest.approx(float(dcor.u_product(c, d)), abs=1e-12)
+    biased, unbiased = _ours(x, y)
+    assert biased == pytest.approx(float(dcor.distance_correlation(x, y)), abs=1e-9)
+    assert unbiased == pytest.approx(float(dcor.u_distance_correlation_sqr(x, y)), abs=1e-9)
+
+
 def test_distance_correlation_tells_dependent_from_independent() -> None:
     rng = np.random.default_rng(2)
     x = rng.normal(size=(200, 10))
     out = distance_correlations(x, np.zeros((1, 3)), np.eye(3)[None], rng)
     assert abs(out["dcor_shared_u"]) < 0.05 and abs(out["dcor_random_u"]) < 0.05
-    import dcor
-
-    dependent = float(dcor.u_distance_correlation_sqr(x, x[:, :3] * 2 + 1))
+    _, dependent = _ours(x, x[:, :3] * 2 + 1)
     assert dependent > 0.3  # the measure itself sees a real dependence
+    # a sample against itself: dCor = dCor²_U = 1; against a constant: 0 (no spread)
+    assert _ours(x, x) == pytest.approx((1.0, 1.0))
+    assert _ours(x, np.ones((200, 2))) == (0.0, 0.0)
 
 
-def test_distance_correlations_equal_dcors_own_functions() -> None:
-    """The centred matrices are computed once per sample; the statistics are dcor's."""
-    import dcor
-
+def test_distance_correlations_equal_dcors_own_functions(dcor: Any) -> None:
+    """The measure end to end: the same draws, in the order the function makes them, give
+    dcor's statistics."""
     rng = np.random.default_rng(4)
     x = rng.normal(size=(60, 12))
     means, covs = np.zeros((1, 3)), np.eye(3)[None]
     out = distance_correlations(x, means, covs, np.random.default_rng(5))
-    # the same draws, in the order the function makes them
     draw_rng = np.random.default_rng(5)
     shared = _draw(means, covs, len(x), draw_rng)
     a = draw_rng.standard_normal((3, 3))
@@ -89,6 +156,22 @@ def test_distance_correlations_equal_dcors_own_functions() -> None:
         assert out[f"dcor_{name}_u"] == pytest.approx(
             float(dcor.u_distance_correlation_sqr(x, y)), abs=1e-12
         )
+
+
+def test_fedad_does_not_import_dcor() -> None:
+    """The measure runs without the package (its numba code compiles on every import)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "from fedad.methods.fadngs.privacy import distance_correlations\n"
+        "x = np.random.default_rng(0).normal(size=(30, 4))\n"
+        "out = distance_correlations(x, np.zeros((1, 2)), np.eye(2)[None],"
+        " np.random.default_rng(1))\n"
+        "assert len(out) == 4 and 'dcor' not in sys.modules and 'numba' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_the_shared_draws_come_from_the_shared_gaussians() -> None:

@@ -26,20 +26,23 @@ says so.
 With several clusters (:math:`K_c > 1`) the cluster memberships depend on every sample and
 the per-cluster sensitivity has no such bound: the mechanism is refused there.
 
-**Distance correlation** [FADngs eq. 18, Fig. 9] (``dcor``): between a client's raw
-training samples :math:`X` (flattened) and :math:`n` draws :math:`Y` from the Gaussians it
-shared, paired by index, beside the same measure for draws from a random Gaussian of the
-same shape. As in the paper, :math:`Y` is drawn independently of the rows of :math:`X`, so
-the (biased) sample dCor of eq. 18 measures chiefly its own small-sample bias; the
-bias-corrected :math:`\\mathrm{dCor}^2_U` (``u``) is also given (about 0 for independent
-samples). Similar values for shared and random parameters are the paper's evidence; they are
-no privacy guarantee.
+**Distance correlation** [FADngs eq. 18, Fig. 9]: between a client's raw training samples
+:math:`X` (flattened) and :math:`n` draws :math:`Y` from the Gaussians it shared, paired by
+index, beside the same measure for draws from a random Gaussian of the same shape. As in
+the paper, :math:`Y` is drawn independently of the rows of :math:`X`, so the (biased) sample
+dCor of eq. 18 measures chiefly its own small-sample bias; the bias-corrected
+:math:`\\mathrm{dCor}^2_U` (``u``) is also given (about 0 for independent samples). Similar
+values for shared and random parameters are the paper's evidence; they are no privacy
+guarantee. Both statistics are computed here in numpy (Székely, Rizzo and Bakirov 2007;
+Székely and Rizzo 2014): :func:`double_centred`, :func:`u_centred`, :func:`mean_product`,
+:func:`u_product`, checked against the ``dcor`` package in the tests (which fedad does not
+import: its numba code compiles on every import and resets torch's threads).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -120,22 +123,6 @@ def distance_correlations(
         - x: :math:`(N, \\dots)`, flattened to :math:`(N, P)`
         - means: :math:`(K, D)`; covs: :math:`(K, D, D)`
     """
-    import torch
-
-    threads = torch.get_num_threads()
-    try:
-        return _distance_correlations(x, means, covs, rng)
-    finally:
-        # importing dcor (numba's OpenMP runtime) resets torch's intra-op threads, which
-        # would change the floating-point sums of every later run in this process
-        torch.set_num_threads(threads)
-
-
-def _distance_correlations(
-    x: np.ndarray, means: np.ndarray, covs: np.ndarray, rng: np.random.Generator
-) -> dict[str, float]:
-    import dcor
-
     flat = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
     if len(flat) > DCOR_MAX:
         flat = flat[np.sort(rng.choice(len(flat), DCOR_MAX, replace=False))]
@@ -150,32 +137,79 @@ def _distance_correlations(
     out: dict[str, float] = {}
     for name, y in (("shared", shared), ("random", random)):
         cy = _Centred(y)
-        out[f"dcor_{name}"] = math.sqrt(max(_ratio(dcor.mean_product, cx.double, cy.double), 0))
-        out[f"dcor_{name}_u"] = _ratio(dcor.u_product, cx.u, cy.u)
+        out[f"dcor_{name}"] = math.sqrt(max(_ratio(mean_product, cx.double, cy.double), 0))
+        out[f"dcor_{name}_u"] = _ratio(u_product, cx.u, cy.u)
     return out
 
 
+def distances(x: np.ndarray) -> np.ndarray:
+    """The Euclidean distance matrix :math:`a_{ij} = \\lVert x_i - x_j \\rVert_2` of the rows
+    of ``x`` (scipy's ``cdist``), :math:`(n, n)`."""
+    from scipy.spatial.distance import cdist
+
+    out: np.ndarray = cdist(x, x)
+    return out
+
+
+def double_centred(a: np.ndarray) -> np.ndarray:
+    """The double-centred distance matrix (Székely, Rizzo and Bakirov 2007, Ann. Statist. 35):
+
+    .. math::
+        A_{ij} = a_{ij} - \\bar a_{i\\cdot} - \\bar a_{\\cdot j} + \\bar a_{\\cdot\\cdot},
+
+    with :math:`\\bar a_{i\\cdot}` the mean of row :math:`i`, :math:`\\bar a_{\\cdot j}` of
+    column :math:`j` and :math:`\\bar a_{\\cdot\\cdot}` of the whole matrix."""
+    out: np.ndarray = a - a.mean(axis=1)[:, None] - a.mean(axis=0)[None, :] + a.mean()
+    return out
+
+
+def u_centred(a: np.ndarray) -> np.ndarray:
+    """The U-centred distance matrix (Székely and Rizzo 2014, Ann. Statist. 42), :math:`n > 3`:
+
+    .. math::
+        \\tilde A_{ij} = a_{ij} - \\frac{1}{n-2} \\sum_{l} a_{il}
+        - \\frac{1}{n-2} \\sum_{k} a_{kj} + \\frac{1}{(n-1)(n-2)} \\sum_{k,l} a_{kl}
+        \\quad (i \\ne j), \\qquad \\tilde A_{ii} = 0."""
+    n = a.shape[0]
+    rows, cols = a.sum(axis=1) / (n - 2), a.sum(axis=0) / (n - 2)
+    out: np.ndarray = a - rows[:, None] - cols[None, :] + a.sum() / ((n - 1) * (n - 2))
+    np.fill_diagonal(out, 0.0)
+    return out
+
+
+def mean_product(a: np.ndarray, b: np.ndarray) -> float:
+    """:math:`\\frac{1}{n^2} \\sum_{i,j} A_{ij} B_{ij}` of double-centred matrices: the
+    (biased) squared distance covariance :math:`\\mathrm{dCov}^2_n` (Székely, Rizzo and
+    Bakirov 2007)."""
+    return float(np.mean(a * b))
+
+
+def u_product(a: np.ndarray, b: np.ndarray) -> float:
+    """:math:`(\\tilde A \\cdot \\tilde B) = \\frac{1}{n(n-3)} \\sum_{i \\ne j} \\tilde
+    A_{ij} \\tilde B_{ij}` of U-centred matrices: the unbiased estimator of
+    :math:`\\mathrm{dCov}^2` (Székely and Rizzo 2014), :math:`n > 3`."""
+    n = a.shape[0]
+    return float(np.sum(a * b) / (n * (n - 3)))
+
+
 class _Centred:
-    """A sample's Euclidean distance matrix (scipy's ``cdist``, once), double-centred and
-    U-centred by ``dcor`` [Székely & Rizzo]. ``dcor.distance_correlation`` and
-    ``u_distance_correlation_sqr`` rebuild both distance matrices on every call, in
-    portable Python code: four calls per client cost 0.3 s, these matrices 0.01 s."""
+    """A sample's distance matrix (once), double-centred and U-centred: four statistics per
+    client reuse them."""
 
     def __init__(self, x: np.ndarray) -> None:
-        import dcor
-        from scipy.spatial.distance import cdist
-
-        d = cdist(x, x)
-        self.double = dcor.double_centered(d)
-        self.u = dcor.u_centered(d)
+        d = distances(x)
+        self.double = double_centred(d)
+        self.u = u_centred(d)
 
 
-def _ratio(product: Any, a: np.ndarray, b: np.ndarray) -> float:
+def _ratio(
+    product: Callable[[np.ndarray, np.ndarray], float], a: np.ndarray, b: np.ndarray
+) -> float:
     """dCor² from centred matrices: :math:`\\langle A, B\\rangle /
-    \\sqrt{\\langle A, A\\rangle \\langle B, B\\rangle}` under ``product`` (``dcor``'s
-    ``mean_product``: the biased statistic; ``u_product``: the bias-corrected one), 0 when a
-    sample has no spread (as ``dcor``)."""
-    denominator = float(product(a, a)) * float(product(b, b))
+    \\sqrt{\\langle A, A\\rangle \\langle B, B\\rangle}` under ``product``
+    (:func:`mean_product`: the biased statistic of eq. 18; :func:`u_product`: the
+    bias-corrected one), 0 when a sample has no spread (the denominator is not positive)."""
+    denominator = product(a, a) * product(b, b)
     if denominator <= 0.0:
         return 0.0
-    return float(product(a, b)) / math.sqrt(denominator)
+    return product(a, b) / math.sqrt(denominator)
