@@ -76,6 +76,14 @@ Home = Annotated[
     Path | None,
     typer.Option("--home", help="Flower's home directory (FLWR_HOME) for this process"),
 ]
+AuthKey = Annotated[
+    Path | None,
+    typer.Option(
+        "--auth-key",
+        help="this site's private key (fedad flower keygen), registered at a SuperLink "
+        "started with --enable-supernode-auth; needs TLS",
+    ),
+]
 
 
 def _require_flwr() -> None:
@@ -175,13 +183,8 @@ def run_foreground(
     ``port``); ``explain``: turns the output of a process that stopped while starting into
     the one-line error to raise (``None``: the generic one).
     """
-    from fedad.fl.flower.deploy.launch import PORT_BUSY, port_open
-    from fedad.fl.flower.deploy.processes import (
-        READY_LINE,
-        Supervisor,
-        failure_line,
-        sigterm_as_interrupt,
-    )
+    from fedad.fl.flower.deploy.launch import port_open
+    from fedad.fl.flower.deploy.processes import READY_LINE, Supervisor, sigterm_as_interrupt
 
     sup = Supervisor(Path(os.devnull))  # its processes write to our stdout, not to logs
     try:
@@ -205,18 +208,7 @@ def run_foreground(
             text = relay.text()
             if code is not None and code != 0 and (ready or READY_LINE) not in text:
                 known = explain(text) if explain is not None else None
-                if known is not None:
-                    raise known
-                if port is not None and PORT_BUSY.search(text):
-                    raise FedadError(
-                        f"port {port} on {host} is already in use, so {what} cannot listen on it",
-                        f"stop the process that uses it, or choose another port with {port_option}",
-                    )
-                command = " ".join([Path(argv[0]).name, *argv[1:]])
-                raise FedadError(
-                    f"{what} stopped while starting (exit status {code}): {failure_line(text)}",
-                    f"run '{command}' to see all of its output",
-                )
+                raise known or _start_error(text, code, argv, what, port, host, port_option)
             relay.release()
             code = _wait_with(sup, proc, companion, env)
             relay.join(2.0)
@@ -227,6 +219,32 @@ def run_foreground(
         return 128 + int(err.signum)
     finally:
         sup.stop_all()
+
+
+def _start_error(
+    text: str,
+    code: int,
+    argv: list[str],
+    what: str,
+    port: int | None,
+    host: str,
+    port_option: str,
+) -> FedadError:
+    """The one-line error for a Flower process that stopped while starting, from its
+    output ``text``: a taken port, else the line that says why."""
+    from fedad.fl.flower.deploy.launch import PORT_BUSY
+    from fedad.fl.flower.deploy.processes import failure_line
+
+    if port is not None and PORT_BUSY.search(text):
+        return FedadError(
+            f"port {port} on {host} is already in use, so {what} cannot listen on it",
+            f"stop the process that uses it, or choose another port with {port_option}",
+        )
+    command = " ".join([Path(argv[0]).name, *argv[1:]])
+    return FedadError(
+        f"{what} stopped while starting (exit status {code}): {failure_line(text)}",
+        f"run '{command}' to see all of its output",
+    )
 
 
 def _wait_with(
@@ -355,14 +373,7 @@ def supernode(
         ),
     ] = "per-node",
     root_certificates: RootCert = None,
-    auth_key: Annotated[
-        Path | None,
-        typer.Option(
-            "--auth-key",
-            help="this site's private key (fedad flower keygen), registered at a SuperLink "
-            "started with --enable-supernode-auth; needs TLS",
-        ),
-    ] = None,
+    auth_key: AuthKey = None,
     insecure: Insecure = False,
     home: Home = None,
     connect_timeout: ConnectTimeout = 30.0,
@@ -370,10 +381,8 @@ def supernode(
     """Start a SuperNode holding client PARTITION_ID of NUM_PARTITIONS."""
     try:
         _require_flwr()
-        from fedad.config import read_toml
         from fedad.fl.flower.deploy.auth import refusal
         from fedad.fl.flower.deploy.launch import (
-            CLIENTAPP_MODES,
             check_port_free,
             parse_address,
             supernode_argv,
@@ -382,20 +391,7 @@ def supernode(
             worker_argv,
         )
 
-        if clientapp not in CLIENTAPP_MODES:
-            raise FedadError(
-                f"--clientapp '{clientapp}' is not one of {', '.join(CLIENTAPP_MODES)}",
-                "per-node (the default) or per-message",
-            )
-        if not 0 <= partition_id < num_partitions:
-            raise FedadError(
-                f"--partition-id {partition_id} is not in 0..{num_partitions - 1}",
-                "partition ids count from 0",
-            )
-        data_config = None
-        if config is not None:
-            read_toml(config)  # a missing file or bad TOML is a one-line error now
-            data_config = str(config.resolve())
+        data_config = _check_node(clientapp, partition_id, num_partitions, config)
         tls = tls_args_client(str(root_certificates) if root_certificates else None, insecure)
         key = _auth_key(auth_key, insecure)
         parse_address(superlink)
@@ -428,6 +424,30 @@ def supernode(
     except FedadError as err:
         fail(err)
     raise typer.Exit(code)
+
+
+def _check_node(
+    clientapp: str, partition_id: int, num_partitions: int, config: Path | None
+) -> str | None:
+    """Check a SuperNode's ``--clientapp``, ``--partition-id`` and ``--config``; return the
+    data config's absolute path (or ``None``)."""
+    from fedad.config import read_toml
+    from fedad.fl.flower.deploy.launch import CLIENTAPP_MODES
+
+    if clientapp not in CLIENTAPP_MODES:
+        raise FedadError(
+            f"--clientapp '{clientapp}' is not one of {', '.join(CLIENTAPP_MODES)}",
+            "per-node (the default) or per-message",
+        )
+    if not 0 <= partition_id < num_partitions:
+        raise FedadError(
+            f"--partition-id {partition_id} is not in 0..{num_partitions - 1}",
+            "partition ids count from 0",
+        )
+    if config is None:
+        return None
+    read_toml(config)  # a missing file or bad TOML is a one-line error now
+    return str(config.resolve())
 
 
 def _auth_key(path: Path | None, insecure: bool) -> str | None:
