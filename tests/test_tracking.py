@@ -9,6 +9,7 @@ URI MLflow cannot open, the run stops with one line before anything trains.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -255,3 +256,87 @@ def test_a_file_uri_opens_the_file_store(tmp_path: Path, monkeypatch: pytest.Mon
     tracker.abort(interrupted=True)
     run = MlflowClient(tracking_uri=(tmp_path / "store").as_uri()).get_run(tracker.run_id)
     assert run.info.status == "KILLED" and run.data.params == {"seed": "0"}
+
+
+# ------------------------------------------------------------------ failures and --resume
+
+
+def _runs(store: Path) -> list[Any]:
+    client = MlflowClient(tracking_uri=store.as_uri())
+    exp = client.get_experiment_by_name("tests")
+    return [] if exp is None else client.search_runs([exp.experiment_id])
+
+
+def test_a_failure_after_the_last_method_ends_the_mlflow_run_as_failed(
+    toy: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every method finished, then the report fails: the MLflow run ends FAILED, not left
+    RUNNING."""
+    import fedad.runner
+
+    def broken(out: Path) -> None:
+        raise RuntimeError("the report broke")
+
+    monkeypatch.setattr(fedad.runner, "_report", broken)
+    store = tmp_path / "store"
+    with pytest.raises(RuntimeError, match="report broke"):
+        run_experiment(parse_config(_raw(str(store))), tmp_path / "out")
+    (run,) = _runs(store)
+    assert run.info.status == "FAILED"
+    assert {"ae/auroc", "svm/auroc"} <= set(run.data.metrics)  # both methods were logged
+
+
+def _interrupted(store: Path, out: Path) -> str:
+    """A run stopped (Ctrl-C) after its first method; the MLflow run id it recorded."""
+    from fedad.errors import Interrupted
+
+    def stop(label: str) -> None:
+        if label == "svm":
+            raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted):
+        run_experiment(parse_config(_raw(str(store))), out, on_method=stop)
+    (run,) = _runs(store)
+    assert run.info.status == "KILLED" and "ae/auroc" in run.data.metrics
+    state = json.loads((out / ".fedad" / "mlflow.json").read_text())
+    assert state["run_id"] == run.info.run_id and state["logged"] == ["ae"]
+    return str(run.info.run_id)
+
+
+def test_resume_continues_the_same_mlflow_run(toy: None, tmp_path: Path) -> None:
+    store, out = tmp_path / "store", tmp_path / "out"
+    run_id = _interrupted(store, out)
+    run_experiment(parse_config(_raw(str(store))), out, resume=True)
+    (run,) = _runs(store)  # one fedad run, one MLflow run
+    assert run.info.run_id == run_id and run.info.status == "FINISHED"
+    assert {"ae/auroc", "svm/auroc"} <= set(run.data.metrics)
+    client = MlflowClient(tracking_uri=store.as_uri())
+    # the method logged before the interruption is not logged twice
+    assert [m.step for m in client.get_metric_history(run_id, "ae/round/loss")] == [1, 2]
+    metrics = json.loads((out / "metrics.json").read_text())["methods"]
+    assert run.data.metrics["svm/auroc"] == pytest.approx(metrics["svm"]["auroc"])
+    names = {a.path for a in client.list_artifacts(run_id)}
+    assert {"report.html", "metrics.json"} <= names
+
+
+@pytest.mark.parametrize("lost", ["deleted", "damaged"])
+def test_resume_without_the_mlflow_run_starts_a_new_one_and_says_so(
+    toy: None, tmp_path: Path, lost: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, out = tmp_path / "store", tmp_path / "out"
+    old = _interrupted(store, out)
+    if lost == "deleted":
+        MlflowClient(tracking_uri=store.as_uri()).delete_run(old)
+    else:
+        (out / ".fedad" / "mlflow.json").write_text('{"run_id": "../../etc", "uri": 3}')
+    with caplog.at_level(logging.WARNING, logger="fedad"):
+        run_experiment(parse_config(_raw(str(store))), out, resume=True)
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert ("no longer in" if lost == "deleted" else "is damaged") in said
+    assert "a new MLflow run is started" in said
+    new = [r for r in _runs(store) if r.info.run_id != old]
+    assert len(new) == 1 and new[0].info.status == "FINISHED"
+    # the new MLflow run has every method, the one finished before the interruption too
+    assert {"ae/auroc", "svm/auroc"} <= set(new[0].data.metrics)
+    state = json.loads((out / ".fedad" / "mlflow.json").read_text())
+    assert state["run_id"] == new[0].info.run_id and state["logged"] == ["ae", "svm"]

@@ -439,7 +439,9 @@ def run_experiment(
             config_text = dump_toml(resolved_config(cfg, algorithms))
             labels = list(algorithms)
             done = _resumable(rd, config_text, labels) if resume else {}
-            tracker = start_tracking(cfg.tracking, out, resolved_config(cfg, algorithms))
+            tracker = start_tracking(
+                cfg.tracking, out, resolved_config(cfg, algorithms), resume=resume
+            )
             rd.set_state("running", config_text)
         except BaseException:
             if not resume:
@@ -462,10 +464,12 @@ def run_experiment(
                 write_outputs(out, labels, done, facts, time.perf_counter() - t0, families)
                 if tracker is not None:
                     tracker.method(label, done[label].history, done[label].metrics)
+            data = write_outputs(out, labels, done, facts, time.perf_counter() - t0, families)
+            _report(out)
         except BaseException as err:
-            _keep(rd, labels, done, facts, time.perf_counter() - t0, families)
-            if tracker is not None:
+            if tracker is not None:  # first: _keep may fail as the report did
                 tracker.abort(isinstance(err, KeyboardInterrupt | Interrupted))
+            _keep(rd, labels, done, facts, time.perf_counter() - t0, families)
             if isinstance(err, KeyboardInterrupt | Interrupted):
                 signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
                 kept = tuple(lab for lab in labels if lab in done)
@@ -474,8 +478,6 @@ def run_experiment(
         finally:
             if pool is not None:
                 pool.close()
-        data = write_outputs(out, labels, done, facts, time.perf_counter() - t0, families)
-        _report(out)
         if tracker is not None:
             tracker.finish(out)
         rd.set_state("finished")

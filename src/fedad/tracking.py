@@ -19,6 +19,12 @@ when it writes to a folder or a ``file:`` URI) or any tracking URI (``http://...
 extra ``tracking`` (``mlflow-skinny``): without it, a one-line error before anything trains.
 A tracking server that cannot be reached at the start is a one-line error too; one that
 fails later costs a warning, never the run's own files.
+
+**Resuming.** The MLflow run's id is kept in the run directory (``.fedad/mlflow.json``,
+with the tracking URI and the methods already logged). ``fedad run --resume`` reopens that
+MLflow run (status ``RUNNING`` again) and logs only the methods it lacks, so one fedad run
+is one MLflow run however often it was resumed. When the store no longer has it (deleted,
+another store, an unreadable record), a new MLflow run is started and a warning says so.
 """
 
 from __future__ import annotations
@@ -29,19 +35,32 @@ import math
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedad import __version__
 from fedad.errors import FedadError
+from fedad.outdir import STATE_DIR, read_text, write_text
 
 if TYPE_CHECKING:
     from fedad.config import ExperimentConfig, TrackingConfig
 
-__all__ = ["ARTIFACTS", "EXTRA", "Tracker", "flatten", "start", "track_seeds", "tracking_uri"]
+__all__ = [
+    "ARTIFACTS",
+    "EXTRA",
+    "STATE_FILE",
+    "Tracker",
+    "flatten",
+    "start",
+    "track_seeds",
+    "tracking_uri",
+]
 
 EXTRA = "tracking"
+STATE_FILE = "mlflow.json"
+"""In the run's ``.fedad/``: the MLflow run to continue on ``--resume``."""
+_RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ARTIFACTS = ("report.html", "metrics.json", "config.toml", "history.csv", "inputs.json")
 MAX_PARAM = 6000
 """MLflow's longest param value (longer ones are cut, with '...')."""
@@ -133,25 +152,53 @@ def run_name(cfg: TrackingConfig, out: Path) -> str:
 
 class Tracker:
     """One MLflow run (see the module docstring); every call after :func:`start` only
-    warns when MLflow fails."""
+    warns when MLflow fails. With ``out``, the run's id, ``uri`` and the methods logged
+    are kept in ``out/.fedad/mlflow.json`` for ``--resume``."""
 
-    def __init__(self, client: Any, run_id: str, where: str) -> None:
+    def __init__(
+        self,
+        client: Any,
+        run_id: str,
+        where: str,
+        out: Path | None = None,
+        uri: str = "",
+        logged: Iterable[str] = (),
+    ) -> None:
         self.client = client
         self.run_id = run_id
         self.where = where
+        self.out = out
+        self.uri = uri
+        self.logged: list[str] = list(logged)
 
-    def _safely(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> None:
+    def _safely(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> bool:
         try:
             fn(*args, **kwargs)
         except Exception as err:  # MLflow raises many kinds (HTTP, file store, ...)
             log.warning("tracking: could not log %s to %s: %s", what, self.where, _reason(err))
+            return False
+        return True
+
+    def save(self) -> None:
+        """Record the MLflow run in the run directory's ``.fedad/`` (a failure only warns;
+        nothing without one, outside a claimed run)."""
+        if self.out is None or not (Path(self.out) / STATE_DIR).is_dir():
+            return
+        state = {"uri": self.uri, "run_id": self.run_id, "logged": self.logged}
+        try:
+            write_text(Path(self.out) / STATE_DIR / STATE_FILE, json.dumps(state))
+        except (FedadError, OSError) as err:
+            log.warning("tracking: could not record the MLflow run for --resume: %s", err)
 
     def _metrics(self, metrics: list[Any]) -> None:
         for i in range(0, len(metrics), 1000):
             self.client.log_batch(self.run_id, metrics=metrics[i : i + 1000])
 
     def method(self, label: str, history: list[dict[str, Any]], metrics: dict[str, Any]) -> None:
-        """A finished method: its per-round history and its final metrics."""
+        """A finished method: its per-round history and its final metrics (once: a method
+        this MLflow run has, logged before a ``--resume``, is skipped)."""
+        if label in self.logged:
+            return
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -179,7 +226,9 @@ class Tracker:
                 f = _number(v)
                 if f is not None and k not in ("client",):
                     rows.append(Metric(_key(f"{label}/client-{cid}/{k}"), f, now, 0))
-        self._safely(f"method '{label}'", self._metrics, rows)
+        if self._safely(f"method '{label}'", self._metrics, rows):
+            self.logged.append(label)
+            self.save()
 
     def finish(self, out: Path) -> None:
         """The run's files as artifacts; the MLflow run ends as finished."""
@@ -210,9 +259,77 @@ def experiment_id(client: Any, name: str) -> str:
         return str(exp.experiment_id)
 
 
-def start(cfg: TrackingConfig | None, out: Path, resolved: Mapping[str, Any]) -> Tracker | None:
+def _recorded(out: Path) -> tuple[str, str, list[str]] | None:
+    """(tracking URI, run id, methods logged) of the MLflow run an earlier attempt at the
+    run in ``out`` recorded; ``None`` when there is none or the record is unusable (the
+    file is untrusted: checked, a warning)."""
+    path = Path(out) / STATE_DIR / STATE_FILE
+    try:
+        data = json.loads(read_text(path, limit=1 << 20))
+    except FileNotFoundError:
+        return None
+    except (FedadError, OSError, ValueError, RecursionError) as err:
+        log.warning(
+            "tracking: the MLflow record '%s' is unreadable (%s): a new MLflow run is started",
+            path,
+            _reason(err),
+        )
+        return None
+    if not isinstance(data, dict):
+        data = {}
+    uri, run_id, logged = data.get("uri"), data.get("run_id"), data.get("logged")
+    if (
+        isinstance(uri, str)
+        and isinstance(run_id, str)
+        and _RUN_ID.fullmatch(run_id)
+        and isinstance(logged, list)
+        and all(isinstance(x, str) for x in logged)
+    ):
+        return uri, run_id, logged
+    log.warning("tracking: the MLflow record '%s' is damaged: a new MLflow run is started", path)
+    return None
+
+
+def _reopen(client: Any, cfg: TrackingConfig, out: Path, uri: str) -> Tracker | None:
+    """The MLflow run recorded in ``out``, running again; ``None`` (and why, logged) when
+    there is none to continue."""
+    recorded = _recorded(out)
+    if recorded is None:
+        log.info("tracking: no MLflow run recorded in '%s': a new one is started", out)
+        return None
+    old_uri, run_id, logged = recorded
+    if old_uri != uri:
+        log.warning(
+            "tracking: the interrupted run was logged to %s, [tracking] now names %s: "
+            "a new MLflow run is started",
+            old_uri,
+            uri,
+        )
+        return None
+    try:
+        run = client.get_run(run_id)
+        if run.info.lifecycle_stage != "active":
+            raise LookupError(f"its lifecycle stage is '{run.info.lifecycle_stage}'")
+        client.update_run(run_id, status="RUNNING")
+    except Exception as err:  # MLflow raises many kinds (not found, HTTP, file store, ...)
+        log.warning(
+            "tracking: the MLflow run %s of the interrupted run is no longer in %s (%s): "
+            "a new MLflow run is started",
+            run_id,
+            cfg.mlflow,
+            _reason(err),
+        )
+        return None
+    log.info("tracking: continuing MLflow run %s in %s", run_id, cfg.mlflow)
+    return Tracker(client, run_id, cfg.mlflow, out, uri, logged)
+
+
+def start(
+    cfg: TrackingConfig | None, out: Path, resolved: Mapping[str, Any], resume: bool = False
+) -> Tracker | None:
     """Open the MLflow run of ``cfg`` (``None``: tracking is off) and log the resolved
-    config as params; a one-line :class:`FedadError` when it cannot."""
+    config as params; a one-line :class:`FedadError` when it cannot. With ``resume``, the
+    MLflow run recorded in ``out`` continues when the store still has it."""
     if cfg is None:
         return None
     client_cls = _client()
@@ -223,6 +340,15 @@ def start(cfg: TrackingConfig | None, out: Path, resolved: Mapping[str, Any]) ->
 
     try:
         client = client_cls(tracking_uri=uri)
+    except Exception as err:  # any failure of the backend, before anything trains
+        raise FedadError(
+            f"[tracking] mlflow {cfg.mlflow!r} cannot start a run: {_reason(err)}",
+            "check the tracking URI or folder, or remove the [tracking] section",
+        ) from None
+    reopened = _reopen(client, cfg, out, uri) if resume else None
+    if reopened is not None:
+        return reopened
+    try:
         run = client.create_run(experiment_id(client, cfg.experiment), run_name=run_name(cfg, out))
         run_id = run.info.run_id
         params = [Param(k, v) for k, v in flatten(resolved)]
@@ -234,7 +360,9 @@ def start(cfg: TrackingConfig | None, out: Path, resolved: Mapping[str, Any]) ->
             f"[tracking] mlflow {cfg.mlflow!r} cannot start a run: {_reason(err)}",
             "check the tracking URI or folder, or remove the [tracking] section",
         ) from None
-    return Tracker(client, run_id, cfg.mlflow)
+    tracker = Tracker(client, run_id, cfg.mlflow, out, uri)
+    tracker.save()
+    return tracker
 
 
 def track_seeds(cfg: ExperimentConfig, out: Path, data: Mapping[str, Any]) -> None:
