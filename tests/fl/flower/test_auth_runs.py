@@ -9,8 +9,8 @@ register`` does) and hold partitions 0, 1 and 1 again; C's key is not registered
   Flower nodes (exit status 2); nothing is trained.
 * C and N stop at start in one line (exit status 2); the SuperLink lists only A, B and D as
   its nodes, so neither could receive a task.
-* With D stopped, ``fedad flower run`` trains on A and B, and metrics.json equals the
-  in-process run's.
+* With D stopped, a run trains on A and B: FedAvg's metrics.json equals the in-process
+  run's, and a personalised method's detectors stay on their nodes (``--models-dir``).
 
 The tests share the SuperLink and run in this order (about 90 s together on two busy cores).
 """
@@ -29,7 +29,9 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.fl.flower.test_runs import CONFIG, ROOT, compare, flower_processes
@@ -126,6 +128,7 @@ class Federation:
             "--partition-id", str(partition), "--num-partitions", "2", *auth,
             "--port", str(free_port()), "--home", str(self.root / f"home-{name}"),
             "--cache-dir", str(self.root / "cache"),
+            "--models-dir", str(self.root / f"models-{name}"),
         )  # fmt: skip
 
     def wait_joined(self, name: str, timeout: float = 90) -> None:
@@ -240,28 +243,77 @@ def test_unregistered_nodes_are_refused_in_one_line(fed: Federation) -> None:
     assert _online(fed) == set(fed.node_ids.values())  # A, B and D: neither C nor N
 
 
-def test_registered_sites_train_as_in_process(fed: Federation, tmp_path: Path) -> None:
+LOCAL = '[[methods]]\nname = "local"\nlabel = "local-ae"\ndetector = "autoencoder"\n'
+
+
+def test_registered_sites_train_as_in_process_and_keep_their_detectors(
+    fed: Federation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With D gone, A and B train FedAvg with the in-process run's metrics; and a
+    personalised method (``local``) leaves each node's detector on its node, in its
+    ``--models-dir``: the evaluate replies that reach the server hold scores and no model
+    arrays, ``fedad.load`` reads each node's detector there and it scores as on the node,
+    and metrics.json's events say where each one is. The run is what ``fedad flower run``
+    does, in this process, to see the replies it gets."""
+    from fedad import load
+    from fedad.config import load_config
+    from fedad.federation import build_federation
+    from fedad.fl.flower import run as flower_run
+    from fedad.fl.flower.codec import NODE_MODEL
+    from fedad.fl.flower.deploy.run import RemoteSuperLink, remote_superlink
+    from fedad.runner import run_experiment
+
     fed.procs["D"].send_signal(signal.SIGTERM)  # the second claimant leaves
     assert fed.procs["D"].wait(timeout=30) == 143
     deadline = time.monotonic() + 30
     while fed.node_ids["d"] in _online(fed):  # a SuperNode that stops signs off
         assert time.monotonic() < deadline
         time.sleep(0.5)
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(TWO_SITES)
-    t0 = time.monotonic()
+    (tmp_path / "c.toml").write_text(TWO_SITES + LOCAL)
     ref = subprocess.Popen(  # the in-process run, meanwhile
-        [sys.executable, "-m", "fedad.cli", "run", str(cfg), "--out", str(tmp_path / "inprocess"),
-         "-q", "--set", 'engine.name="inprocess"'],
+        [sys.executable, "-m", "fedad.cli", "run", str(tmp_path / "c.toml"), "-q",
+         "--out", str(tmp_path / "inprocess"), "--set", 'engine.name="inprocess"'],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    p = fed.run(tmp_path / "flower", cfg)
-    print(f"fedad flower run: {time.monotonic() - t0:.1f} s")
+    cfg = load_config(tmp_path / "c.toml", ['engine.name="flower-deployment"'])
+    outcomes: list[Any] = []
+    real = flower_run.run_flower
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        outcomes.append(real(*args, **kwargs))
+        return outcomes[-1]
+
+    monkeypatch.setattr(flower_run, "run_flower", spy)
+    t0 = time.monotonic()
+    with remote_superlink(RemoteSuperLink(fed.link, str(fed.ca))):
+        run_experiment(cfg, tmp_path / "flower")
+    print(f"two methods on A and B: {time.monotonic() - t0:.1f} s")
     assert ref.wait(timeout=120) == 0, ref.stderr
-    assert p.returncode == 0, p.stderr[-3000:]
     ref_m, got = (
         json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("inprocess", "flower")
     )
-    assert compare(ref_m, got) == []
-    m = got["methods"]["fedavg-ae"]
-    assert m["events"] == [] and m["missing_nodes"] == [] and m["rounds"] == 1
+    assert compare(ref_m["methods"].pop("fedavg-ae"), got["methods"].pop("fedavg-ae")) == []
+    assert compare(ref_m["experiment"], got["experiment"], ".experiment") == []
+    local = got["methods"]["local-ae"]
+    assert local["missing_nodes"] == [] and local["auroc"] == pytest.approx(
+        ref_m["methods"]["local-ae"]["auroc"], abs=1e-6
+    )
+
+    fedavg_outcome, local_outcome = outcomes
+    assert fedavg_outcome.events == []
+    flower_fed = build_federation(cfg)
+    for cid, reply in local_outcome.evaluations.items():
+        assert set(reply.arrays) == {"score", "label", "pred"}, cid  # no model arrays
+        folder = Path(reply.scalars[NODE_MODEL])
+        assert folder.parent.parent == (fed.root / f"models-{'AB'[cid]}").resolve()
+        assert folder.name == f"client-{cid}"
+        line = f"client {cid}: its personalised detector stays on its node, in {folder}"
+        assert line in local["events"]
+        det = load(str(folder)).detector("local-ae", cid)
+        np.testing.assert_allclose(
+            det.score(flower_fed.clients[cid].x_test), reply.arrays["score"], rtol=1e-5, atol=1e-7
+        )
+    assert sorted(local_outcome.evaluations) == [0, 1]
+    for f in (tmp_path / "flower" / "checkpoints" / "local-ae").glob("client_*.npz"):
+        with np.load(f) as z:  # the run directory holds no model arrays of them
+            assert z.files == [], f

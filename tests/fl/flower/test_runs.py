@@ -7,10 +7,8 @@
 * A SuperNode killed mid-run: the run finishes with the other two, the dead node is listed
   as missing and its evaluation is absent. This runs the multi-machine commands
   (``fedad flower superlink | supernode | run``) on 127.0.0.1.
-* A personalised method (``local``) on SuperNodes started with ``fedad flower supernode
-  --models-dir``: the evaluate replies that reach the server hold scores and no model
-  arrays, each node's models directory holds a detector that ``fedad.load`` reads and that
-  scores as on the node, and metrics.json's events say where each one is.
+* (A personalised method's detectors stay on SuperNodes started with ``fedad flower
+  supernode --models-dir``: tests/fl/flower/test_auth_runs.py, on authenticated nodes.)
 * Nothing is left running afterwards.
 
 Each engine runs in a ``fedad`` process of its own, as a user runs it.
@@ -28,7 +26,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from fedad.runner import TIMING_KEYS
@@ -277,96 +274,3 @@ def test_killed_supernode_is_missing_and_the_run_goes_on(
     header = rows[0].split(",")
     replied = [int(r.split(",")[header.index("clients_replied")]) for r in rows[1:]]
     assert replied == [3, 2]
-
-
-def _start_cli(
-    tmp_path: Path, procs: dict[str, subprocess.Popen[str]], name: str, *args: str
-) -> None:
-    procs[name] = subprocess.Popen(
-        [sys.executable, "-m", "fedad.cli", "flower", *args, "--home", str(tmp_path / name)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-
-
-def _stop_all(procs: dict[str, subprocess.Popen[str]]) -> None:
-    for p in procs.values():
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs.values():
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-
-
-def test_personalised_detectors_stay_on_their_nodes(
-    tmp_path: Path, no_leftovers: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``fedad flower superlink | supernode --models-dir`` as separate processes; the run
-    itself (what ``fedad flower run`` does) in this process, to see the replies it gets."""
-    from fedad import load
-    from fedad.config import load_config
-    from fedad.federation import build_federation
-    from fedad.fl.flower import run as flower_run
-    from fedad.fl.flower.codec import NODE_MODEL
-    from fedad.fl.flower.deploy.launch import free_port, port_open
-    from fedad.fl.flower.deploy.run import RemoteSuperLink, remote_superlink
-    from fedad.runner import run_experiment
-
-    methods = '[[methods]]\nname = "local"\nlabel = "local-ae"\ndetector = "autoencoder"\n'
-    text = CONFIG.split("[[methods]]")[0].replace("clients = 3", "clients = 2") + methods
-    (tmp_path / "c.toml").write_text(text)
-    cfg = load_config(
-        tmp_path / "c.toml", ['engine.name="flower-deployment"', "engine.timeout=120.0"]
-    )
-    outcomes: list[Any] = []
-    real = flower_run.run_flower
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        outcomes.append(real(*args, **kwargs))
-        return outcomes[-1]
-
-    monkeypatch.setattr(flower_run, "run_flower", spy)
-    port = free_port()
-    procs: dict[str, subprocess.Popen[str]] = {}
-    out = tmp_path / "out"
-    try:
-        _start_cli(tmp_path, procs, "superlink", "superlink", "--insecure",
-                   "--host", "127.0.0.1", "--port", str(port))  # fmt: skip
-        deadline = time.monotonic() + 60
-        while not port_open("127.0.0.1", port):
-            assert time.monotonic() < deadline and procs["superlink"].poll() is None
-            time.sleep(0.2)
-        link = f"127.0.0.1:{port}"
-        for i in range(2):
-            models = str(tmp_path / f"models{i}")
-            _start_cli(tmp_path, procs, f"node{i}", "supernode", "--superlink", link,
-                       "--insecure", "--partition-id", str(i), "--num-partitions", "2",
-                       "--port", str(free_port()), "--models-dir", models)  # fmt: skip
-        with remote_superlink(RemoteSuperLink(link, insecure=True)):
-            run_experiment(cfg, out)
-    finally:
-        _stop_all(procs)
-
-    (outcome,) = outcomes
-    fed = build_federation(cfg)
-    events = json.loads((out / "metrics.json").read_text())["methods"]["local-ae"]["events"]
-    assert sorted(outcome.evaluations) == [0, 1]
-    for cid, reply in outcome.evaluations.items():
-        assert set(reply.arrays) == {"score", "label", "pred"}, cid  # no model arrays
-        folder = Path(reply.scalars[NODE_MODEL])
-        assert folder.parent.parent == (tmp_path / f"models{cid}").resolve()
-        assert folder.name == f"client-{cid}"
-        assert f"client {cid}: its personalised detector stays on its node, in {folder}" in events
-        det = load(str(folder)).detector("local-ae", cid)
-        np.testing.assert_allclose(
-            det.score(fed.clients[cid].x_test), reply.arrays["score"], rtol=1e-5, atol=1e-7
-        )
-    # and the run directory holds no model arrays of them
-    for f in (out / "checkpoints" / "local-ae").glob("client_*.npz"):
-        with np.load(f) as z:
-            assert z.files == [], f
