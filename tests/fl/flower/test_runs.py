@@ -240,7 +240,8 @@ def test_killed_supernode_is_missing_and_the_run_goes_on(
         for i in range(3):
             start(f"node{i}", "supernode", "--superlink", link, "--insecure",
                   "--partition-id", str(i), "--num-partitions", "3", "--port", str(free_port()),
-                  "--cache-dir", str(tmp_path / f"cache{i}"))  # fmt: skip
+                  "--cache-dir", str(tmp_path / f"cache{i}"),
+                  "--models-dir", str(tmp_path / f"models{i}"))  # fmt: skip
         out = tmp_path / "out"
         run = subprocess.Popen(
             [sys.executable, "-m", "fedad.cli", "flower", "run", str(cfg),
