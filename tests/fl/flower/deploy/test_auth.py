@@ -140,3 +140,17 @@ def test_refusals_by_the_superlink_are_named() -> None:
     assert "refused this SuperNode: its key '/keys/site-c' is not registered" in str(err)
     assert "fedad flower register /keys/site-c.pub" in str(err)
     assert refusal("RuntimeError: something else", "h:1", None) is None
+
+
+def test_a_failing_flwr_call_is_one_line(tmp_path: Path) -> None:
+    """``flwr supernode register`` that cannot reach a SuperLink: Flower's reason, one line."""
+    from fedad.fl.flower.deploy.auth import register
+    from fedad.fl.flower.deploy.launch import free_port
+
+    _, public = generate_key_pair(tmp_path / "site")
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(FedadError) as err:
+        register(public, address, None)
+    text = str(err.value)
+    assert text.startswith(f"'flwr supernode register' failed at the SuperLink {address}: ")
+    assert "\n" not in text and "Traceback" not in text

@@ -203,7 +203,7 @@ def flwr_supernode(args: list[str], address: str, root_certificates: str | None)
             else "check --superlink and --root-certificates (the same as the SuperNodes use)"
         )
         raise FedadError(
-            f"the SuperLink at {address} refused 'flwr supernode {args[0]}': {why}", hint
+            f"'flwr supernode {args[0]}' failed at the SuperLink {address}: {why}", hint
         )
     return doc
 
