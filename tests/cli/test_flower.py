@@ -222,3 +222,23 @@ def test_a_refused_supernode_is_one_line(capfd: pytest.CaptureFixture[str]) -> N
         run_foreground(refused, dict(os.environ), "the SuperNode", port=port,
                        ready="SuperNode ID:", explain=explain)  # fmt: skip
     assert "Uvicorn" not in capfd.readouterr().out  # Flower's output was held back
+
+
+def test_flowers_exit_message_is_kept_whole() -> None:
+    """Flower's exit message (``Exit Code: N`` and the lines that say why, up to its link)
+    becomes the one line: with a wrong CA certificate, the TLS reason is in it."""
+    from fedad.fl.flower.deploy.processes import failure_line
+
+    esc = "\x1b"
+    text = (
+        f"{esc}[92mINFO {esc}[0m:      Starting Flower SuperNode\n"
+        f"{esc}[91mERROR {esc}[0m:     Exit Code: 305\n"
+        "Failed to initialize the connection to the SuperLink.\n"
+        "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed (_ssl.c:1006)\n\n"
+        "For more information, visit: <https://flower.ai/docs/...>\n"
+        "INFO:     Shutting down\n"
+    )
+    assert failure_line(text) == (
+        "Failed to initialize the connection to the SuperLink. "
+        "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed (_ssl.c:1006)"
+    )

@@ -180,7 +180,12 @@ def failure_line(text: str) -> str:
         return "no output"
     for i, line in enumerate(lines):  # Flower's own exit messages: "Exit Code: 600" + reason
         if line.startswith("ERROR") and "Exit Code" in line and i + 1 < len(lines):
-            return lines[i + 1]
+            reason = []  # its lines, up to Flower's link or the next log line
+            for more in lines[i + 1 : i + 5]:
+                if more.startswith(("For more information", "INFO", "ERROR", "WARN")):
+                    break
+                reason.append(more)
+            return " ".join(reason or lines[i + 1 : i + 2])[:300]
     errors = [x for x in lines if re.match(r"[\w.]*(Error|Exception)\b.*:", x) or "ERROR" in x]
     return (errors or lines)[-1][:300]
 
