@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
 import stat
@@ -36,6 +37,7 @@ import numpy as np
 
 from fedad.errors import FedadError
 from fedad.outdir import (
+    ASIDE_DIR,
     DONE_DIR,
     FORMAT,
     LOCK_FILE,
@@ -46,6 +48,7 @@ from fedad.outdir import (
     claimed_above,
     is_run_entry,
     mkdir,
+    move,
     open_nofollow,
     output_error,
     pop_anchor,
@@ -57,6 +60,7 @@ from fedad.outdir import (
     write_text,
 )
 
+log = logging.getLogger("fedad")
 _LABEL = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 
 State = Literal["running", "interrupted", "failed", "finished"]
@@ -83,12 +87,26 @@ def _seed_run(p: Path) -> bool:
     return bool(SEED_DIRS.fullmatch(p.name)) and p.is_dir() and not p.is_symlink()
 
 
+def has_results(root: Path) -> bool:
+    """Whether the run in ``root`` holds a result: ``metrics.json``, a finished method kept
+    for resuming, or a seed's run that does (``False`` for a folder that is not there)."""
+    return root.is_dir() and not root.is_symlink() and _has_results(root)
+
+
 def _has_results(root: Path) -> bool:
     done = root / STATE_DIR / DONE_DIR
     return (
         (root / "metrics.json").exists()
         or (done.is_dir() and any(done.iterdir()))
         or any(_seed_run(p) and _has_results(p) for p in root.iterdir())
+    )
+
+
+def _is_run(root: Path) -> bool:
+    """Whether ``root`` holds a fedad run (``.fedad/run.json``, or ``metrics.json`` beside
+    ``config.toml``: runs written before ``.fedad/`` existed)."""
+    return (root / STATE_DIR / RUN_FILE).is_file() or (
+        (root / "metrics.json").is_file() and (root / "config.toml").is_file()
     )
 
 
@@ -105,6 +123,8 @@ class RunDir:
         self.created = created
         self._lock: IO[str] | None = None
         self._anchors: tuple[Anchor, ...] = ()
+        self.aside = False
+        """An earlier run is set aside (``--force``) until this one has a result."""
 
     # -- claiming ---------------------------------------------------------------------
     @classmethod
@@ -134,13 +154,12 @@ class RunDir:
         return run
 
     def _check(self, force: bool, resume: bool) -> None:
-        """:meth:`claim`'s rules, in order: no links, not another's folder, the lock, then
-        (``force``) clearing."""
+        """:meth:`claim`'s rules, in order: no links, not another's folder, the lock, a run
+        set aside by a replacement that never finished brought back, then (``force``) the
+        old run set aside (:meth:`set_aside`)."""
         root = self.root
         refuse_links(root)
-        is_run = (root / STATE_DIR / RUN_FILE).is_file() or (
-            (root / "metrics.json").is_file() and (root / "config.toml").is_file()
-        )  # the second: runs written before .fedad/ existed
+        is_run = _is_run(root)
         others = _user_entries(root)
         if not is_run:  # not a run: anything but our own lock folder is the user's
             others = sorted(p.name for p in root.iterdir() if p.name != STATE_DIR)
@@ -151,6 +170,8 @@ class RunDir:
                 "choose a new or empty directory; fedad does not write among other files",
             )
         self._acquire()
+        if self._recover_aside():
+            is_run = _is_run(root)
         if resume:
             if not is_run:
                 raise FedadError(
@@ -163,7 +184,7 @@ class RunDir:
                     f"--out '{root}' holds a fedad run already",
                     "add --force to replace it, --resume to complete it, or choose another --out",
                 )
-            self.clear()
+            self.set_aside()
         elif is_run:
             self.clear()  # a run that ended before any result: nothing to keep
 
@@ -206,6 +227,10 @@ class RunDir:
         """Drop the lock (the lock file stays: it is harmless and reused)."""
         if self._lock is not None:
             with contextlib.suppress(OSError):
+                self._lock.seek(0)
+                self._lock.truncate()  # the pid only while held: a refused claim leaves
+                self._lock.flush()  # the lock file as it found it (empty)
+            with contextlib.suppress(OSError):
                 fcntl.flock(self._lock, fcntl.LOCK_UN)
                 self._lock.close()
             self._lock = None
@@ -216,35 +241,106 @@ class RunDir:
         pop_anchor(self._anchors)
         self._anchors = ()
 
+    # -- replacing a run (--force): the old one set aside until the new one has a result ---
+    def _aside_dir(self) -> Path:
+        return self.root / STATE_DIR / ASIDE_DIR
+
+    def _ours(self) -> list[str]:
+        """The entries at the top of the run that a run wrote (``.fedad`` aside)."""
+        out = []
+        for name in sorted(os.listdir(self.root)):
+            seed = bool(SEED_DIRS.fullmatch(name))
+            ours = name != STATE_DIR and is_run_entry(name, seeds=True)
+            if ours and (_seed_run(self.root / name) or not seed):
+                out.append(name)
+        return out
+
+    def _state_entries(self) -> list[str]:
+        state = self.root / STATE_DIR
+        if not state.is_dir() or state.is_symlink():
+            return []
+        return [n for n in sorted(os.listdir(state)) if n not in (LOCK_FILE, ASIDE_DIR)]
+
+    def set_aside(self) -> None:
+        """``--force``: move the run here into ``.fedad/replaced/`` (renames, nothing
+        copied). :meth:`settle` drops it once the new run has a result, or brings it back
+        when the new run ends without one (a failed check, an error, Ctrl-C), so that a
+        replacement that never produced anything loses nothing."""
+        aside = self._aside_dir()
+        remove(aside)
+        mkdir(aside / STATE_DIR)
+        for name in self._ours():
+            move(self.root / name, aside / name)
+        for name in self._state_entries():
+            move(self.root / STATE_DIR / name, aside / STATE_DIR / name)
+        self.aside = True
+
+    def _restore_aside(self) -> None:
+        """Remove what the new run wrote, and put the run set aside back in its place."""
+        aside = self._aside_dir()
+        self.clear()
+        for name in sorted(os.listdir(aside)):
+            if name != STATE_DIR:
+                move(aside / name, self.root / name)
+        kept_state = aside / STATE_DIR
+        for name in sorted(os.listdir(kept_state)) if kept_state.is_dir() else []:
+            move(kept_state / name, self.root / STATE_DIR / name)
+        remove(aside)
+        self.aside = False
+
+    def settle(self, produced: bool) -> bool:
+        """End a replacement: drop the run set aside when the new run ``produced`` a
+        result, else bring it back; whether an earlier run was brought back."""
+        if not self.aside:
+            return False
+        if produced:
+            remove(self._aside_dir())
+            self.aside = False
+            return False
+        self._restore_aside()
+        return True
+
+    def _recover_aside(self) -> bool:
+        """A run set aside by a replacement that was killed (SIGKILL, a power cut) before
+        it settled: back in place when the replacement left no result, else dropped;
+        whether it came back."""
+        aside = self._aside_dir()
+        if not aside.is_dir() or aside.is_symlink():
+            return False
+        self.aside = True
+        return self.settle(produced=_has_results(self.root))
+
     def clear(self) -> None:
         """Remove what a fedad run wrote here (never other files), keeping the lock.
 
         Nothing is followed: a link among fedad's entries is an error, and folders are
         removed relative to their parent's descriptor (:func:`shutil.rmtree` with ``dir_fd``,
-        which never descends into a link)."""
-        for name in sorted(os.listdir(self.root)):
-            p = self.root / name
-            seed = bool(SEED_DIRS.fullmatch(name))
-            if name != STATE_DIR and is_run_entry(name, seeds=True) and (_seed_run(p) or not seed):
-                remove(p)
-        state = self.root / STATE_DIR
-        for name in sorted(os.listdir(state)) if state.is_dir() and not state.is_symlink() else []:
-            if name != LOCK_FILE:
-                remove(state / name)
+        which never descends into a link). A run set aside by ``--force`` stays."""
+        for name in self._ours():
+            remove(self.root / name)
+        for name in self._state_entries():
+            remove(self.root / STATE_DIR / name)
 
-    def discard_if_empty(self) -> None:
-        """After a run that wrote no result: leave no trace (the folder too, if ours).
+    def discard_if_empty(self) -> bool:
+        """After a run that wrote no result: leave no trace (the folder too, if ours), or
+        put back the run that ``--force`` set aside; whether that run came back.
 
         Flower logs (``.flower/``) are the exception: they say why a run failed, so they
         stay, and the folder stays a (resultless) fedad run that the next run may reuse.
         """
         if _has_results(self.root):
-            return
+            return False
+        if self.aside:
+            try:
+                return self.settle(produced=False)
+            except FedadError as err:  # the next claim of the folder brings it back
+                log.warning("could not put back the earlier run yet: %s", err)
+                return False
         flower = self.root / ".flower"
         if flower.is_dir() and any(flower.iterdir()):
             with contextlib.suppress(FedadError):
                 self.set_state("failed")
-            return
+            return False
         with contextlib.suppress(FedadError):
             self.clear()
         self.release()
@@ -253,6 +349,7 @@ class RunDir:
         with contextlib.suppress(OSError):
             if self.created and not any(self.root.iterdir()):
                 self.root.rmdir()
+        return False
 
     # -- state ------------------------------------------------------------------------
     def set_state(self, state: State, config_text: str | None = None) -> None:
@@ -265,7 +362,8 @@ class RunDir:
     def check_config(self, config_text: str) -> None:
         """``--resume``: refuse when the run here started from another config (one line).
 
-        A run without a ``config.toml`` yet (stopped before it wrote one) passes. The file
+        A run without a ``config.toml`` yet (stopped before it wrote one) passes when it has
+        no results; with results it is refused, since they cannot be checked. The file
         is untrusted: damaged, too large or too deeply nested is a one-line error.
         """
         import tomllib
@@ -275,6 +373,12 @@ class RunDir:
             old = tomllib.loads(read_text(path))
             diff = config_difference(old, tomllib.loads(config_text))
         except FileNotFoundError:
+            if _has_results(self.root):
+                raise FedadError(
+                    f"--resume: '{self.root}' holds results but no config.toml, so the config "
+                    "they came from cannot be checked",
+                    "start anew with --force",
+                ) from None
             return
         except (OSError, ValueError, RecursionError) as err:
             why = "nested too deeply" if isinstance(err, RecursionError) else str(err)[:120]

@@ -33,11 +33,23 @@ class Interrupted(BaseException):
 
     A ``BaseException``, like ``KeyboardInterrupt``, so that no ``except Exception`` on the
     way (a failing client, say) swallows it. ``kept`` lists the methods whose results were
-    written before the signal; the CLI exits with ``128 + signum``.
+    written before the signal; ``finished``: the whole run had finished (the signal came
+    while its summary was shown); ``restored``: nothing finished and the run that ``--force``
+    would have replaced in ``out`` is back as it was. The CLI exits with ``128 + signum``.
     """
 
-    def __init__(self, signum: int, kept: tuple[str, ...] = (), out: str = "") -> None:
+    def __init__(
+        self,
+        signum: int,
+        kept: tuple[str, ...] = (),
+        out: str = "",
+        *,
+        finished: bool = False,
+        restored: bool = False,
+    ) -> None:
         super().__init__(signum)
         self.signum = signum
         self.kept = kept
         self.out = out
+        self.finished = finished
+        self.restored = restored

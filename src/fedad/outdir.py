@@ -39,6 +39,8 @@ STATE_DIR = ".fedad"
 RUN_FILE = "run.json"
 LOCK_FILE = "lock"
 DONE_DIR = "done"
+ASIDE_DIR = "replaced"
+"""In ``.fedad/``: the run that ``--force`` replaces, kept until the new run has a result."""
 FORMAT = 1
 OUTPUTS = (
     "config.toml",
@@ -75,6 +77,69 @@ def output_error(path: Path, err: OSError) -> FedadError:
         else "choose a writable --out"
     )
     return FedadError(f"cannot write '{path}': {_why(err)}", fix)
+
+
+# -- a path the user names for a new output ------------------------------------------------
+
+
+def target_path(path: str | Path, flag: str = "--out") -> Path:
+    """The one absolute path that both the checks and the writes of an output use.
+
+    ``path`` names a new file or folder: its parent is resolved through the file system
+    (non-strictly: ``missing/..`` is the folder it textually names, as the writes would
+    take it), and its last component is kept as given, so a link there is still seen as a
+    link. A check that asks the file system and a write that cleans the path as text can
+    then never disagree (``missing/../victim`` is ``victim`` for both). Refused in one line:
+    an empty path, a path ending in ``..`` or naming the current folder (no entry of its own), and a
+    path below a file."""
+    raw = os.fspath(path)
+    if not raw.strip():
+        raise FedadError(f"{flag} is empty", f"give a path, e.g. {flag} exports/NAME")
+    p = Path(raw).expanduser()
+    if p.name in ("", ".", ".."):
+        what = "ends in '..'" if p.name == ".." else "is a folder's own name ('.' or '/')"
+        raise FedadError(
+            f"{flag} '{raw}' {what}, not a new entry", f"give a new name, e.g. {flag} NAME"
+        )
+    parent = Path(os.path.realpath(p.parent))
+    for above in (*reversed(parent.parents), parent):
+        try:
+            mode = os.stat(above).st_mode
+        except FileNotFoundError:
+            break
+        except OSError as err:
+            raise FedadError(f"{flag} '{raw}': cannot read '{above}': {_why(err)}") from None
+        if not stat.S_ISDIR(mode):
+            raise FedadError(
+                f"{flag} '{raw}' lies below '{above}', which is a file, not a folder",
+                f"choose another {flag}",
+            )
+    return parent / p.name
+
+
+def run_holding(path: Path) -> Path | None:
+    """The fedad run directory that ``path`` (absolute) lies in or is, if any: a folder
+    with ``.fedad/run.json``, or ``metrics.json`` beside ``config.toml`` (runs written
+    before ``.fedad/`` existed)."""
+    for d in (path, *path.parents):
+        if (d / STATE_DIR / RUN_FILE).is_file() or (
+            (d / "metrics.json").is_file() and (d / "config.toml").is_file()
+        ):
+            return d
+    return None
+
+
+def refuse_inside_run(out: Path, flag: str = "--out") -> None:
+    """A one-line error when ``out`` (from :func:`target_path`) lies inside a fedad run:
+    a file of fedad's own there could damage the run (an export in its ``checkpoints/``
+    makes it unreadable) or block a later ``--force``."""
+    run = run_holding(out)
+    if run is not None:
+        raise FedadError(
+            f"{flag} '{out}' lies inside the fedad run '{run}'; fedad writes nothing of its "
+            "own among a run's files",
+            f"choose a {flag} outside '{run}'",
+        )
 
 
 # -- the mechanism: paths below a run's root, opened without following links ---------------
@@ -461,6 +526,20 @@ def remove(path: Path) -> None:
         why = _why(err) if isinstance(err, OSError) else "nested too deeply"
         raise FedadError(
             f"cannot clear '{path}': {why}", "remove it yourself or choose another --out"
+        ) from None
+
+
+def move(src: Path, dst: Path) -> None:
+    """Rename ``src`` to ``dst`` (a new name, on the same file system) without following a
+    link on the way to either; the entry itself is moved as it is."""
+    a, b = _where(src), _where(dst)
+    try:
+        with _parent_fd(a) as sfd, _parent_fd(b) as dfd:
+            os.rename(a.parts[-1], b.parts[-1], src_dir_fd=sfd, dst_dir_fd=dfd)
+    except OSError as err:
+        raise FedadError(
+            f"cannot move '{src}' to '{dst}': {_why(err)}",
+            "move it yourself or choose another --out",
         ) from None
 
 

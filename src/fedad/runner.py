@@ -15,14 +15,12 @@ done; ``resume=True`` runs only the methods not yet done.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import logging
 import math
 import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ import numpy as np
 from pydantic import ValidationError
 
 import fedad.methods  # noqa: F401  (the composition root: the built-in methods' declarations)
+from fedad import fingerprint
 from fedad.blas import one_blas_thread
 from fedad.checkpoints import node_models, save_checkpoint
 from fedad.claim import Done, RunDir
@@ -38,10 +37,10 @@ from fedad.data.types import Federation
 from fedad.detector import DEFAULT_CONTAMINATION
 from fedad.devices import resolve_device
 from fedad.errors import FedadError, Interrupted
-from fedad.evaluation.columns import families_json, run_columns
 from fedad.evaluation.families import BUILTIN, MetricFamily, Pooled, evaluate_replies, families_for
 from fedad.evaluation.samples import embedding_sample, map_sample
 from fedad.federation import build_federation, plan_federation
+from fedad.fingerprint import Fingerprint, federation_digest, files_digest
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, method_class
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import Message
@@ -49,21 +48,20 @@ from fedad.fl.node import update_phases
 from fedad.fl.server_inputs import check_requirements, supplied_fields
 from fedad.fl.workers import WorkerPool, resolve_workers
 from fedad.inputs import INPUTS_FILE, Inputs
-from fedad.outdir import write_npz, write_text
+from fedad.outdir import write_text
+from fedad.outputs import (  # noqa: F401  (also fedad.runner's, as before)
+    EMBED_PREFIX,
+    EMBEDDINGS_FILE,
+    HISTORY_COLUMNS,
+    MAPS_PREFIX,
+    _clean,
+    history_csv,
+    write_history,
+    write_outputs,
+)
+from fedad.tracking import Tracker
 from fedad.tracking import start as start_tracking
 
-HISTORY_COLUMNS = [
-    "method",
-    "round",
-    "clients_sampled",
-    "clients_replied",
-    "clients_rejected",
-    "clients_missing",
-    "bytes_up",
-    "bytes_down",
-    "seconds",
-    "loss",
-]
 TIMING_KEYS = ("seconds", "train_seconds", "client_seconds")
 """metrics.json keys that measure wall time, and so differ between identical runs."""
 
@@ -163,26 +161,6 @@ def method_seconds(outcome: RunOutcome, wall: float) -> dict[str, float]:
     with whatever the clients do there, such as fitting a head, and the metrics); the
     server program alone is ``train_seconds``."""
     return {"seconds": wall, "train_seconds": outcome.seconds}
-
-
-def _clean(v: Any) -> Any:
-    """JSON-safe: NaN/Inf -> null, numpy scalars -> Python."""
-    if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_clean(x) for x in v]
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
-MAPS_PREFIX = "maps:"
-"""Arrays of a method's :class:`~fedad.claim.Done` that go to ``maps.npz`` (not scores.npz)."""
-EMBED_PREFIX = "embeddings:"
-"""Arrays of a method's :class:`~fedad.claim.Done` that go to ``embeddings.npz``."""
-EMBEDDINGS_FILE = "embeddings.npz"
 
 
 def method_entries(algorithm: Algorithm, evaluations: dict[int, Message]) -> dict[str, Any]:
@@ -287,22 +265,6 @@ def resolved_config(cfg: ExperimentConfig, algorithms: dict[str, Algorithm]) -> 
     return raw
 
 
-def history_csv(rows: list[dict[str, Any]]) -> str:
-    """``history.csv``'s text: the fixed columns, then every other logged key, sorted."""
-    extra = sorted({k for r in rows for k in r} - set(HISTORY_COLUMNS))
-    cols = HISTORY_COLUMNS + extra
-    buf = io.StringIO(newline="")
-    w = csv.DictWriter(buf, fieldnames=cols, restval="")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
-    return buf.getvalue()
-
-
-def write_history(path: Path, rows: list[dict[str, Any]]) -> None:
-    write_text(path, history_csv(rows))
-
-
 def experiment_facts(cfg: ExperimentConfig, fed: Federation) -> dict[str, Any]:
     y = fed.y_test
     return {
@@ -332,61 +294,6 @@ def experiment_facts(cfg: ExperimentConfig, fed: Federation) -> dict[str, Any]:
     }
 
 
-def write_outputs(
-    out: Path,
-    labels: list[str],
-    done: dict[str, Done],
-    facts: dict[str, Any],
-    seconds: float,
-    families: Sequence[MetricFamily] = BUILTIN,
-) -> dict[str, Any]:
-    """Write ``metrics.json``, ``history.csv``, ``scores.npz`` (and ``maps.npz`` when some
-    method has anomaly maps, ``embeddings.npz`` when some method has representations) from
-    the methods done so far.
-
-    Methods appear in config order. ``experiment.status`` is ``"complete"`` once every
-    method is done, else ``"partial"`` with the missing ones in ``experiment.pending``.
-    ``columns`` lists the metric columns the finished methods have, from ``families`` (every
-    family of the run's methods, :func:`run_columns`), and ``families`` describes those
-    families (:func:`families_json`), so that the report and the summary import no method.
-    """
-    finished = [lab for lab in labels if lab in done]
-    pending = [lab for lab in labels if lab not in done]
-    experiment = {
-        **facts,
-        "status": "partial" if pending else "complete",
-        "total_seconds": seconds,
-    }
-    if pending:
-        experiment["pending"] = pending
-    methods = {lab: done[lab].metrics for lab in finished}
-    data = {
-        "methods": methods,
-        "experiment": experiment,
-        "columns": run_columns(methods.values(), families),
-        "families": families_json(families),
-    }
-    arrays: dict[str, np.ndarray] = {}
-    maps: dict[str, np.ndarray] = {}
-    embeds: dict[str, np.ndarray] = {}
-    for lab in finished:
-        for k, v in done[lab].arrays.items():
-            if k.startswith(MAPS_PREFIX):
-                maps[k.removeprefix(MAPS_PREFIX)] = v
-            elif k.startswith(EMBED_PREFIX):
-                embeds[k.removeprefix(EMBED_PREFIX)] = v
-            else:
-                arrays[k] = v
-    write_npz(out / "scores.npz", arrays, compressed=True)
-    if maps:
-        write_npz(out / "maps.npz", maps, compressed=True)
-    if embeds:
-        write_npz(out / EMBEDDINGS_FILE, embeds, compressed=True)
-    write_history(out / "history.csv", [row for lab in finished for row in done[lab].history])
-    write_text(out / "metrics.json", json.dumps(_clean(data), indent=2))
-    return data
-
-
 def run_families(algorithms: Iterable[Algorithm]) -> tuple[MetricFamily, ...]:
     """Every metric family of the run's methods, each once, built-in ones first."""
     out: dict[str, MetricFamily] = {}
@@ -396,9 +303,16 @@ def run_families(algorithms: Iterable[Algorithm]) -> tuple[MetricFamily, ...]:
     return tuple(out.values())
 
 
-def _resumable(rd: RunDir, config_text: str, labels: list[str]) -> dict[str, Done]:
-    """The methods an interrupted run finished, after checking it ran this very config."""
+def _resumable(rd: RunDir, config_text: str, fp: Fingerprint, labels: list[str]) -> dict[str, Done]:
+    """The methods an interrupted run finished, after checking it ran this very config on
+    these very data (:mod:`fedad.fingerprint`); nothing is written before."""
     rd.check_config(config_text)
+    if not fingerprint.check(rd.root, fp):
+        logging.getLogger("fedad").warning(
+            "--resume: '%s' keeps no fingerprint of its data (written by an earlier fedad): "
+            "only its config was checked",
+            rd.root,
+        )
     return rd.load_done(labels)
 
 
@@ -406,6 +320,55 @@ def _report(out: Path) -> None:
     from fedad.report.html import write_report
 
     write_report(out)
+
+
+@dataclass
+class Prepared:
+    """A run checked and ready to train (:func:`prepare`)."""
+
+    cfg: ExperimentConfig
+    fed: Federation
+    algorithms: dict[str, Algorithm]
+    done: dict[str, Done]
+    tracker: Tracker | None
+
+
+def prepare(rd: RunDir, cfg: ExperimentConfig, resume: bool) -> Prepared:
+    """Everything that can fail before a method trains, then the run's first files.
+
+    The device, the data, every method and the tracking store are checked and, with
+    ``resume``, the config and the data against the run's (:func:`_resumable`) before a
+    byte is written; only then ``inputs.json`` (kept as it is on a resume), the
+    fingerprint, the state and ``config.toml``."""
+    out = rd.root
+    resolve_device(cfg.engine.device)  # a device that is not there: stop now
+    cfg = with_server_data(cfg)
+    fed = build_federation(cfg)
+    if cfg.partition.scheme == "natural":  # the resolved config names the count
+        part = cfg.partition.model_copy(update={"clients": len(fed.clients)})
+        cfg = cfg.model_copy(update={"partition": part})
+    algorithms = build_algorithms(cfg, fed)
+    cfg = with_calibrated_noise(cfg, algorithms.values(), len(fed.clients))
+    resolved = resolved_config(cfg, algorithms)
+    config_text = dump_toml(resolved)
+    inputs_text = Inputs.from_federation(cfg, fed).to_json()
+    fp = Fingerprint(files_digest(cfg.data), federation_digest(fed, inputs_text))
+    done = _resumable(rd, config_text, fp, list(algorithms)) if resume else {}
+    tracker = start_tracking(cfg.tracking, out, resolved, resume=resume)
+    try:
+        if not (resume and (out / INPUTS_FILE).is_file()):  # on a resume: checked equal
+            write_text(out / INPUTS_FILE, inputs_text)
+        fingerprint.write(out, fp)
+        rd.set_state("running", config_text)
+    except BaseException:
+        if tracker is not None:
+            tracker.abort(False)
+        raise
+    return Prepared(cfg, fed, algorithms, done, tracker)
+
+
+def _signum(err: BaseException) -> int:
+    return int(err.signum) if isinstance(err, Interrupted) else int(signal.SIGINT)
 
 
 def run_experiment(
@@ -419,7 +382,8 @@ def run_experiment(
     """Run every method of ``cfg``, write all outputs to ``out``; return metrics.json's data.
 
     ``out`` is claimed first (:meth:`RunDir.claim <fedad.claim.RunDir.claim>`): ``force``
-    replaces a run already there, ``resume`` keeps its finished methods and runs the rest.
+    replaces a run already there (set aside until this one has a result, and brought back
+    when it ends without one), ``resume`` keeps its finished methods and runs the rest.
     On KeyboardInterrupt or :class:`~fedad.errors.Interrupted` the outputs of the finished
     methods are written and :class:`~fedad.errors.Interrupted` is raised, naming them.
     """
@@ -427,26 +391,20 @@ def run_experiment(
     rd = RunDir.claim(out, force=force, resume=resume)
     with rd, one_blas_thread():
         try:
-            resolve_device(cfg.engine.device)  # a device that is not there: stop now
-            cfg = with_server_data(cfg)
-            fed = build_federation(cfg)
-            if cfg.partition.scheme == "natural":  # the resolved config names the count
-                part = cfg.partition.model_copy(update={"clients": len(fed.clients)})
-                cfg = cfg.model_copy(update={"partition": part})
-            write_text(out / INPUTS_FILE, Inputs.from_federation(cfg, fed).to_json())
-            algorithms = build_algorithms(cfg, fed)
-            cfg = with_calibrated_noise(cfg, algorithms.values(), len(fed.clients))
-            config_text = dump_toml(resolved_config(cfg, algorithms))
-            labels = list(algorithms)
-            done = _resumable(rd, config_text, labels) if resume else {}
-            tracker = start_tracking(
-                cfg.tracking, out, resolved_config(cfg, algorithms), resume=resume
-            )
-            rd.set_state("running", config_text)
-        except BaseException:
-            if not resume:
-                rd.discard_if_empty()
+            run = prepare(rd, cfg, resume)
+        except BaseException as err:
+            restored = rd.discard_if_empty() if not resume else False
+            if isinstance(err, KeyboardInterrupt | Interrupted):
+                raise Interrupted(_signum(err), (), str(out), restored=restored) from None
             raise
+        cfg, fed, algorithms, done, tracker = (
+            run.cfg,
+            run.fed,
+            run.algorithms,
+            run.done,
+            run.tracker,
+        )
+        labels = list(algorithms)
         if tracker is not None:  # a resumed run's finished methods
             for label in (lab for lab in labels if lab in done):
                 tracker.method(label, done[label].history, done[label].metrics)
@@ -461,6 +419,7 @@ def run_experiment(
                     on_method(label)
                 done[label] = _run_one(cfg, label, alg, fed, out, pool, on_round)
                 rd.save_done(label, done[label])
+                rd.settle(produced=True)  # a run --force replaced is gone now
                 write_outputs(out, labels, done, facts, time.perf_counter() - t0, families)
                 if tracker is not None:
                     tracker.method(label, done[label].history, done[label].metrics)
@@ -469,11 +428,10 @@ def run_experiment(
         except BaseException as err:
             if tracker is not None:  # first: _keep may fail as the report did
                 tracker.abort(isinstance(err, KeyboardInterrupt | Interrupted))
-            _keep(rd, labels, done, facts, time.perf_counter() - t0, families)
+            restored = _keep(rd, labels, done, facts, time.perf_counter() - t0, families)
             if isinstance(err, KeyboardInterrupt | Interrupted):
-                signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
                 kept = tuple(lab for lab in labels if lab in done)
-                raise Interrupted(int(signum), kept, str(out)) from None
+                raise Interrupted(_signum(err), kept, str(out), restored=restored) from None
             raise
         finally:
             if pool is not None:
@@ -578,16 +536,15 @@ def _keep(
     facts: dict[str, Any],
     seconds: float,
     families: Sequence[MetricFamily] = BUILTIN,
-) -> None:
-    """After an interruption or error: the finished methods' outputs, and the state."""
+) -> bool:
+    """After an interruption or error: the finished methods' outputs, and the state;
+    whether a run that ``--force`` would have replaced was brought back (nothing finished)."""
     if not done:
-        rd.discard_if_empty()
-        return
+        return rd.discard_if_empty()
     try:
         write_outputs(rd.root, labels, done, facts, seconds, families)
         rd.set_state("interrupted")
         _report(rd.root)
     except (FedadError, OSError, ValueError) as err:  # keep the original error in front
-        import logging
-
         logging.getLogger("fedad").warning("could not write the partial report: %s", err)
+    return False

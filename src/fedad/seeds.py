@@ -43,9 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from fedad.claim import RunDir
+from fedad import fingerprint
+from fedad.claim import RunDir, has_results
 from fedad.config import ExperimentConfig, dump_toml
 from fedad.errors import FedadError, Interrupted
+from fedad.fingerprint import Fingerprint, files_digest
 from fedad.interrupts import raise_interrupted
 from fedad.outdir import RUN_FILE, STATE_DIR, anchored, write_text
 from fedad.tracking import track_seeds
@@ -250,7 +252,7 @@ class _Aggregate:
         if self.failed:
             exp["failed_seeds"] = [{"seed": s, "error": e} for s, e in sorted(self.failed.items())]
         exp["total_seconds"] = time.perf_counter() - self.t0
-        from fedad.runner import _clean
+        from fedad.outputs import _clean
 
         texts = []
         for s in self.seeds:
@@ -291,8 +293,11 @@ def run_seeds(
     with rd:
         text = top_config_text(cfg)
         try:
+            fp = Fingerprint(files=files_digest(cfg.data))  # the same for every seed
             if resume:
                 rd.check_config(text)
+                fingerprint.check(out, fp)
+            fingerprint.write(out, fp)
             rd.set_state("running", text)
         except BaseException:
             if not resume:
@@ -318,14 +323,16 @@ def run_seeds(
                 _parallel(cfg, out, todo, agg, resume, jobs, on_seed)
         except BaseException as err:
             kept = tuple(SEED_DIR.format(s) for s in agg.seeds if s in agg.per_seed)
-            _keep(rd, agg)
+            restored = _keep(rd, agg)
             if isinstance(err, KeyboardInterrupt | Interrupted):
                 signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
-                raise Interrupted(int(signum), kept, str(out)) from None
+                raise Interrupted(int(signum), kept, str(out), restored=restored) from None
             raise
-        data = agg.write()
-        track_seeds(cfg, out, data)  # [tracking]: the aggregate as one more MLflow run
-        rd.set_state("finished" if not agg.failed else "failed")
+        restored = _settle(rd, agg)
+        if not restored:
+            data = agg.write()
+            track_seeds(cfg, out, data)  # [tracking]: the aggregate as one more MLflow run
+            rd.set_state("finished" if not agg.failed else "failed")
     if agg.failed:
         s, why = next(iter(sorted(agg.failed.items())))
         n = len(agg.failed)
@@ -333,19 +340,31 @@ def run_seeds(
             f"{n} of {len(agg.seeds)} seeds failed (seed {s}: {why})",
             f"the other seeds' results are in {out}/; see experiment.failed_seeds"
             if agg.per_seed
-            else "no seed finished; fix the first error and run again",
+            else "no seed finished; fix the first error and run again"
+            + (f"; the earlier run in {out}/ is kept as it was" if restored else ""),
         )
     return data
 
 
-def _keep(rd: RunDir, agg: _Aggregate) -> None:
-    """After an interruption: the aggregate of the finished seeds, and the state."""
+def _settle(rd: RunDir, agg: _Aggregate) -> bool:
+    """End a ``--force`` replacement (:meth:`RunDir.settle`): the run set aside is dropped
+    once a seed has a result, else brought back; whether it came back."""
+    produced = bool(agg.per_seed) or any(has_results(seed_dir(agg.out, s)) for s in agg.seeds)
+    return rd.settle(produced)
+
+
+def _keep(rd: RunDir, agg: _Aggregate) -> bool:
+    """After an interruption: the aggregate of the finished seeds, and the state; whether
+    the run that ``--force`` would have replaced came back instead (no seed had a result)."""
     try:
+        if _settle(rd, agg):
+            return True
         if agg.per_seed:
             agg.write()
         rd.set_state("interrupted")
     except (FedadError, OSError, ValueError) as err:
         log.warning("could not write the partial aggregate: %s", err)
+    return False
 
 
 def _one_seed_dir_resumable(d: Path, resume: bool) -> bool:

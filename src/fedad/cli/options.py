@@ -14,6 +14,7 @@ The overrides of ``--set`` (``key=value``, dotted keys) are parsed by
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Iterator
@@ -120,6 +121,11 @@ def terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def shell_quote(path: str | Path) -> str:
+    """``path`` as a shell word (quoted only where it needs it), for a command to copy."""
+    return shlex.quote(str(path))
+
+
 def interrupted(stop: Interrupted, config: Path) -> NoReturn:
     """Say what an interrupted run kept, in one line, and exit with ``128 + signum``."""
     CTRL_C.reported = True
@@ -127,23 +133,23 @@ def interrupted(stop: Interrupted, config: Path) -> NoReturn:
         name = signal.Signals(stop.signum).name
     except ValueError:
         name = f"signal {stop.signum}"
-    if stop.out and not stop.kept:
-        errors.print(
-            f"interrupted by {name} after the run had finished: its results are in "
-            f"{escape(stop.out)}/",
-            highlight=False,
-            soft_wrap=True,
-        )
+    out = escape(stop.out)
+    if stop.finished:
+        text = f"interrupted by {name} after the run had finished: its results are in {out}/"
     elif stop.kept:
-        errors.print(
-            f"interrupted by {name}: kept {', '.join(stop.kept)} in {escape(stop.out)}/; "
-            f"complete the run with `fedad run {escape(str(config))} --resume --out "
-            f"{escape(stop.out)}`",
-            highlight=False,
-            soft_wrap=True,
+        text = (
+            f"interrupted by {name}: kept {', '.join(stop.kept)} in {out}/; complete the run "
+            f"with `fedad run {escape(shell_quote(config))} --resume --out "
+            f"{escape(shell_quote(stop.out))}`"
+        )
+    elif stop.restored:
+        text = (
+            f"interrupted by {name}: no method had finished; the earlier run in {out}/ is "
+            "kept as it was"
         )
     else:
-        errors.print(f"interrupted by {name}: no method had finished, no results kept")
+        text = f"interrupted by {name}: no method had finished, no results kept"
+    errors.print(text, highlight=False, soft_wrap=True)
     raise typer.Exit(128 + stop.signum)
 
 

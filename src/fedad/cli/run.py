@@ -62,4 +62,9 @@ def run(
     except Interrupted as stop:
         interrupted(stop, config)
     except KeyboardInterrupt:  # before the run began, or after it ended
-        interrupted(Interrupted(signal.SIGINT, out=str(finished[0]) if finished else ""), config)
+        interrupted(
+            Interrupted(signal.SIGINT, out=str(finished[0]), finished=True)
+            if finished
+            else Interrupted(signal.SIGINT),
+            config,
+        )

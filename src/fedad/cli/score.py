@@ -31,11 +31,17 @@ def score(
     force: Annotated[bool, typer.Option("--force", help="replace the file at --out")] = False,
 ) -> None:
     """Score new data with a trained detector, preprocessed as in training."""
+    from fedad.outdir import refuse_inside_run, target_path
     from fedad.scoring import score_data, scores_csv
 
     try:
-        if out is not None and out.exists() and not force:
-            raise FedadError(f"'{out}' exists", "choose another --out, or add --force")
+        if out is not None:
+            out = target_path(out)
+            refuse_inside_run(out)
+            if out.is_dir():
+                raise FedadError(f"--out '{out}' is a folder", "give the path of a CSV file")
+            if (out.exists() or out.is_symlink()) and not force:
+                raise FedadError(f"'{out}' exists", "choose another --out, or add --force")
         scored = score_data(run_dir, data, method, client, id_column, skip_bad_files)
         text = scores_csv(scored)
         if out is not None:

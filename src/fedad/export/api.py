@@ -32,6 +32,7 @@ from fedad.export.preprocess import preprocessing
 from fedad.export.registry import Core, exporter_for
 from fedad.export.sidecar import ModelEntry, sidecar
 from fedad.inputs import Inputs
+from fedad.outdir import refuse_inside_run, target_path
 
 if TYPE_CHECKING:
     from fedad.runs import Run
@@ -63,7 +64,8 @@ def export_run(
     docstring); ``client``: only that client's (a number or a natural client's id value)."""
     deps.onnx()
     deps.onnxruntime()
-    out = Path(out).expanduser()
+    out = target_path(out)
+    refuse_inside_run(out)
     _check_out(out, force)
     from fedad.runs import load_run
 

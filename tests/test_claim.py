@@ -1,0 +1,110 @@
+"""``--force`` sets the old run aside until the new one has a result: a replacement that
+fails its checks, errs or is interrupted before any method finished leaves the old run as
+it was; one that produces a result drops it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedad.claim import RunDir
+from fedad.config import parse_config
+from fedad.errors import FedadError, Interrupted
+from fedad.outdir import ASIDE_DIR, STATE_DIR
+from fedad.runner import run_experiment
+from fedad.seeds import run_seeds
+from tests.test_fingerprint import snapshot, table_config, write_table
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("claim")
+    table = base / "rows.csv"
+    write_table(table)
+    out = base / "run"
+    run_experiment(parse_config(table_config(table)), out)
+    return table, out
+
+
+@pytest.fixture
+def old_run(finished: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    table, out = finished
+    dst = tmp_path / "run"
+    shutil.copytree(out, dst)
+    return table, dst
+
+
+def replacing(table: Path, **top: Any) -> Any:
+    raw = table_config(table, **top)
+    if "seeds" in raw:
+        raw.pop("seed")
+    return parse_config(raw)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"data": {"name": "table", "path": "/no/such/file.csv", "label_column": "label"}},
+        {"methods": [{"name": "fedavg", "params": {"lr": -1}}]},
+        {"tracking": {"mlflow": "http://127.0.0.1:9"}},
+    ],
+    ids=["missing-data", "bad-param", "unreachable-tracking"],
+)
+def test_a_replacement_that_fails_its_checks_keeps_the_old_run(
+    old_run: tuple[Path, Path], change: dict[str, Any]
+) -> None:
+    table, run = old_run
+    before = snapshot(run)
+    with pytest.raises(FedadError):
+        run_experiment(replacing(table, **change), run, force=True)
+    assert snapshot(run) == before
+    assert not (run / STATE_DIR / ASIDE_DIR).exists()
+
+
+def test_a_replacement_interrupted_before_a_result_keeps_the_old_run(
+    old_run: tuple[Path, Path],
+) -> None:
+    table, run = old_run
+    before = snapshot(run)
+
+    def stop(label: str) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted) as err:
+        run_experiment(replacing(table, seed=1), run, on_method=stop, force=True)
+    assert err.value.restored and err.value.kept == ()
+    assert snapshot(run) == before
+
+
+def test_a_replacement_with_a_result_drops_the_old_run(old_run: tuple[Path, Path]) -> None:
+    table, run = old_run
+    data = run_experiment(replacing(table, seed=1), run, force=True)
+    assert data["experiment"]["seed"] == 1
+    assert not (run / STATE_DIR / ASIDE_DIR).exists()
+    assert "seed = 1" in (run / "config.toml").read_text()
+
+
+def test_a_killed_replacement_is_undone_by_the_next_claim(old_run: tuple[Path, Path]) -> None:
+    """A replacement killed (SIGKILL) after setting the old run aside and before any result:
+    the next command to claim the folder finds the old run in its place."""
+    _, run = old_run
+    before = snapshot(run)
+    rd = RunDir.claim(run, force=True)
+    rd.set_state("running", "seed = 9\n")  # what the new run wrote before it died
+    rd.close()  # no settle: as if killed
+    assert (run / STATE_DIR / ASIDE_DIR).is_dir()
+    with pytest.raises(FedadError, match="holds a fedad run already"):
+        RunDir.claim(run)
+    assert snapshot(run) == before
+
+
+def test_seeds_that_all_fail_keep_the_old_run(old_run: tuple[Path, Path]) -> None:
+    table, run = old_run
+    before = snapshot(run)
+    cfg = replacing(table, seeds=[0, 1], methods=[{"name": "fedavg", "params": {"lr": -1}}])
+    with pytest.raises(FedadError, match="kept as it was"):
+        run_seeds(cfg, run, force=True)
+    assert snapshot(run) == before
