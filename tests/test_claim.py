@@ -108,3 +108,27 @@ def test_seeds_that_all_fail_keep_the_old_run(old_run: tuple[Path, Path]) -> Non
     with pytest.raises(FedadError, match="kept as it was"):
         run_seeds(cfg, run, force=True)
     assert snapshot(run) == before
+
+
+def test_an_interrupt_while_the_report_is_written_keeps_every_method(
+    finished: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every method finished, then SIGTERM: the line names them all (was 'no method had
+    finished')."""
+    import fedad.runner
+
+    table, _ = finished
+    calls = {"n": 0}
+    real = fedad.runner._report
+
+    def report(out: Path) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise Interrupted(15)
+        real(out)
+
+    monkeypatch.setattr(fedad.runner, "_report", report)
+    with pytest.raises(Interrupted) as err:
+        run_experiment(replacing(table), tmp_path / "run")
+    assert err.value.kept == ("fedavg",) and not err.value.restored
+    assert (tmp_path / "run" / "metrics.json").is_file()

@@ -60,6 +60,8 @@ def run(
     except FedadError as err:
         fail(err)
     except Interrupted as stop:
+        if finished and not stop.kept:  # SIGTERM while the results were shown
+            stop = Interrupted(stop.signum, out=str(finished[0]), finished=True)
         interrupted(stop, config)
     except KeyboardInterrupt:  # before the run began, or after it ended
         interrupted(

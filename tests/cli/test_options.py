@@ -1,0 +1,45 @@
+"""What an interrupted command says is what happened: the finished run, the kept methods
+(with a ``--resume`` command a shell can take as it is), the earlier run brought back, or
+nothing kept."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+from pathlib import Path
+
+import pytest
+import typer
+
+from fedad.cli.options import interrupted
+from fedad.errors import Interrupted
+
+
+def said(stop: Interrupted, config: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(typer.Exit) as done:
+        interrupted(stop, config)
+    assert done.value.exit_code == 128 + stop.signum
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_each_outcome_has_its_own_line(capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = Path("c.toml")
+    done = said(Interrupted(signal.SIGTERM, out="R", finished=True), cfg, capsys)
+    assert "after the run had finished" in done and "R/" in done
+    kept = said(Interrupted(signal.SIGINT, ("fedavg",), "R"), cfg, capsys)
+    assert "kept fedavg" in kept and "--resume" in kept
+    back = said(Interrupted(signal.SIGINT, (), "R", restored=True), cfg, capsys)
+    assert "earlier run in R/ is kept as it was" in back and "finished:" not in back
+    none = said(Interrupted(signal.SIGTERM, (), "R"), cfg, capsys)
+    assert "no method had finished, no results kept" in none
+    assert "after the run had finished" not in none  # nothing was kept: not "finished"
+
+
+def test_the_resume_command_is_shell_quoted(capsys: pytest.CaptureFixture[str]) -> None:
+    cfg, out = Path("my config.toml"), "runs/it's here"
+    line = said(Interrupted(signal.SIGINT, ("a",), out), cfg, capsys)
+    command = line.split("`")[1]
+    assert shlex.split(command) == ["fedad", "run", str(cfg), "--resume", "--out", out]
