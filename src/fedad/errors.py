@@ -53,3 +53,25 @@ class Interrupted(BaseException):
         self.out = out
         self.finished = finished
         self.restored = restored
+
+
+_ALLOCATION_WORDS = ("can't allocate memory", "out of memory", "cannot allocate memory")
+
+
+def is_allocation_failure(err: BaseException | str) -> bool:
+    """Whether ``err`` (an exception, or the text of one from another process) is a failed
+    memory allocation: ``MemoryError``, torch's ``OutOfMemoryError``, or a ``RuntimeError``
+    of torch's CPU allocator ("can't allocate memory")."""
+    if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
+        return True
+    text = err if isinstance(err, str) else str(err) if isinstance(err, RuntimeError) else ""
+    lowered = text.lower()
+    return any(w in lowered for w in _ALLOCATION_WORDS)
+
+
+class AllocationFailed(RunError):
+    """A method asked for more memory than the machine has (its network or buffers are too
+    large for the params it was given): that method fails, the others run. ``data``: the
+    run's metrics.json data when the others finished and were written, else ``None``."""
+
+    data: dict[str, object] | None = None

@@ -36,7 +36,7 @@ from fedad.config import ExperimentConfig, PrivacyConfig, dump_toml
 from fedad.data.types import Federation
 from fedad.detector import DEFAULT_CONTAMINATION
 from fedad.devices import resolve_device
-from fedad.errors import FedadError, Interrupted
+from fedad.errors import AllocationFailed, FedadError, Interrupted, is_allocation_failure
 from fedad.evaluation.families import BUILTIN, MetricFamily, Pooled, evaluate_replies, families_for
 from fedad.evaluation.samples import embedding_sample, map_sample
 from fedad.federation import build_federation, plan_federation
@@ -48,6 +48,7 @@ from fedad.fl.node import update_phases
 from fedad.fl.server_inputs import check_requirements, supplied_fields
 from fedad.fl.workers import WorkerPool, resolve_workers
 from fedad.inputs import INPUTS_FILE, Inputs
+from fedad.memory import allocation_error
 from fedad.outdir import write_text
 from fedad.outputs import (  # noqa: F401  (also fedad.runner's, as before)
     EMBED_PREFIX,
@@ -412,17 +413,13 @@ def run_experiment(
         families = run_families(algorithms.values())
         pool = _worker_pool(cfg, fed, [lab for lab in labels if lab not in done])
         try:
-            for label, alg in algorithms.items():
-                if label in done:
-                    continue
-                if on_method is not None:
-                    on_method(label)
-                done[label] = _run_one(cfg, label, alg, fed, out, pool, on_round)
-                rd.save_done(label, done[label])
-                rd.settle(produced=True)  # a run --force replaced is gone now
-                write_outputs(out, labels, done, facts, time.perf_counter() - t0, families)
-                if tracker is not None:
-                    tracker.method(label, done[label].history, done[label].metrics)
+            failed = _train_all(rd, run, facts, families, t0, pool, on_round, on_method)
+            if failed and not done:  # nothing to keep: a failure like any other
+                raise next(iter(failed.values()))
+            if failed:
+                facts["failed_methods"] = [
+                    {"method": k, "error": str(e)} for k, e in failed.items()
+                ]
             data = write_outputs(out, labels, done, facts, time.perf_counter() - t0, families)
             _report(out)
         except BaseException as err:
@@ -436,10 +433,59 @@ def run_experiment(
         finally:
             if pool is not None:
                 pool.close()
+        if failed:  # the others finished and are written; the run ends with exit status 2
+            if tracker is not None:
+                tracker.abort(False)
+            rd.set_state("failed")
+            first = next(iter(failed.values()))
+            if len(failed) > 1:
+                first = AllocationFailed(
+                    f"{len(failed)} methods ran out of memory ({', '.join(failed)}); the first: "
+                    f"{first}",
+                    "see experiment.failed_methods in metrics.json",
+                )
+            first.data = data
+            raise first
         if tracker is not None:
             tracker.finish(out)
         rd.set_state("finished")
     return data
+
+
+def _train_all(
+    rd: RunDir,
+    run: Prepared,
+    facts: dict[str, Any],
+    families: Sequence[MetricFamily],
+    t0: float,
+    pool: WorkerPool | None,
+    on_round: RoundCallback | None,
+    on_method: Callable[[str], None] | None,
+) -> dict[str, AllocationFailed]:
+    """Run every method not yet done, in config order, keeping each one's results as it
+    finishes; the methods that ran out of memory, with their one-line errors (the others
+    still run: :mod:`fedad.memory`)."""
+    labels, done = list(run.algorithms), run.done
+    failed: dict[str, AllocationFailed] = {}
+    for i, (label, alg) in enumerate(run.algorithms.items()):
+        if label in done:
+            continue
+        if on_method is not None:
+            on_method(label)
+        try:
+            done[label] = _run_one(run.cfg, label, alg, run.fed, rd.root, pool, on_round)
+        except Exception as err:
+            if not is_allocation_failure(err):
+                raise
+            failed[label] = allocation_error(label, i, alg.params, err)
+            logging.getLogger("fedad").warning("%s", failed[label])
+            continue
+        rd.save_done(label, done[label])
+        rd.settle(produced=True)  # a run --force replaced is gone now
+        write_outputs(rd.root, labels, done, facts, time.perf_counter() - t0, families)
+        if run.tracker is not None:
+            run.tracker.method(label, done[label].history, done[label].metrics)
+    return failed
 
 
 def _run_one(

@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from fedad.cli.options import console, show
 from fedad.cli.summary import results_table
+from fedad.errors import AllocationFailed
 
 
 def run_with_progress(
@@ -56,9 +57,21 @@ def run_with_progress(
                 bar.update(task, description=f"[cyan]{jobs} workers")
 
         if cfg.seeds is None:
-            metrics = run_experiment(
-                cfg, out_dir, on_round=on_round, on_method=on_method, force=force, resume=resume
-            )
+            try:
+                metrics = run_experiment(
+                    cfg,
+                    out_dir,
+                    on_round=on_round,
+                    on_method=on_method,
+                    force=force,
+                    resume=resume,
+                )
+            except AllocationFailed as err:  # the other methods finished: show them first
+                if err.data is not None:
+                    bar.stop()
+                    show(results_table(err.data))
+                    show(f"wrote {out_dir}/ (report.html, metrics.json, history.csv)")
+                raise
         else:
             metrics = run_seeds(
                 cfg,

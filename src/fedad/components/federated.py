@@ -73,9 +73,9 @@ class TrainParams(Params, PatchCoreOptions):
     """Parameters shared by the baselines (and ``detector = "patchcore"``'s options)."""
 
     lr: float = shared_field(TorchDetectorParams, "lr")
-    local_epochs: int = Field(default=1, ge=1, description="epochs per round")
-    batch_size: int = Field(default=64, ge=1)
-    latent_dim: int | None = Field(default=None, ge=1)
+    local_epochs: int = Field(default=1, ge=1, le=100_000, description="epochs per round")
+    batch_size: int = shared_field(TorchDetectorParams, "batch_size")
+    latent_dim: int | None = shared_field(TorchDetectorParams, "latent_dim")
     weight_decay: float | None = shared_field(TorchDetectorParams, "weight_decay")
 
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol, cast
 
 from fedad.config import AttackConfig, PrivacyConfig
 from fedad.data.types import Features, Federation
-from fedad.errors import RunError
+from fedad.errors import RunError, is_allocation_failure
 from fedad.evaluation.families import families_for, monitor_metrics
 from fedad.fl.algorithm import EVALUATE, Algorithm, ClientState, ServerResult
 from fedad.fl.context import ServerContext
@@ -140,6 +140,8 @@ class InProcessGrid:
         for (nid, msg), (reply, err, seconds) in zip(items, self.pool.run(items), strict=True):
             self.client_seconds += seconds
             if reply is None:
+                if is_allocation_failure(str(err)):  # the workers share this machine
+                    raise MemoryError(f"node {nid} failed in '{msg.kind}': {err}")
                 self.failures.append(f"node {nid} failed in '{msg.kind}': {err}")
                 log.warning(self.failures[-1])
             out.append(reply)
@@ -167,6 +169,8 @@ class InProcessGrid:
         try:
             return handler(self.states[nid], self.clients[nid], msg.copy())
         except Exception as err:  # a failing node must not stop the federation
+            if is_allocation_failure(err):  # every node here shares this process's memory
+                raise
             self.failures.append(f"node {nid} failed in '{msg.kind}': {err!r}")
             log.warning(self.failures[-1])
             return None

@@ -117,9 +117,9 @@ PREQUENTIAL = ("tp", "fp", "fn", "tn")
 class ONLADParams(Params):
     """Parameters of the ONLAD family."""
 
-    n_hidden: int | None = Field(
-        default=None,
-        ge=1,
+    n_hidden: int | None = shared_field(
+        OSELMParams,
+        "n_hidden",
         description="hidden units of the OS-ELM; default min(64, max(1, n_features // 2))",
     )
     alpha_scale: float = shared_field(OSELMParams, "alpha_scale", description="alpha, b ~ U(-s, s)")
