@@ -13,7 +13,11 @@ The rules:
   decompression-bomb warning is an error;
 - a path that leads (through a symlink) outside the folder given is refused; a symlink loop
   (a link to itself, a ring of links) is a bad file;
-- hidden names (``.DS_Store``, ``.git``) are not images and are skipped by the callers.
+- hidden names (``.DS_Store``, ``.git``) are not images and are skipped by the callers;
+- a truncated file is a bad file: Pillow's "image file is truncated" is caught (and
+  ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES`` is never set), and a PNG whose image data is a
+  complete zlib stream that ends before the last row (which Pillow zero-fills without a
+  word) is found by :func:`png_rows_missing`.
 
 A problem with one file (too large, not a file, undecodable) raises :class:`BadImage`, a
 :class:`~fedad.errors.DataError` that keeps its message apart, so that a loader may skip the
@@ -23,7 +27,9 @@ file instead; a path leading outside the folder raises a plain ``DataError``.
 from __future__ import annotations
 
 import io
+import struct
 import warnings
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,6 +53,7 @@ __all__ = [
     "is_hidden",
     "is_image_name",
     "open_image",
+    "png_rows_missing",
     "stat_image",
 ]
 
@@ -146,9 +153,16 @@ def open_image(
                     f.path,
                 )
             im.load()
+            if im.format == "PNG" and png_rows_missing(raw):
+                raise OSError("image file is truncated")
     except DataError:
         raise
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, zlib.error) as e:
+        if "truncated" in str(e):
+            raise BadImage(
+                f"{what}: {f.path} is truncated (its image data ends before the last row)",
+                f.path,
+            ) from None
         raise BadImage(
             f"{what}: {f.path} is not a readable image ({type(e).__name__})", f.path
         ) from None
@@ -157,6 +171,60 @@ def open_image(
             f"{what}: {f.path} is too large an image (decompression bomb?)", f.path
         ) from None
     return im
+
+
+_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # PNG colour type -> samples per pixel
+# Adam7 passes: (first column, first row, column step, row step)
+_ADAM7 = (
+    (0, 0, 8, 8),
+    (4, 0, 8, 8),
+    (0, 4, 4, 8),
+    (2, 0, 4, 4),
+    (0, 2, 2, 4),
+    (1, 0, 2, 2),
+    (0, 1, 1, 2),
+)
+
+
+def _png_data_bytes(width: int, height: int, depth: int, colour: int, interlaced: bool) -> int:
+    """The length of a PNG's decompressed image data: every (pass's) row is one filter
+    byte and ``ceil(w * depth * channels / 8)`` bytes, over the rows of the image (or of
+    each non-empty Adam7 pass, a pass having ``ceil((width - x0) / dx)`` columns and
+    ``ceil((height - y0) / dy)`` rows)."""
+    bits = depth * _CHANNELS.get(colour, 4)
+    passes = _ADAM7 if interlaced else ((0, 0, 1, 1),)
+    total = 0
+    for x0, y0, dx, dy in passes:
+        w, h = -(-(width - x0) // dx), -(-(height - y0) // dy)
+        if w > 0 and h > 0:
+            total += h * (1 + -(-w * bits // 8))
+    return total
+
+
+def png_rows_missing(raw: bytes) -> bool:
+    """Whether the PNG ``raw`` (already decoded by Pillow) has less image data than its
+    header asks for: its IDAT chunks inflate to fewer bytes than
+    :func:`_png_data_bytes`. Pillow fills the missing rows with zeros and says nothing
+    when the zlib stream ends early; the stream is inflated again here in bounded steps,
+    counting bytes, never holding more than 1 MiB of output."""
+    view = memoryview(raw)
+    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", view[16:29])
+    need = _png_data_bytes(width, height, depth, colour, interlace == 1)
+    inflater = zlib.decompressobj()
+    got, pos, seen = 0, 8, False
+    while pos + 8 <= len(view) and got < need and not inflater.eof:
+        length, kind = struct.unpack(">I4s", view[pos : pos + 8])
+        data = view[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+        if kind != b"IDAT":
+            if seen or kind == b"IEND":
+                break  # Pillow reads the first run of IDAT chunks only
+            continue
+        seen = True
+        while len(data) and got < need and not inflater.eof:
+            got += len(inflater.decompress(data, min(need - got, 2**20)))
+            data = memoryview(inflater.unconsumed_tail)
+    return got < need
 
 
 def eight_bit(im: PILImage) -> PILImage:
