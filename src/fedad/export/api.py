@@ -141,7 +141,8 @@ def _one(
         raise FedadError(
             f"the exported model {name} of method '{label}' does not score as fedad does "
             f"(largest relative difference {check.max_rel_diff:.3g}, {check.decisions_differ} "
-            f"decisions differ, tolerance 1e-5): not written",
+            f"decisions differ, tolerance 1e-5"
+            f"{'' if check.empty_batch else '; an empty batch fails'}): not written",
             "report this, with the run's config, as a fedad bug",
         )
     blob = model.SerializeToString()

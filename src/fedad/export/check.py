@@ -11,6 +11,7 @@
    (:attr:`fedad.export.registry.Core.scale`: a score near zero is compared at the scale
    its rounding and its decision are taken at), every decision equal, and the maps, for a
    detector that localises, within the same tolerance of the largest map value.
+3. An empty batch (every input with no rows) gives empty outputs (``empty_batch``).
 
 A decision can only be equal to within the scores' own agreement: a sample whose fedad score
 lies within that tolerance of the threshold (a training sample that sets it, say) may fall
@@ -56,11 +57,14 @@ class Parity:
     max_map_diff: float | None = None
     decisions_in_band: int = 0
     """Decisions that differ where fedad's score is within the tolerance of the threshold."""
+    empty_batch: bool = True
+    """Whether an empty batch gave empty outputs."""
 
     @property
     def ok(self) -> bool:
         maps_ok = self.max_map_diff is None or self.max_map_diff <= TOLERANCE
-        return self.max_rel_diff <= TOLERANCE and self.decisions_differ == 0 and maps_ok
+        close = self.max_rel_diff <= TOLERANCE and self.decisions_differ == 0
+        return close and maps_ok and self.empty_batch
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -69,6 +73,7 @@ class Parity:
             "decisions_differ": self.decisions_differ,
             "decisions_in_band": self.decisions_in_band,
             "tolerance": TOLERANCE,
+            "empty_batch": self.empty_batch,
         }
         if self.max_map_diff is not None:
             out["max_map_rel_diff"] = float(self.max_map_diff)
@@ -218,7 +223,19 @@ def compare(
         scale = max(float(np.nanmax(np.abs(fedad_maps))) if fedad_maps.size else 0.0, 1e-30)
         diff = np.abs(np.asarray(outs["map"], dtype=np.float64) - fedad_maps)
         map_diff = float(np.nanmax(diff) / scale) if diff.size else 0.0
-    return Parity(n, rel, differ, map_diff, in_band)
+    return Parity(n, rel, differ, map_diff, in_band, empty_batch(sess, feeds, outs))
+
+
+def empty_batch(sess: Any, feeds: dict[str, np.ndarray], outs: dict[str, np.ndarray]) -> bool:
+    """Whether ``sess`` gives outputs of no rows, each otherwise shaped as in ``outs``,
+    for ``feeds`` cut to no rows."""
+    empty = {name: value[:0] for name, value in feeds.items()}
+    try:
+        got = sess.run(None, empty)
+    except Exception:  # onnxruntime's errors share no base class but Exception
+        return False
+    names = [o.name for o in sess.get_outputs()]
+    return all(g.shape == (0, *outs[k].shape[1:]) for k, g in zip(names, got, strict=True))
 
 
 def _scale(want: np.ndarray, thresholds: np.ndarray, scale: float) -> np.ndarray:

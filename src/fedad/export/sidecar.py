@@ -5,8 +5,9 @@ Keys: ``format`` (``"fedad-onnx"``) and ``format_version``; ``fedad_version``; `
 (one model per client, or one for all); ``models``, one entry per ``.onnx`` file (its
 ``file``, the ``clients`` it serves, its ``sha256``, ``score_dtype`` (what the detector
 computes in; the ``score`` output is float32), ``maps``, the ``check`` it passed
-(:class:`fedad.export.check.Parity`) and a ``note`` where its scores differ from fedad's
-somewhere); ``clients``, one entry per exported client (``id``, ``name`` for a natural
+(:class:`fedad.export.check.Parity`), ``client_input`` and ``client_check`` for a model
+that takes ``client`` (what ids it accepts) and a ``note`` where its scores differ from
+fedad's somewhere); ``clients``, one entry per exported client (``id``, ``name`` for a natural
 partition, ``file``, ``threshold``); ``inputs`` (the graph inputs, each with its ``name``,
 ``type``, ``shape``, ``what``, and a text column's ``categories``), ``missing_text`` (the
 text cells that read as missing), ``client_column`` (a natural partition's column: each
@@ -75,6 +76,11 @@ def sidecar(
         }
         if len(set(e.thresholds)) > 1:
             m["client_input"] = True
+            m["client_check"] = (
+                f"client (int64, [N] or [1]) must hold ids 0 to {len(e.clients) - 1}: another "
+                "id (a negative one too) or length makes onnxruntime raise; no threshold is "
+                "guessed"
+            )
         if e.note:
             m["note"] = e.note
         models.append(m)
