@@ -13,8 +13,15 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from fedad.as_written import AsWritten
 from fedad.errors import ConfigError
 
 SchemeName = Literal[
@@ -39,7 +46,7 @@ MAX_CONFIG_BYTES = 16 * 2**20
 _LABEL = re.compile(rf"[A-Za-z0-9_.+-]{{1,{MAX_LABEL}}}")
 
 
-class _Strict(BaseModel):
+class _Strict(AsWritten):
     # allow_inf_nan=False: every float field (and the float arm of every int | float union)
     # must be finite; ``inf`` and ``nan`` are refused with pydantic's ``finite_number`` error.
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)

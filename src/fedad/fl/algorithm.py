@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
+from fedad.as_written import AsWritten
 from fedad.catalog import import_method, method_entries
 from fedad.data.types import ClientData, DataKind
 from fedad.detector import BaseDetector, Localizer, flag, localizes, quantile_threshold
@@ -42,7 +43,7 @@ EVALUATE = "evaluate"
 log = logging.getLogger("fedad")
 
 
-class Params(BaseModel):
+class Params(AsWritten):
     """Base of every method's ``[methods.params]`` model: frozen, unknown keys are errors.
 
     A field the method shares with its detector is declared once, in the detector's
