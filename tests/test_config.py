@@ -272,7 +272,7 @@ def test_config_file_problems(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_oversized_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import fedad.config as config_module
+    import fedad.toml_files as config_module
 
     big = tmp_path / "big.toml"
     big.write_text("# padding\n" * 20)
