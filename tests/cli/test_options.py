@@ -5,6 +5,7 @@ nothing kept."""
 from __future__ import annotations
 
 import shlex
+import sys
 import signal
 from pathlib import Path
 
@@ -43,3 +44,32 @@ def test_the_resume_command_is_shell_quoted(capsys: pytest.CaptureFixture[str]) 
     line = said(Interrupted(signal.SIGINT, ("a",), out), cfg, capsys)
     command = line.split("`")[1]
     assert shlex.split(command) == ["fedad", "run", str(cfg), "--resume", "--out", out]
+
+
+def test_output_that_is_no_terminal_gets_plain_lines_and_whole_tables(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In a CI log (``| tee``) the results table is not cut and progress comes as lines."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from fedad.cli import options, running
+
+    wide = Console(file=sys.stdout, width=options.NOT_A_TERMINAL_WIDTH)
+    monkeypatch.setattr(options, "console", wide)
+    monkeypatch.setattr(running, "console", wide)
+    table = Table("method", *[f"metric number {i}" for i in range(12)])
+    table.add_row("fedavg", *[f"{i}.123456" for i in range(12)])
+    options.show(table)
+    out = capsys.readouterr().out
+    assert "11.123456" in out and "…" not in out
+    bar = running._progress(True)
+    assert isinstance(bar, running.PlainProgress)
+    with bar:
+        task = bar.add_task("preparing data", total=2)
+        bar.update(task, description="[cyan]fedavg")
+        bar.advance(task)
+        bar.advance(task)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("preparing data: 0/2 rounds")
+    assert lines[1].startswith("fedavg: 0/2 rounds") and lines[-1].startswith("fedavg: 2/2")

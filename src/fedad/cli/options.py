@@ -29,6 +29,7 @@ from rich.markup import escape
 
 from fedad.errors import FedadError, Interrupted
 from fedad.interrupts import deferred_while_importing, raise_interrupted
+from fedad.printable import printable
 
 ConfigFile = Annotated[Path, typer.Argument(help="experiment TOML file")]
 RunDir = Annotated[Path, typer.Argument(help="a directory written by fedad run")]
@@ -45,15 +46,27 @@ Resume = Annotated[
 ]
 MethodLabel = Annotated[str, typer.Option("--method", "-m", help="the method's label")]
 
+NOT_A_TERMINAL_WIDTH = 1000
+"""Standard output that is no terminal (a CI log, ``| tee``) has no width to fit: tables
+are written whole there, never cut to ``3.…``."""
 console = Console(
-    stderr=False, width=None if sys.stdout is not None and sys.stdout.isatty() else 120
+    stderr=False,
+    width=None if sys.stdout is not None and sys.stdout.isatty() else NOT_A_TERMINAL_WIDTH,
 )
 errors = Console(stderr=True)
 
 
+def shown(text: object) -> str:
+    """``text`` (from a file, a run directory, a user) for a Rich print: its control
+    characters escaped (:func:`fedad.printable.printable`: ``\\x1b`` for an escape, so that
+    none reaches the terminal) and its Rich markup too (``[red]`` shown as written)."""
+    return escape(printable(text))
+
+
 def fail(err: Exception) -> NoReturn:
-    """``error: ERR`` on stderr in one line, and exit status 2."""
-    errors.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
+    """``error: ERR`` on stderr in one line (its control characters and markup escaped:
+    :func:`shown`), and exit status 2."""
+    errors.print(f"[bold red]error:[/] {shown(err)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

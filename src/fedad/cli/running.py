@@ -3,14 +3,90 @@ run`` share (:func:`run_with_progress`)."""
 
 from __future__ import annotations
 
+import math
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from fedad.cli.options import console, show
 from fedad.cli.summary import results_table
 from fedad.errors import AllocationFailed
+
+
+class PlainProgress:
+    """Progress as plain lines, for standard output that is no terminal (a CI log, ``| tee``):
+    one when a method starts, then at most one every :data:`EVERY` seconds and one at the
+    end of its rounds, each with its count and the time since the run began. A drop-in for
+    the few calls :func:`run_with_progress` makes of Rich's :class:`~rich.progress.Progress`."""
+
+    EVERY = 10.0
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.last = -math.inf
+        self.description = ""
+        self.total = 0.0
+        self.done = 0.0
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, description: str, /, *, total: float) -> int:
+        self.description, self.total = description, total
+        self._say()
+        return 0
+
+    def _say(self) -> None:
+        self.last = time.monotonic()
+        text = Text.from_markup(self.description).plain
+        done, total = int(self.done), int(self.total)
+        show(f"{text}: {done}/{total} rounds ({self.last - self.t0:.0f} s)")
+
+    def update(self, task: Any, /, *, description: str) -> None:
+        changed = description != self.description
+        self.description = description
+        if changed:
+            self._say()
+
+    def advance(self, task: Any, /) -> None:
+        self.done += 1
+        if time.monotonic() - self.last >= self.EVERY or self.done >= self.total:
+            self._say()
+
+    def stop(self) -> None:
+        return None
+
+
+class _Bar(Protocol):
+    """What :func:`run_with_progress` uses of a progress display."""
+
+    def __enter__(self) -> Any: ...
+    def __exit__(self, *exc: Any) -> Any: ...
+    def add_task(self, description: str, /, *, total: float) -> Any: ...
+    def update(self, task: Any, /, *, description: str) -> None: ...
+    def advance(self, task: Any, /) -> None: ...
+    def stop(self) -> None: ...
+
+
+def _progress(progress: bool) -> _Bar:
+    """Rich's progress bar on a terminal, :class:`PlainProgress` elsewhere; none when off."""
+    if progress and not console.is_terminal:
+        return PlainProgress()
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not progress,
+        transient=True,
+    )
 
 
 def run_with_progress(
@@ -31,15 +107,7 @@ def run_with_progress(
     parallel = cfg.seeds is not None and jobs > 1
     total = len(seeds) if parallel else cfg.rounds * len(cfg.methods) * len(seeds)
     current = {"seed": ""}
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not progress,
-        transient=True,
-    ) as bar:
+    with _progress(progress) as bar:
         task = bar.add_task("preparing data", total=total)
 
         def on_method(label: str) -> None:
