@@ -5,8 +5,8 @@ nothing kept."""
 from __future__ import annotations
 
 import shlex
-import sys
 import signal
+import sys
 from pathlib import Path
 
 import pytest
