@@ -308,3 +308,33 @@ def test_privacy_resolved_config_keeps_mechanism_none(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(dump_toml(c.model_dump(mode="json", exclude_none=True)))
     assert load_config(path).privacy.mechanism == "none"
+
+
+@pytest.mark.parametrize(
+    ("over", "needle"),
+    [
+        ({"engine": {"min_clients": 5}}, "engine.min_clients=5 exceeds the 3 clients"),
+        ({"attack": {"kind": "sign-flip", "clients": 4}}, "attack.clients=4 exceeds the 3"),
+    ],
+)
+def test_a_natural_partition_is_checked_on_its_own_count(
+    tmp_path: Path, over: dict[str, Any], needle: str
+) -> None:
+    """Not against partition.clients' default of 10, which a natural partition ignores."""
+    from fedad.runner import run_experiment
+
+    table = tmp_path / "t.csv"
+    rows = [f"{i % 3},{i / 10},{(i * 7) % 5},{'bad' if i % 9 == 0 else 'ok'}" for i in range(60)]
+    table.write_text("site,a,b,label\n" + "\n".join(rows) + "\n")
+    data = {"name": "table", "path": str(table), "label_column": "label", "client_column": "site"}
+    raw = {
+        "rounds": 1,
+        "data": {**data, "normal": ["ok"], "anomaly": ["bad"]},
+        "partition": {"scheme": "natural"},
+        "engine": {"progress": False},
+        "methods": [{"name": "onlad"}],
+        **over,
+    }
+    with pytest.raises(ConfigError, match=needle):
+        run_experiment(parse_config(raw), tmp_path / "run")
+    assert not (tmp_path / "run").exists()

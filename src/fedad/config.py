@@ -294,6 +294,23 @@ class MethodConfig(_Strict):
         return v
 
 
+def check_client_counts(cfg: ExperimentConfig, clients: int, natural: bool = False) -> None:
+    """``attack.clients`` and ``engine.min_clients`` within the federation's ``clients``."""
+    where = (
+        f"the {clients} clients of the natural partition (the ids in the data)"
+        if natural
+        else f"partition.clients={clients}"
+    )
+    fix = "" if natural else " or raise partition.clients"
+    if cfg.attack.kind != "none" and cfg.attack.clients > clients:
+        raise ValueError(f"attack.clients={cfg.attack.clients} exceeds {where}")
+    if cfg.engine.min_clients > clients:
+        raise ValueError(
+            f"engine.min_clients={cfg.engine.min_clients} exceeds {where}: lower "
+            f"engine.min_clients{fix}"
+        )
+
+
 class ExperimentConfig(_Strict):
     """A whole experiment: one federation, one or more methods."""
 
@@ -333,16 +350,8 @@ class ExperimentConfig(_Strict):
                     f"data.normal and data.anomaly share classes {both}; "
                     "a class is one or the other"
                 )
-        if self.attack.kind != "none" and self.attack.clients > self.partition.clients:
-            raise ValueError(
-                f"attack.clients={self.attack.clients} exceeds partition.clients="
-                f"{self.partition.clients}"
-            )
-        if self.engine.min_clients > self.partition.clients:
-            raise ValueError(
-                f"engine.min_clients={self.engine.min_clients} exceeds partition.clients="
-                f"{self.partition.clients}: lower engine.min_clients or raise partition.clients"
-            )
+        if self.partition.scheme != "natural":  # natural: checked once the data are read
+            check_client_counts(self, self.partition.clients)
         # labels name folders: unique regardless of case (macOS and Windows fold it)
         labels = [m.label.casefold() for m in self.methods if m.label]
         if len(labels) != len(set(labels)):
@@ -351,6 +360,17 @@ class ExperimentConfig(_Strict):
                 f"methods[].label {dup} used twice (ignoring case); labels must be unique"
             )
         return self
+
+    def natural_counts_checked(self, clients: int) -> ExperimentConfig:
+        """This config with a natural partition's client count, once the data gave it
+        (``partition.clients``); a count that ``attack.clients`` or ``engine.min_clients``
+        exceeds is a one-line :class:`ConfigError`."""
+        try:
+            check_client_counts(self, clients, natural=True)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        part = self.partition.model_copy(update={"clients": clients})
+        return self.model_copy(update={"partition": part})
 
     def seed_list(self) -> list[int]:
         """The seeds to run: ``seeds``, else ``[seed]``."""

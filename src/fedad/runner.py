@@ -346,8 +346,7 @@ def prepare(rd: RunDir, cfg: ExperimentConfig, resume: bool) -> Prepared:
     cfg = with_server_data(cfg)
     fed = build_federation(cfg)
     if cfg.partition.scheme == "natural":  # the resolved config names the count
-        part = cfg.partition.model_copy(update={"clients": len(fed.clients)})
-        cfg = cfg.model_copy(update={"partition": part})
+        cfg = cfg.natural_counts_checked(len(fed.clients))
     algorithms = build_algorithms(cfg, fed)
     cfg = with_calibrated_noise(cfg, algorithms.values(), len(fed.clients))
     resolved = resolved_config(cfg, algorithms)
