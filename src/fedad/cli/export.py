@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from fedad.cli.options import MethodLabel, RunDir, fail, show
+from fedad.cli.options import MethodLabel, RunDir, fail, show, shown
 from fedad.errors import FedadError
 
 
@@ -36,4 +36,5 @@ def export(
     except FedadError as err:
         fail(err)
     models = [f for f in done.files if f.endswith(".onnx")]
-    show(f"wrote {done.out}/ ({', '.join(models)}, model.json): scores checked against fedad's")
+    wrote = f"wrote {shown(done.out)}/ ({', '.join(models)}, model.json)"
+    show(f"{wrote}: scores checked against fedad's")

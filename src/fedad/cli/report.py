@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedad.cli.options import RunDir, fail, show
+from fedad.cli.options import RunDir, fail, show, shown
 from fedad.errors import FedadError
 
 
@@ -16,6 +16,6 @@ def report(run_dir: RunDir) -> None:
                 f"'{run_dir}' has no metrics.json", "give a directory written by fedad run"
             )
         path = write_report(run_dir)
-        show(f"wrote {path}")
+        show(f"wrote {shown(path)}")
     except FedadError as err:
         fail(err)

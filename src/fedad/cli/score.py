@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from fedad.cli.options import MethodLabel, RunDir, errors, fail, write_file, write_stdout
+from fedad.cli.options import MethodLabel, RunDir, errors, fail, shown, write_file, write_stdout
 from fedad.errors import FedadError
+from fedad.printable import printable
 
 
 def score(
@@ -46,10 +47,18 @@ def score(
         text = scores_csv(scored)
         if out is not None:
             write_file(out, text)
-        else:
-            write_stdout(text)
+        else:  # ids and client names are the data's and the run's: no control code to a tty
+            write_stdout(printable(text, keep="\n") if _to_terminal() else text)
     except (FedadError, OSError) as err:
         fail(err)
     n, k = len(scored.ids), int(scored.flags.sum())
     where = f" to {out}" if out is not None else ""
-    errors.print(f"scored {n} inputs with '{method}'{where}: {k} flagged as anomalies")
+    errors.print(
+        f"scored {n} inputs with '{shown(method)}'{shown(where)}: {k} flagged as anomalies"
+    )
+
+
+def _to_terminal() -> bool:
+    import sys
+
+    return sys.stdout is not None and sys.stdout.isatty()

@@ -1,10 +1,22 @@
-"""The terminal summary of a run: :func:`results_table`, from metrics.json alone."""
+"""The terminal summary of a run: :func:`results_table`, from metrics.json alone.
+
+metrics.json is read back from a run directory (``--resume``, a several-seed run), so
+every text in the table (labels, headers, cells) has its control characters
+(:func:`fedad.printable.printable`) and its Rich markup escaped.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
+
+from fedad.printable import printable
+
+
+def _text(v: object) -> str:
+    return escape(printable(v))
 
 
 def _fmt(v: Any, digits: int = 3) -> str:
@@ -57,9 +69,10 @@ def results_table(metrics: dict[str, Any]) -> Table:
     specs = [c for c in specs if c.terminal is not None and (c.with_seeds or not several)]
     for c in specs:
         wraps = c.kind in ("bytes", "seconds")
-        t.add_column(c.terminal or c.key, justify="right", no_wrap=not wraps)
+        t.add_column(_text(c.terminal or c.key), justify="right", no_wrap=not wraps)
     methods = metrics.get("methods")
     for label, m in (methods if isinstance(methods, dict) else {}).items():
         entry = m if isinstance(m, dict) else {}
-        t.add_row(label, *(_cell(entry, c.key, c.kind, c.spread) for c in specs))
+        cells = (_text(_cell(entry, c.key, c.kind, c.spread)) for c in specs)
+        t.add_row(_text(label), *cells)
     return t

@@ -66,6 +66,7 @@ from fedad.data.imagefiles import (
 from fedad.data.registry import register_dataset
 from fedad.data.types import Dataset
 from fedad.errors import DataError
+from fedad.printable import printable
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
@@ -117,8 +118,9 @@ class _Bad:
 
     def warn(self) -> None:
         if self.paths:
+            first = printable(self.paths[0])  # a file's name is the data's: no control code
             _log.warning(
-                "%s: skipped %d bad file(s) (the first: %s)", _WHAT, len(self.paths), self.paths[0]
+                "%s: skipped %d bad file(s) (the first: %s)", _WHAT, len(self.paths), first
             )
 
 

@@ -23,7 +23,6 @@ whose file is missing or unreadable is left out of the client mean and named in 
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ import numpy as np
 
 from fedad.collapse import NOT_LEARNING
 from fedad.errors import FedadError
+from fedad.report.fmt import esc
 from fedad.report.rundir import read_metrics
 
 __all__ = ["Standing", "answer_section", "caveats", "reading", "score_scales", "standings"]
@@ -278,7 +278,7 @@ def _headline(top: Standing, experiment: Mapping[str, Any], n_seeds: int, same: 
 
 
 def _table(ranked: Sequence[Standing], n_seeds: int, same: bool) -> str:
-    e = html.escape
+    e = esc
     head = (
         "<th>AUROC (client mean)</th>"
         if same
@@ -323,7 +323,7 @@ def answer_section(
     notes: list[str],
 ) -> str:
     """The report's first section (see the module docstring), as HTML."""
-    e = html.escape
+    e = esc
     experiment = metrics.get("experiment", {})
     seeds = experiment.get("seeds")
     per_seed = seed_methods(run, seeds, notes) if isinstance(seeds, list) else None

@@ -9,13 +9,17 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from fedad.printable import printable
 from fedad.report import plots
 
 DASH = "–"
 
 
 def esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """``text`` for HTML: markup characters escaped, and control characters (but newlines
+    and tabs) written as escapes (:func:`fedad.printable.printable`), so that a crafted run
+    puts no terminal control code into report.html."""
+    return html.escape(printable(text, keep="\n\t"), quote=True)
 
 
 def num(value: object) -> float | None:

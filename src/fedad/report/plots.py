@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import io
 import math
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -19,10 +20,12 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.text import Text
 from matplotlib.ticker import EngFormatter, MaxNLocator
 from numpy.typing import ArrayLike, NDArray
 
 from fedad.metrics import auroc, roc_curve
+from fedad.printable import printable
 
 __all__ = [
     "anomaly_map_figure",
@@ -64,9 +67,21 @@ def _two_class(y: ArrayLike, s: ArrayLike) -> tuple[NDArray[np.int8], NDArray[np
 
 
 def figure_to_png_base64(fig: Figure, dpi: int = 100) -> str:
-    """Render ``fig`` as a PNG and return it base64-encoded (ASCII), ready for a data URI."""
+    """Render ``fig`` as a PNG and return it base64-encoded (ASCII), ready for a data URI.
+
+    Labels come from the run directory (method labels, client names): every text of the
+    figure is drawn as written (no mathtext: a crafted ``$\\frac{$`` neither fails the
+    figure nor renders as math) with its control characters escaped
+    (:func:`fedad.printable.printable`); a warning matplotlib gives while drawing (a glyph
+    missing from the font, which quotes the character) is passed on escaped."""
+    for text in fig.findobj(Text):
+        text.set_text(printable(text.get_text()))
+        text.set_parse_math(False)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    with warnings.catch_warnings(record=True) as caught:
+        fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    for w in caught:
+        warnings.warn(printable(w.message), w.category, stacklevel=2)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
