@@ -21,6 +21,7 @@ class M(AsWritten):
     name: str = ""
     mode: Literal["a", "b"] | int = "a"
     maybe: int | None = None
+    switch: bool | None = None
     ids: list[int] = Field(default_factory=list)
     tags: list[int | str] = Field(default_factory=list)
 
@@ -40,6 +41,7 @@ def test_values_as_written_pass() -> None:
     )
     assert (m.n, m.x, m.on, m.mode, m.tags) == (2, 1.0, False, "b", [1, "z"])
     assert M.model_validate({"mode": 3}).mode == 3
+    assert M.model_validate({"switch": None, "maybe": None}).switch is None  # given as None
 
 
 @pytest.mark.parametrize(

@@ -105,3 +105,25 @@ def test_without_pthread_kill_nothing_is_put_off(
     with pytest.raises(Interrupted):
         __import__(name)
     assert name not in sys.modules
+
+
+def test_a_signal_python_ignores_is_kept_and_acted_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM's exception raised inside a ``__del__`` (the garbage collector's) is ignored
+    by Python: recorded instead of printed, it stops the run at the next check."""
+    import gc
+
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    monkeypatch.setattr(interrupts, "_swallowed", [])
+    interrupts.keep_swallowed_signals()
+
+    class Dies:
+        def __del__(self) -> None:
+            raise Interrupted(15)
+
+    Dies()
+    gc.collect()
+    with pytest.raises(Interrupted) as err:
+        interrupts.stop_if_swallowed()
+    assert err.value.signum == 15
+    interrupts.stop_if_swallowed()  # acted on once
+    assert interrupts.swallowed() is None

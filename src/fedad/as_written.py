@@ -44,7 +44,8 @@ def as_written(annotation: Any, value: Any) -> Any:
     arms = _arms(annotation)
     if isinstance(value, str) and not _takes_text(annotation):
         raise ValueError(f"give a value without quotes, not the text {value!r}")
-    if arms and all(a in (bool, type(None)) for a in arms) and not isinstance(value, bool):
+    switch = arms and all(a in (bool, type(None)) for a in arms)
+    if switch and value is not None and not isinstance(value, bool):
         raise ValueError("give true or false")
     if isinstance(value, list):
         items = [get_args(a)[0] for a in arms if get_origin(a) is list and get_args(a)]

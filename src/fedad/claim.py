@@ -102,6 +102,14 @@ def _has_results(root: Path) -> bool:
     )
 
 
+_MOVED = ".moved"
+"""In the folder of a run set aside: every entry of it was moved there."""
+
+
+def _exists(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
 def _is_run(root: Path) -> bool:
     """Whether ``root`` holds a fedad run (``.fedad/run.json``, or ``metrics.json`` beside
     ``config.toml``: runs written before ``.fedad/`` existed)."""
@@ -145,13 +153,30 @@ class RunDir:
         else:  # a seed's run inside a claimed run: not through a link either
             mkdir(root)
         run = cls(root, created)
-        run._anchors = push_anchor(root)
         try:
+            run._anchors = push_anchor(root)
             run._check(force, resume)
-        except BaseException:
-            run.close()
+        except BaseException:  # a refusal, or Ctrl-C / SIGTERM while claiming
+            run._undo_claim()
             raise
         return run
+
+    def _undo_claim(self) -> None:
+        """A claim that did not complete leaves the folder as it found it: a run half set
+        aside moved back, and a folder this claim created removed with its lock."""
+        try:
+            if self.aside:
+                self._move_back()
+            if self.created and self._lock is not None:
+                self.release()
+                remove(self.root / STATE_DIR)
+                with contextlib.suppress(OSError):
+                    self.root.rmdir()
+            elif self.created:
+                with contextlib.suppress(OSError):
+                    self.root.rmdir()
+        finally:
+            self.close()
 
     def _check(self, force: bool, resume: bool) -> None:
         """:meth:`claim`'s rules, in order: no links, not another's folder, the lock, a run
@@ -269,22 +294,28 @@ class RunDir:
         aside = self._aside_dir()
         remove(aside)
         mkdir(aside / STATE_DIR)
+        self.aside = True
         for name in self._ours():
             move(self.root / name, aside / name)
         for name in self._state_entries():
             move(self.root / STATE_DIR / name, aside / STATE_DIR / name)
-        self.aside = True
+        write_text(aside / _MOVED, "")  # every entry moved: what a later claim reads
 
     def _restore_aside(self) -> None:
         """Remove what the new run wrote, and put the run set aside back in its place."""
-        aside = self._aside_dir()
         self.clear()
+        self._move_back()
+
+    def _move_back(self) -> None:
+        """Every entry set aside back in its place (where none of that name is)."""
+        aside = self._aside_dir()
         for name in sorted(os.listdir(aside)):
-            if name != STATE_DIR:
+            if name not in (STATE_DIR, _MOVED) and not _exists(self.root / name):
                 move(aside / name, self.root / name)
         kept_state = aside / STATE_DIR
         for name in sorted(os.listdir(kept_state)) if kept_state.is_dir() else []:
-            move(kept_state / name, self.root / STATE_DIR / name)
+            if not _exists(self.root / STATE_DIR / name):
+                move(kept_state / name, self.root / STATE_DIR / name)
         remove(aside)
         self.aside = False
 
@@ -308,6 +339,9 @@ class RunDir:
         if not aside.is_dir() or aside.is_symlink():
             return False
         self.aside = True
+        if not (aside / _MOVED).is_file():  # killed while setting it aside: nothing new yet
+            self._move_back()
+            return True
         return self.settle(produced=_has_results(self.root))
 
     def clear(self) -> None:

@@ -7,6 +7,12 @@ process with ``terminate called after throwing an instance of 'pybind11::error_a
 (SIGABRT), and other C-extension imports swallow the exception, so that the signal is lost.
 Every handler of fedad that raises asks :func:`deferred_while_importing` first.
 
+Python ignores an exception raised where it cannot pass it on (a weakref callback or a
+``__del__`` that the garbage collector runs): a signal handled there would be lost, with
+"Exception ignored in ..." and a traceback on stderr. The command line's
+:func:`keep_swallowed_signals` records such a signal instead, quietly, and
+:func:`stop_if_swallowed` (called between rounds and methods) acts on it.
+
 A put-off signal arrives late, under whatever handler is installed by then (a block that
 restored the default SIGTERM handler meanwhile dies by the signal, as it would had the
 signal come 50 ms later).
@@ -16,9 +22,11 @@ from __future__ import annotations
 
 import _thread
 import signal
+import sys
 import threading
 import time
 from types import FrameType
+from typing import Any
 
 from fedad.errors import Interrupted
 
@@ -84,3 +92,41 @@ def raise_interrupted(signum: int, frame: FrameType | None) -> None:
     """A signal handler: raise :class:`Interrupted` (outside any import, see above)."""
     if not deferred_while_importing(signum, frame):
         raise Interrupted(signum)
+
+
+_swallowed: list[int] = []
+"""Signals whose exception Python ignored (:func:`keep_swallowed_signals`), oldest first."""
+
+
+def _hook(previous: Any) -> Any:
+    def hook(unraisable: Any) -> None:
+        err = unraisable.exc_value
+        if isinstance(err, Interrupted):
+            _swallowed.append(err.signum)
+        elif isinstance(err, KeyboardInterrupt):
+            _swallowed.append(int(signal.SIGINT))
+        else:
+            previous(unraisable)
+
+    return hook
+
+
+def keep_swallowed_signals() -> None:
+    """From now on a signal's exception that Python ignores is recorded, not printed, for
+    :func:`stop_if_swallowed` (for the command line and its worker processes)."""
+    sys.unraisablehook = _hook(sys.unraisablehook)
+
+
+def stop_if_swallowed() -> None:
+    """Raise :class:`Interrupted` for a signal whose exception was ignored (see above)."""
+    if _swallowed:
+        signum = _swallowed[0]
+        _swallowed.clear()
+        raise Interrupted(signum)
+
+
+def swallowed() -> int | None:
+    """The signal whose exception was ignored and not yet acted on, if any (cleared)."""
+    signum = _swallowed[0] if _swallowed else None
+    _swallowed.clear()
+    return signum

@@ -48,6 +48,7 @@ from fedad.fl.node import update_phases
 from fedad.fl.server_inputs import check_requirements, supplied_fields
 from fedad.fl.workers import WorkerPool, resolve_workers
 from fedad.inputs import INPUTS_FILE, Inputs
+from fedad.interrupts import stop_if_swallowed
 from fedad.memory import allocation_error
 from fedad.outdir import write_text
 from fedad.outputs import (  # noqa: F401  (also fedad.runner's, as before)
@@ -388,8 +389,8 @@ def run_experiment(
     methods are written and :class:`~fedad.errors.Interrupted` is raised, naming them.
     """
     t0 = time.perf_counter()
-    rd = RunDir.claim(out, force=force, resume=resume)
-    with rd, one_blas_thread():
+    # the claim last: a signal after it lands inside the guarded block (nothing left behind)
+    with one_blas_thread(), RunDir.claim(out, force=force, resume=resume) as rd:
         try:
             run = prepare(rd, cfg, resume)
         except BaseException as err:
@@ -481,6 +482,7 @@ def _train_all(
             continue
         rd.save_done(label, done[label])
         rd.settle(produced=True)  # a run --force replaced is gone now
+        stop_if_swallowed()
         write_outputs(rd.root, labels, done, facts, time.perf_counter() - t0, families)
         if run.tracker is not None:
             run.tracker.method(label, done[label].history, done[label].metrics)
@@ -500,6 +502,7 @@ def _run_one(
     arrays. Its ``seconds`` count everything from the first round to the summary."""
 
     def cb(row: dict[str, Any]) -> None:
+        stop_if_swallowed()  # a signal whose exception Python ignored stops the run here
         if on_round is not None:
             on_round(label, row)
 

@@ -48,7 +48,7 @@ from fedad.claim import RunDir, has_results
 from fedad.config import ExperimentConfig, dump_toml
 from fedad.errors import FedadError, Interrupted
 from fedad.fingerprint import Fingerprint, files_digest
-from fedad.interrupts import raise_interrupted
+from fedad.interrupts import keep_swallowed_signals, raise_interrupted
 from fedad.outdir import RUN_FILE, STATE_DIR, anchored, write_text
 from fedad.tracking import track_seeds
 
@@ -419,6 +419,7 @@ def _worker_init(threads: int) -> None:
 
     signal.signal(signal.SIGTERM, raise_interrupted)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it sends SIGTERM
+    keep_swallowed_signals()
     torch.set_num_threads(threads)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
 

@@ -18,6 +18,7 @@ try:  # a Ctrl-C while the command line starts: one line, not a traceback (see C
 
     from fedad.cli import export, flower, listing, options, report, run, score
     from fedad.errors import FedadError
+    from fedad.interrupts import keep_swallowed_signals
 except KeyboardInterrupt:
     if sys.stderr is not None:
         sys.stderr.write("interrupted by SIGINT while starting: nothing was done\n")
@@ -41,6 +42,7 @@ def main() -> None:
     """Console-script entry point."""
     ctrl_c = options.CTRL_C
     installed = ctrl_c.install()
+    keep_swallowed_signals()
     try:
         logging.basicConfig(
             level=logging.WARNING,

@@ -21,6 +21,7 @@ from fedad.cli.options import (
 )
 from fedad.cli.running import run_with_progress
 from fedad.errors import FedadError, Interrupted
+from fedad.interrupts import swallowed
 
 
 def run(
@@ -57,6 +58,9 @@ def run(
             run_with_progress(
                 cfg, out_dir, cfg.engine.progress and not quiet, force, resume, jobs, finished
             )
+            late = swallowed()  # a signal Python ignored after the last check: act on it now
+            if late is not None:
+                raise Interrupted(late)
     except FedadError as err:
         fail(err)
     except Interrupted as stop:
