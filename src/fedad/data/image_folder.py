@@ -63,6 +63,7 @@ from fedad.data.imagefiles import (
     open_image,
     stat_image,
 )
+from fedad.data.paths import FOLDER, not_a
 from fedad.data.registry import register_dataset
 from fedad.data.types import Dataset
 from fedad.errors import DataError
@@ -468,8 +469,8 @@ def load_image_folder(
     if not path:
         raise DataError("data set 'image_folder' needs data.path", _HOW)
     base = Path(path).expanduser()
-    if not base.is_dir():
-        raise DataError(f"{_WHAT}: no folder '{base}' (from data.path)", _HOW)
+    if (wrong := not_a(base, FOLDER)) is not None:
+        raise DataError(f"{_WHAT}: {wrong} (from data.path)", _HOW)
     _check_options(size, channels)
     skip = bool(skip_bad_files)
     bad = _Bad(skip)
@@ -514,8 +515,8 @@ def list_images(folder: str | Path, *, skip_bad_files: bool = False) -> list[Pat
     refused; a folder without images is an error.
     """
     base = Path(folder).expanduser()
-    if not base.is_dir():
-        raise DataError(f"{_WHAT}: no folder '{base}'", "give a folder of images")
+    if (wrong := not_a(base, FOLDER)) is not None:
+        raise DataError(f"{_WHAT}: {wrong}", "give a folder of images")
     root = base.resolve()
     bad = _Bad(skip_bad_files, _SKIP_SCORE)
     out: list[Path] = []

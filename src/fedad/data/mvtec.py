@@ -44,6 +44,7 @@ from fedad.data.imagefiles import (
     open_image,
     stat_image,
 )
+from fedad.data.paths import FOLDER, not_a
 from fedad.data.registry import register_dataset
 from fedad.data.types import Dataset
 from fedad.errors import DataError
@@ -225,8 +226,8 @@ def load_mvtec(path: str | None = None, size: int | None = None) -> Dataset:
     if not 16 <= side <= 1024:
         raise DataError(f"mvtec: data.size {side} is outside 16..1024", "use e.g. 128")
     base = Path(path).expanduser()
-    if not base.is_dir():
-        raise DataError(f"mvtec: no folder '{base}' (from data.path)", HOW_TO_GET)
+    if (wrong := not_a(base, FOLDER)) is not None:
+        raise DataError(f"mvtec: {wrong} (from data.path)", HOW_TO_GET)
     root = base.resolve()
     classes, train, test = _scan(base, root)
     return _decode(classes, tuple(train), tuple(test), side)

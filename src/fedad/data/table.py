@@ -33,7 +33,10 @@ numbers beyond float32's range (``1e300``), which become infinite.
 which fixed CVE-2023-47248: code execution from a crafted file), which run no code from the
 file; at most :data:`MAX_TABLE_BYTES` bytes; any read error is a one-line
 :class:`~fedad.errors.DataError` naming the file, and so is a column name written twice in
-the header (pandas would rename the second ``f0.1``). Loaded tables are cached in-process,
+the header (pandas would rename the second ``f0.1``), a header that reads as one column
+holding another separator (a ``;``-separated .csv: the error says so rather than that the
+label column is missing) and a path that is no regular file (a FIFO is never opened: it
+would block). Loaded tables are cached in-process,
 keyed on the path, its size and modification time, and the options.
 """
 
@@ -49,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedad.data.paths import FILE, not_a
 from fedad.data.registry import register_dataset
 from fedad.data.types import Dataset
 from fedad.errors import DataError
@@ -98,8 +102,10 @@ def read_table(path: str | Path, what: str = "table") -> pd.DataFrame:
             f"{what}: '{p}' is not a .csv, .tsv or .parquet file",
             "give data.path a table file with one of those suffixes",
         )
-    if not p.is_file():
-        raise DataError(f"{what}: no file '{p}'", "set data.path to the table file")
+    wrong = not_a(p, FILE)  # a FIFO is not opened: it would block
+    if wrong is not None:
+        fix = "set data.path to the table file" if what == "table" else "give a table file"
+        raise DataError(f"{what}: {wrong}", fix)
     size = p.stat().st_size
     if size > MAX_TABLE_BYTES:
         raise DataError(f"{what}: '{p}' has {size:,} bytes, more than the {MAX_TABLE_BYTES:,} read")
@@ -114,6 +120,8 @@ def read_table(path: str | Path, what: str = "table") -> pd.DataFrame:
     except Exception as err:  # pandas and pyarrow raise many kinds on a malformed file
         reason = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
         raise DataError(f"{what}: cannot read '{p}': {reason}") from None
+    if suffix != ".parquet":
+        _check_separator(header, sep, p, what)
     frame.columns = [str(c).strip() for c in frame.columns]
     dup = _repeated([h.strip() for h in header if h.strip()]) or _repeated(frame.columns)
     if dup:
@@ -130,6 +138,31 @@ def _csv_header(p: Path, sep: str) -> list[str]:
 
     row = pd.read_csv(p, sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False)
     return [str(c) for c in row.iloc[0].tolist()] if len(row) else []
+
+
+_SEPARATORS = {";": "';'", "\t": "tabs", ",": "commas", "|": "'|'"}
+
+
+def _check_separator(header: list[str], sep: str, p: Path, what: str) -> None:
+    """A one-line error when the header is one column that holds another separator (a
+    ``;``-separated .csv, a tab-separated .csv, a comma-separated .tsv): pandas reads such a
+    file as one column, and the columns a run needs would be reported missing instead."""
+    if len(header) != 1:
+        return
+    other = next((c for c in _SEPARATORS if c != sep and c in header[0]), None)
+    if other is None:
+        return
+    if other == "\t":
+        fix = "fedad reads a tab-separated file as .tsv: rename it with that suffix"
+    elif other == ",":
+        fix = "fedad reads a comma-separated file as .csv: rename it with that suffix"
+    else:
+        fix = "save it with commas as .csv, or with tabs as .tsv: fedad reads no other separator"
+    raise DataError(
+        f"{what}: '{p}' seems separated by {_SEPARATORS[other]}, not {_SEPARATORS[sep]}: "
+        "its header reads as one column",
+        fix,
+    )
 
 
 def _repeated(names: Sequence[str]) -> list[str]:
