@@ -253,6 +253,17 @@ def _strings(raw: Any, path: Path, key: str) -> tuple[str, ...]:
     return tuple(raw)
 
 
+def _distinct(names: tuple[str, ...], path: Path, key: str) -> tuple[str, ...]:
+    """``names``, which fedad saves without repeats: a name written twice (one input, or
+    one one-hot column, twice) is a one-line error naming it."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise _fail(path, f"'{key}' holds '{name}' twice")
+        seen.add(name)
+    return names
+
+
 def read_inputs(run_dir: str | Path) -> Inputs:
     """The :class:`Inputs` a run saved (``inputs.json``), checked field by field."""
     path = Path(run_dir) / INPUTS_FILE
@@ -280,11 +291,14 @@ def read_inputs(run_dir: str | Path) -> Inputs:
         or math.prod(shape) > _WIDTH_CAP
     ):
         raise _fail(path, "'feature_shape' is not a list of 1 to 3 positive sizes")
-    columns = _strings(raw.get("columns", []), path, "columns")
+    columns = _distinct(_strings(raw.get("columns", []), path, "columns"), path, "columns")
     cats = raw.get("categories", {})
     if not isinstance(cats, dict) or not all(c in columns for c in cats):
         raise _fail(path, "'categories' does not map feature columns to categories")
-    categories = {str(k): _strings(v, path, f"categories.{k}") for k, v in cats.items()}
+    categories = {
+        str(k): _distinct(_strings(v, path, f"categories.{k}"), path, f"categories.{k}")
+        for k, v in cats.items()
+    }
     width = math.prod(shape)
     dataset, client_column = raw.get("dataset", ""), raw.get("client_column", "")
     if not isinstance(dataset, str) or not isinstance(client_column, str):
