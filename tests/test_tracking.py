@@ -340,3 +340,17 @@ def test_resume_without_the_mlflow_run_starts_a_new_one_and_says_so(
     assert {"ae/auroc", "svm/auroc"} <= set(new[0].data.metrics)
     state = json.loads((out / ".fedad" / "mlflow.json").read_text())
     assert state["run_id"] == new[0].info.run_id and state["logged"] == ["ae", "svm"]
+
+
+@pytest.mark.parametrize("store", ["{out}/mlruns", "file://{out}/mlruns", "{out}"])
+def test_a_store_inside_the_run_folder_is_refused_before_anything(
+    tmp_path: Path, store: str
+) -> None:
+    """MLflow's files (its store, ``.trash/``) would mix with the run's and block ``--force``."""
+    from fedad.config import TrackingConfig
+
+    out = tmp_path / "run"
+    with pytest.raises(FedadError, match="inside the run's folder"):
+        start(TrackingConfig(mlflow=store.format(out=out)), out, {})
+    assert not out.exists()
+    assert start(None, out, {}) is None

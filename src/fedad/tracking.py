@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
 
 from fedad import __version__
 from fedad.errors import FedadError
@@ -106,6 +107,34 @@ def tracking_uri(target: str) -> str:
         ) from None
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     return folder.as_uri()
+
+
+def _store_folder(target: str) -> Path | None:
+    """The local folder (or file) ``tracking.mlflow`` writes to, if any: a folder, a
+    ``file:`` URI or an ``sqlite:`` database; ``None`` for a server."""
+    if _URI.match(target) and not re.match(r"^[A-Za-z]:[\\/]", target):
+        parsed = urlparse(target)
+        if parsed.scheme.lower() == "file":
+            return Path(unquote(parsed.path))
+        if parsed.scheme.lower() == "sqlite" and target.startswith("sqlite:///"):
+            return Path(target.removeprefix("sqlite:///"))
+        return None
+    return Path(target).expanduser()
+
+
+def _outside(target: str, out: Path) -> None:
+    """A store inside the run's own folder is refused: MLflow's files there (its store,
+    ``.trash/``) would mix with the run's and block a later ``--force``."""
+    store = _store_folder(target)
+    if store is None:
+        return
+    run = Path(os.path.realpath(out))
+    where = Path(os.path.realpath(store))
+    if where == run or run in where.parents:
+        raise FedadError(
+            f"[tracking] mlflow {target!r} lies inside the run's folder '{out}'",
+            "give a store outside --out, e.g. mlflow = \"mlruns\"",
+        )
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, str]]:
@@ -333,6 +362,7 @@ def start(
     if cfg is None:
         return None
     client_cls = _client()
+    _outside(cfg.mlflow, out)
     uri = tracking_uri(cfg.mlflow)
     for name, value in HTTP_DEFAULTS.items():
         os.environ.setdefault(name, value)
