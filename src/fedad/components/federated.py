@@ -38,6 +38,13 @@ from fedad.components.detectors.pretrained import (
     check_pretrained,
     make_pretrained,
 )
+from fedad.components.detectors.pyod_reference import (
+    PYOD_DETECTORS,
+    PYOD_OPTIONS,
+    PyODDetector,
+    check_pyod,
+    make_pyod,
+)
 from fedad.data.types import ClientData, DataKind, Features, dense
 from fedad.detector import shared_field
 from fedad.devices import resolve_device
@@ -79,7 +86,7 @@ class TrainParams(Params, PatchCoreOptions):
     weight_decay: float | None = shared_field(TorchDetectorParams, "weight_decay")
 
 
-BaselineDetector = TorchDetector | PretrainedDetector | OCSVMDetector
+BaselineDetector = TorchDetector | PretrainedDetector | OCSVMDetector | PyODDetector
 
 
 TORCH_DETECTORS: dict[str, type[TorchDetector]] = {
@@ -111,6 +118,7 @@ class TorchBaseline(Algorithm):
         CONTRASTIVE: ("image",),
         PATCHCORE: ("image",),
         AutoEncoderDetector.name: ("vector", "image"),
+        **dict.fromkeys(PYOD_DETECTORS, ("vector", "image")),
     }
     """Detectors that take fewer data kinds than the method (checked when it is built)."""
     params: TrainParams
@@ -121,9 +129,13 @@ class TorchBaseline(Algorithm):
             # FedDyMem's batches of 10 images, unless the config sets its own (the resolved
             # config then says 10, so a rerun of it trains alike)
             self.params = self.params.model_copy(update={"batch_size": PATCHCORE_BATCH})
-        check_patchcore(self.name, detector, tuple(self.detectors), self.params)
-        also = SHARED_OPTIONS if detector == PATCHCORE else ()
+        also: tuple[str, ...] = SHARED_OPTIONS if detector == PATCHCORE else ()
+        own = self.params
+        if detector in PYOD_DETECTORS:  # image_size: the feature extractor's, as pretrained's
+            also, own = PYOD_OPTIONS, own.model_copy(update={"image_size": None})
+        check_patchcore(self.name, detector, tuple(self.detectors), own)
         check_pretrained(self.name, detector, setup.kind, self.params, also)
+        check_pyod(self.name, detector, setup.kind, self.params)
         shape = tuple(setup.feature_shape)
         if detector == CONTRASTIVE and (len(shape) != 3 or shape[1] != shape[2]):
             raise ConfigError(
@@ -140,6 +152,8 @@ class TorchBaseline(Algorithm):
             return make_pretrained(self.params, self.contamination, device)
         if self.detector == OCSVM:
             return OCSVMDetector(contamination=self.contamination)
+        if self.detector in PYOD_DETECTORS:
+            return make_pyod(self.detector, self.params, self.setup, self.contamination, device)
         cls = TORCH_DETECTORS[self.detector or "autoencoder"]
         shape = [int(s) for s in self.setup.feature_shape]
         if self.setup.kind == "graph":

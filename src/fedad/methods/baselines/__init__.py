@@ -1,13 +1,26 @@
-"""Generic baselines: local, centralized, FedAvg, FedProx with autoencoder / Deep SVDD."""
+"""Generic baselines: local, centralized, FedAvg, FedProx with autoencoder / Deep SVDD; PyOD's
+detectors as reference rows of local and centralized."""
 
 from fedad.catalog import declare_detector, declare_method
+
+PYOD_DETECTORS = ("pyod-iforest", "pyod-ecod", "pyod-knn", "pyod-ocsvm")
+"""PyOD's detectors with PyOD's defaults, the reference rows of ``local``/``centralized``
+(:mod:`fedad.components.detectors.pyod_reference`; the ``pyod`` extra)."""
 
 declare_method(
     "centralized",
     "fedad.methods.baselines.federated",
     "Centralized: clients upload their data, one model on the pool (upper reference)",
     ("vector", "image"),
-    ("autoencoder", "deepsvdd", "contrastive", "patchcore", "pretrained", "ocsvm"),
+    (
+        "autoencoder",
+        "deepsvdd",
+        "contrastive",
+        "patchcore",
+        "pretrained",
+        "ocsvm",
+        *PYOD_DETECTORS,
+    ),
 )
 declare_method(
     "fedavg",
@@ -28,7 +41,15 @@ declare_method(
     "fedad.methods.baselines.federated",
     "Local: each client trains alone (no federation), lower reference",
     ("vector", "image", "graph"),
-    ("autoencoder", "deepsvdd", "contrastive", "patchcore", "pretrained", "ocsvm"),
+    (
+        "autoencoder",
+        "deepsvdd",
+        "contrastive",
+        "patchcore",
+        "pretrained",
+        "ocsvm",
+        *PYOD_DETECTORS,
+    ),
 )
 declare_detector("autoencoder", "fedad.components.detectors.neural")
 declare_detector("contrastive", "fedad.components.detectors.contrastive")
@@ -36,3 +57,5 @@ declare_detector("deepsvdd", "fedad.components.detectors.neural")
 declare_detector("ocsvm", "fedad.components.detectors.ocsvm")
 declare_detector("patchcore", "fedad.components.detectors.patchcore")
 declare_detector("pretrained", "fedad.components.detectors.pretrained")
+for _name in PYOD_DETECTORS:
+    declare_detector(_name, "fedad.components.detectors.pyod_reference")

@@ -6,7 +6,10 @@ images only); ``local`` and ``centralized`` also take ``pretrained``
 (:mod:`fedad.components.detectors.pretrained`, images only): frozen pretrained features
 scored by k-NN or a shrinkage Gaussian, nothing trained; and ``ocsvm``
 (:mod:`fedad.components.detectors.ocsvm`): scikit-learn's RBF one-class SVM on flattened
-inputs. ``fedavg`` and ``fedprox`` are :class:`fedad.components.federated.GlobalModel`.
+inputs; and PyOD's own detectors with PyOD's defaults, ``pyod-iforest``, ``pyod-ecod``,
+``pyod-knn``, ``pyod-ocsvm`` (:mod:`fedad.components.detectors.pyod_reference`: the reference
+row of what pooling the data and reaching for PyOD gives; on images on ``pretrained``'s
+features). ``fedavg`` and ``fedprox`` are :class:`fedad.components.federated.GlobalModel`.
 
 * ``local``: every client trains alone for ``rounds x local_epochs`` epochs; nothing is sent
   but round numbers. The lower reference: what a party gets without federation.
@@ -86,6 +89,7 @@ from fedad.components.detectors.pretrained import (
     PRETRAINED,
     PretrainedOptions,
 )
+from fedad.components.detectors.pyod_reference import PYOD_DETECTORS
 from fedad.components.federated import (
     TORCH_DETECTORS,
     TRAIN,
@@ -154,7 +158,7 @@ class Local(TorchBaseline):
     summary = "Local: each client trains alone (no federation), lower reference"
     kinds = ("vector", "image", "graph")
     personalized = True
-    detectors = (*DETECTORS, CONTRASTIVE, PATCHCORE, PRETRAINED, OCSVM)
+    detectors = (*DETECTORS, CONTRASTIVE, PATCHCORE, PRETRAINED, OCSVM, *PYOD_DETECTORS)
     ParamsModel = BaselineParams
 
     def handlers(self) -> dict[str, Handler]:
@@ -199,7 +203,7 @@ class Centralized(TorchBaseline):
 
     name = "centralized"
     summary = "Centralized: clients upload their data, one model on the pool (upper reference)"
-    detectors = (*DETECTORS, CONTRASTIVE, PATCHCORE, PRETRAINED, OCSVM)
+    detectors = (*DETECTORS, CONTRASTIVE, PATCHCORE, PRETRAINED, OCSVM, *PYOD_DETECTORS)
     ParamsModel = BaselineParams
 
     def handlers(self) -> dict[str, Handler]:
