@@ -249,3 +249,12 @@ def test_importing_and_fitting_leaves_no_files_in_site_packages() -> None:
         )
         assert p.returncode == 0, p.stderr[-2000:]
         assert sorted(_files(roots) - before) == []
+
+
+@pytest.mark.parametrize("name", PYOD_DETECTORS)
+def test_export_refuses_in_one_line(name: str) -> None:
+    import fedad.export.detectors  # noqa: F401  (registers the exporters and refusals)
+    from fedad.export.registry import NotExportable, exporter_for
+
+    with pytest.raises(NotExportable, match=f"detector '{name}' cannot be exported.*PyOD's model"):
+        exporter_for(DETECTOR_CLASSES[name](), "m")
