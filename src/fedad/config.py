@@ -101,6 +101,10 @@ class DataConfig(_Strict):
     skip_bad_files: bool | None = Field(
         default=None, description="image folder: skip and count unreadable images"
     )
+    part: Literal["all", "dev", "eval"] = Field(
+        default="all",
+        description="the data set's fixed development or evaluation half (docs/data.md)",
+    )
 
     def loader_options(self) -> dict[str, Any]:
         """The extra keys a loader may take (``None``: not set); see ``load_dataset``."""

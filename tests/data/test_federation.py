@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from dataclasses import field as default
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -561,6 +561,7 @@ class PlainData:
     standardize: bool = True
     missing: MissingPolicy = "error"
     client_column: str | None = None
+    part: Literal["all", "dev", "eval"] = "all"
 
     def loader_options(self) -> dict[str, Any]:
         return {}

@@ -46,6 +46,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from fedad.data.parts import Part, sample_bytes
 from fedad.data.registry import register_dataset
 from fedad.data.types import Dataset, GraphSet
 
@@ -223,35 +224,66 @@ DOMAINS: dict[str, tuple[Callable[[int, np.random.Generator], Graph], tuple[str,
 """name -> (generator of one graph of a class, class names, seed)."""
 
 
-@lru_cache(maxsize=8)
-def _cached(name: str, per_class: int) -> tuple[GraphSet, np.ndarray]:
-    make, classes, seed = DOMAINS[name]
+EVAL_STREAM = 0x5EA1
+"""Mixed into a domain's seed for its evaluation half (``data.part = "eval"``): graphs
+drawn from a stream that development never drew from."""
+
+
+def _draw(
+    name: str, per_class: int, seed: int, skip: frozenset[bytes] = frozenset()
+) -> tuple[GraphSet, np.ndarray]:
+    """``per_class`` graphs per class of domain ``name`` from ``seed``'s stream, leaving out
+    any whose bytes are in ``skip``."""
+    make, classes, _ = DOMAINS[name]
     rng = np.random.default_rng(seed)
     pairs = []
     labels = []
     for c in range(len(classes)):
-        for _ in range(per_class):
+        kept = 0
+        while kept < per_class:
             n, edges, x = make(c, rng)
             e = np.asarray(sorted(edges), dtype=np.int64).reshape(-1, 2).T
-            pairs.append((x, np.concatenate([e, e[::-1]], axis=1)))
-            labels.append(c)
+            pair = (x, np.concatenate([e, e[::-1]], axis=1))
             assert len(x) == n
+            if skip and _key(pair) in skip:
+                continue
+            pairs.append(pair)
+            labels.append(c)
+            kept += 1
     return GraphSet.from_graphs(pairs), np.asarray(labels, dtype=np.int64)
 
 
-def make_domain(name: str, per_class: int = PER_CLASS) -> Dataset:
-    """The domain ``name`` (a key of :data:`DOMAINS`), ``per_class`` graphs per class."""
-    graphs, y = _cached(name, per_class)
+def _key(pair: tuple[np.ndarray, np.ndarray]) -> bytes:
+    single = GraphSet.from_graphs([pair])
+    return sample_bytes(single, 0)
+
+
+@lru_cache(maxsize=8)
+def _cached(name: str, per_class: int, part: Part = "all") -> tuple[GraphSet, np.ndarray]:
+    seed = DOMAINS[name][2]
+    if part != "eval":  # the development half is the set as it always was
+        return _draw(name, per_class, seed)
+    dev, _ = _cached(name, per_class, "dev")
+    seen = frozenset(sample_bytes(dev, i) for i in range(len(dev)))
+    return _draw(name, per_class, seed ^ EVAL_STREAM, seen)
+
+
+def make_domain(name: str, per_class: int = PER_CLASS, part: Part = "all") -> Dataset:
+    """The domain ``name`` (a key of :data:`DOMAINS`), ``per_class`` graphs per class;
+    ``part = "eval"``: as many from another stream, none equal to a development graph."""
+    graphs, y = _cached(name, per_class, part)
     return Dataset(name, graphs[np.arange(len(graphs))], y.copy(), "graph", DOMAINS[name][1])
 
 
 def _register(name: str, description: str) -> None:
-    def load(path: str | None = None, size: int | None = None) -> Dataset:
-        del path, size
-        return make_domain(name)
+    def load(
+        path: str | None = None, size: int | None = None, part: Part = "all", seed: int = 0
+    ) -> Dataset:
+        del path, size, seed
+        return make_domain(name, part=part)
 
     load.__doc__ = f"The synthetic graph domain ``{name}`` (see :mod:`{__name__}`)."
-    register_dataset(name, description=description, kind="graph")(load)
+    register_dataset(name, description=description, kind="graph", parts="loader")(load)
 
 
 _register("graphs_molecules", "synthetic molecules: ring-and-chain graphs, 7 atom types; "

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, overload
 
+from fedad.data.parts import Part, PartRule, take_part
 from fedad.data.types import DataKind, Dataset
 from fedad.errors import DataError
 
@@ -56,6 +57,10 @@ class DatasetInfo:
     kind: DataKind
     options: tuple[str, ...] = ()
     """Extra ``data.*`` keys the loader takes as keyword arguments (``label_column`` ...)."""
+    parts: PartRule = "content"
+    """How ``data.part`` splits it: ``"content"``, by each sample's bytes
+    (:func:`fedad.data.parts.take_part`); ``"loader"``, by the loader itself, which takes
+    ``part`` and ``seed`` (generated sets: other types or another stream for evaluation)."""
 
 
 _REGISTRY: dict[str, DatasetInfo] = {}
@@ -76,6 +81,7 @@ def register_dataset(
     *,
     overwrite: bool = False,
     options: tuple[str, ...] = (),
+    parts: PartRule = "content",
 ) -> Callable[[Loader], Loader]: ...
 
 
@@ -88,6 +94,7 @@ def register_dataset(
     *,
     overwrite: bool = False,
     options: tuple[str, ...] = (),
+    parts: PartRule = "content",
 ) -> Loader: ...
 
 
@@ -99,12 +106,14 @@ def register_dataset(
     *,
     overwrite: bool = False,
     options: tuple[str, ...] = (),
+    parts: PartRule = "content",
 ) -> Loader | Callable[[Loader], Loader]:
     """Register ``loader`` under ``name``; without ``loader`` return a decorator.
 
     ``description`` is one line (shown by :func:`list_datasets`); ``kind`` is the
     :data:`~fedad.data.types.DataKind` of what the loader returns; ``options`` names the
-    extra ``data.*`` keys the loader accepts as keyword arguments (see :func:`load_dataset`).
+    extra ``data.*`` keys the loader accepts as keyword arguments (see :func:`load_dataset`);
+    ``parts`` how ``data.part`` splits it (:class:`DatasetInfo`).
     Registering a taken name is a programming error (``ValueError``) unless ``overwrite``
     is true.
     """
@@ -115,7 +124,7 @@ def register_dataset(
     def add(fn: Loader) -> Loader:
         if key in _REGISTRY and not overwrite:
             raise ValueError(f"data set '{key}' is already registered (pass overwrite=True)")
-        _REGISTRY[key] = DatasetInfo(key, fn, description, kind, tuple(options))
+        _REGISTRY[key] = DatasetInfo(key, fn, description, kind, tuple(options), parts)
         return fn
 
     if loader is None:
@@ -165,6 +174,8 @@ def load_dataset(
     path: str | None = None,
     size: int | None = None,
     options: Mapping[str, Any] | None = None,
+    part: Part = "all",
+    seed: int = 0,
 ) -> Dataset:
     """Load a registered data set.
 
@@ -172,6 +183,9 @@ def load_dataset(
     ``size`` resizes images to ``size x size`` and is an error for non-image data sets.
     ``options`` are extra ``data.*`` keys (``None`` values mean "not set"); each set one
     must be among the loader's declared ``options``, else a one-line :class:`DataError`.
+    ``part`` (``data.part``): ``"dev"`` or ``"eval"``, the fixed half of the data set that
+    development or evaluation uses (docs/data.md), ``"all"`` the whole set; ``seed`` is the
+    run's, for loaders that draw their samples (``parts = "loader"``).
     """
     info = dataset_info(name)
     if size is not None and info.kind != "image":
@@ -189,6 +203,7 @@ def load_dataset(
             f"data.{stray[0]} does not apply to data set '{info.name}'{where}",
             f"remove data.{stray[0]}",
         )
-    if given:
-        return info.loader(path=path, size=size, **given)
-    return info.loader(path=path, size=size)
+    if info.parts == "loader":
+        given = {**given, "part": part, "seed": seed}
+    ds = info.loader(path=path, size=size, **given) if given else info.loader(path=path, size=size)
+    return take_part(ds, part) if info.parts == "content" else ds

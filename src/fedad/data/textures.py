@@ -10,7 +10,9 @@ scikit-image types only, and says so in its class names' absence and a logged wa
 256 pixels of a scikit-image photograph) at a random place, rotated by up to 10 degrees,
 resampled bilinearly to ``size`` x ``size`` (default 128), with a small brightness and
 contrast jitter; RGB ``float32`` in [0, 1]. Seeded per type (CRC-32 of its name): the same
-images on every machine.
+images on every machine; with ``data.part = "dev"`` or ``"eval"`` the run's seed is mixed
+in, so each seed draws other images, and ``"eval"`` holds twelve other photographs
+(:data:`EVAL_TYPES`) that no default was chosen on.
 
 **Defective images** (test only): a held-out normal image of the type with one defect of
 six kinds, in turn: a *scratch* (a thin bright or dark curve), a *crack* (a dark branching
@@ -37,6 +39,7 @@ import numpy as np
 from scipy import ndimage
 
 from fedad.data.gimp_pat import read_pat
+from fedad.data.parts import Part
 from fedad.data.registry import register_dataset
 from fedad.data.types import Dataset
 from fedad.errors import DataError
@@ -57,10 +60,38 @@ GIMP_TYPES: tuple[tuple[str, str], ...] = (
     ("burlwood", "Wood/burlwood.pat"),
     ("corkboard", "Wood/corkboard.pat"),
 )
+EVAL_TYPES: tuple[tuple[str, str], ...] = (
+    ("leopard", "Animal/leopard.pat"),
+    ("java", "Food/java.pat"),
+    ("crinklepaper", "Paper/crinklepaper.pat"),
+    ("leaves", "Plant/leaves.pat"),
+    ("amethyst", "Stone/amethyst.pat"),
+    ("cracked", "Stone/cracked.pat"),
+    ("pink_marble", "Stone/pink_marble.pat"),
+    ("rock", "Stone/rock.pat"),
+    ("terra", "Stone/terra.pat"),
+    ("bark", "Wood/bark.pat"),
+    ("pine", "Wood/pine.pat"),
+    ("walnut", "Wood/walnut.pat"),
+)
+"""The evaluation half (``data.part = "eval"``): twelve other photographs of ``gimp-data``
+that no default was ever chosen on."""
 SKIMAGE_TYPES: tuple[str, ...] = ("brick", "grass", "gravel")
 DEFECTS: tuple[str, ...] = ("scratch", "crack", "hole", "cut", "stain", "missing")
 N_TRAIN, N_TEST, N_DEFECT = 60, 20, 20
 CHANGED = 1.0 / 255.0
+
+
+def _eval_sources(pattern_dir: Path) -> list[tuple[str, np.ndarray, bool]]:
+    """(name, RGB texture, tileable) per product type of the evaluation half."""
+    missing = [rel for _, rel in EVAL_TYPES if not (pattern_dir / rel).is_file()]
+    if missing:
+        raise DataError(
+            f"textures: data.part = \"eval\" needs gimp-data's patterns, and {missing[0]} is "
+            f"not in {pattern_dir}",
+            "install Debian's gimp-data (scripts/setup.sh does), or give data.path",
+        )
+    return [(name, read_pat(pattern_dir / rel), True) for name, rel in EVAL_TYPES]
 
 
 def _sources(pattern_dir: Path) -> list[tuple[str, np.ndarray, bool]]:
@@ -190,13 +221,22 @@ def _defect(
     return out.astype(np.float32), changed.astype(np.uint8)
 
 
+def _rng(name: str, part: Part, seed: int) -> np.random.Generator:
+    """A type's generator: fixed per type for the whole set (``"all"``, the images every
+    earlier run drew), from the run's seed too for the development and evaluation halves."""
+    if part == "all":
+        return np.random.default_rng(zlib.crc32(name.encode()))
+    return np.random.default_rng([zlib.crc32(name.encode()), seed % 2**64])
+
+
 @lru_cache(maxsize=4)
-def _build(size: int, pattern_dir: str) -> Dataset:
-    sources = _sources(Path(pattern_dir))
+def _build(size: int, pattern_dir: str, part: Part = "all", seed: int = 0) -> Dataset:
+    folder = Path(pattern_dir)
+    sources = _eval_sources(folder) if part == "eval" else _sources(folder)
     xs, ys, xt, yt, mt, dt = [], [], [], [], [], []
     per_type_test: list[np.ndarray] = []
     for k, (name, tex, tileable) in enumerate(sources):
-        rng = np.random.default_rng(zlib.crc32(name.encode()))
+        rng = _rng(name, part, seed)
         imgs = np.stack(
             [_view(tex, tileable, size, rng) for _ in range(N_TRAIN + N_TEST + N_DEFECT)]
         )
@@ -204,7 +244,7 @@ def _build(size: int, pattern_dir: str) -> Dataset:
         ys.append(np.full(N_TRAIN, k))
         per_type_test.append(imgs[N_TRAIN:])
     for k, (name, _, _) in enumerate(sources):
-        rng = np.random.default_rng(zlib.crc32(f"{name}/defects".encode()))
+        rng = _rng(f"{name}/defects", part, seed)
         imgs = per_type_test[k]
         normal, base = imgs[:N_TEST], imgs[N_TEST:]
         bad, masks = [], []
@@ -233,11 +273,17 @@ def _build(size: int, pattern_dir: str) -> Dataset:
     description="real texture photographs (GIMP + scikit-image) as 12 product types, "
     "defective test images with pixel masks; RGB, size 128",
     kind="image",
+    parts="loader",
 )
-def load_textures(path: str | None = None, size: int | None = None) -> Dataset:
+def load_textures(
+    path: str | None = None, size: int | None = None, part: Part = "all", seed: int = 0
+) -> Dataset:
     """The ``textures`` set (see the module docstring); ``path``: another GIMP pattern
-    folder laid out like ``gimp-data``'s (default :data:`PATTERN_DIR`)."""
+    folder laid out like ``gimp-data``'s (default :data:`PATTERN_DIR`). ``part = "dev"``:
+    the 12 types, images drawn from the run's ``seed``; ``"eval"``: the 12 other types of
+    :data:`EVAL_TYPES`, drawn likewise; ``"all"``: the 12 types as every earlier version
+    drew them (the same images for every seed)."""
     side = 128 if size is None else int(size)
     if not 16 <= side <= 1024:
         raise DataError(f"textures: data.size {side} is outside 16..1024", "use e.g. 128")
-    return _build(side, str(Path(path) if path else PATTERN_DIR))
+    return _build(side, str(Path(path) if path else PATTERN_DIR), part, seed)

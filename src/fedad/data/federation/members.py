@@ -169,16 +169,18 @@ def _defect_roles(d: DataSection, ds: Dataset, name: str, scheme: RoleRule) -> R
 
 
 def _load(
+    d: DataSection,
     name: str,
     path: str | None,
-    size: int | None,
+    seed: int,
     where: str = "",
     hint: str = "",
     options: dict[str, object] | None = None,
 ) -> Dataset:
-    """Load a data set; errors about a secondary one say which key it came from."""
+    """Load a data set (its ``data.part``); errors about a secondary one say which key it
+    came from."""
     try:
-        return load_dataset(name, path, size, options)
+        return load_dataset(name, path, d.size, options, d.part, seed)
     except DataError as err:
         if not where:
             raise
@@ -186,16 +188,16 @@ def _load(
 
 
 def _load_checked(
-    d: DataSection, name: str, path: str | None, where: str = "", hint: str = ""
+    d: DataSection, name: str, path: str | None, seed: int, where: str = "", hint: str = ""
 ) -> Dataset:
     """:func:`_load`, then the missing-value check of ``data.missing`` (once per data set).
     The main data set (``data.name``) gets the loader options (``data.label_column`` ...)."""
     options = d.loader_options() if not where else None
-    ds = _load(name, path, d.size, where, hint, options)
+    ds = _load(d, name, path, seed, where, hint, options)
     return check_missing(ds, name, d.missing)
 
 
-def load_members(d: DataSection, scheme: RoleRule) -> list[Member]:
+def load_members(d: DataSection, scheme: RoleRule, seed: int = 0) -> list[Member]:
     """Load ``data.name``, ``data.sources`` and ``data.anomaly_source`` and check that they
     go together (one kind, one feature shape, no mix of defect and class sets)."""
     main = normalize_name(d.name)
@@ -212,7 +214,7 @@ def load_members(d: DataSection, scheme: RoleRule) -> list[Member]:
     offset = 0
     for i, (name, path) in enumerate(wanted):
         where = "" if i == 0 else "data.sources entry"
-        ds = _load_checked(d, name, path, where, f"give its path as '{name}@PATH'")
+        ds = _load_checked(d, name, path, seed, where, f"give its path as '{name}@PATH'")
         if members and ds.is_defect_set != bool(members[0].parent):
             raise ConfigError(
                 "data.sources mixes defect sets (product types with defective items) and other "
@@ -241,7 +243,7 @@ def load_members(d: DataSection, scheme: RoleRule) -> list[Member]:
                 "use data.anomaly for anomaly classes of the same data set",
             )
         hint = "its path is data.anomaly_source_path"
-        ds = _load_checked(d, key, d.anomaly_source_path, "data.anomaly_source", hint)
+        ds = _load_checked(d, key, d.anomaly_source_path, seed, "data.anomaly_source", hint)
         every = tuple(range(len(ds.classes)))
         members.append(Member(key, ds, offset, "anomaly_source", (), every))
     first = members[0]

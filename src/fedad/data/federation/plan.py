@@ -100,7 +100,7 @@ def plan_federation(d: DataSection, p: PartitionSpec, seed: int) -> FederationPl
     """Decide, by global sample id, the data of every client, the server and the tests."""
     rngs = streams(seed)
     scheme = scheme_for(p.scheme)
-    draft = _split(d, p, scheme, load_members(d, scheme), rngs["split"])
+    draft = _split(d, p, scheme, load_members(d, scheme, seed), rngs["split"])
     scheme.check_request(p)
     n_test_before, normal_pool, anomaly_pool = _pooled_test(d, scheme, draft, rngs["test_cap"])
     server_ids, normal_pool = _server(d, p, scheme, draft, normal_pool, rngs["server"])

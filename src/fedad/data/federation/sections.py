@@ -9,7 +9,7 @@ checks against the data's client count.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from fedad.data.missing import MissingPolicy
@@ -34,6 +34,8 @@ class DataSection(Protocol):
     def sources(self) -> list[str]: ...
     @property
     def size(self) -> int | None: ...
+    @property
+    def part(self) -> Literal["all", "dev", "eval"]: ...
     @property
     def max_train_per_client(self) -> int | None: ...
     @property
