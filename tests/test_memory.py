@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 import fedad.runner
 from fedad.config import parse_config
-from fedad.errors import AllocationFailed, is_allocation_failure
+from fedad.errors import MethodsFailed, is_allocation_failure
 from fedad.memory import allocation_error, largest_size_param
 from fedad.runner import run_experiment
 from tests.test_fingerprint import table_config, write_table
@@ -66,7 +66,7 @@ def test_the_other_methods_finish_and_are_written(
 
     monkeypatch.setattr(fedad.runner, "_run_one", run_one)
     out = tmp_path / "run"
-    with pytest.raises(AllocationFailed, match=r"methods\.0\.params\.latent_dim") as err:
+    with pytest.raises(MethodsFailed, match=r"methods\.0\.params\.latent_dim") as err:
         run_experiment(parse_config(raw), out)
     assert err.value.data is not None
     metrics = json.loads((out / "metrics.json").read_text())

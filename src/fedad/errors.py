@@ -71,7 +71,13 @@ def is_allocation_failure(err: BaseException | str) -> bool:
 
 class AllocationFailed(RunError):
     """A method asked for more memory than the machine has (its network or buffers are too
-    large for the params it was given): that method fails, the others run. ``data``: the
-    run's metrics.json data when the others finished and were written, else ``None``."""
+    large for the params it was given): that method fails, the others run."""
 
-    data: dict[str, object] | None = None
+
+class MethodsFailed(RunError):
+    """Some methods of a run failed and the others finished: their results are written
+    (``data``: the run's metrics.json data) and the run ends with exit status 2."""
+
+    def __init__(self, what: str, fix: str | None = None, data: dict[str, object] | None = None):
+        super().__init__(what, fix)
+        self.data = data

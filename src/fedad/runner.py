@@ -32,11 +32,11 @@ from fedad import fingerprint
 from fedad.blas import one_blas_thread
 from fedad.checkpoints import node_models, save_checkpoint
 from fedad.claim import Done, RunDir
-from fedad.config import ExperimentConfig, PrivacyConfig, dump_toml
+from fedad.config import ExperimentConfig, dump_toml
 from fedad.data.types import Federation
 from fedad.detector import DEFAULT_CONTAMINATION
 from fedad.devices import resolve_device
-from fedad.errors import AllocationFailed, FedadError, Interrupted, is_allocation_failure
+from fedad.errors import FedadError, Interrupted, MethodsFailed, is_allocation_failure
 from fedad.evaluation.families import BUILTIN, MetricFamily, Pooled, evaluate_replies, families_for
 from fedad.evaluation.samples import embedding_sample, map_sample
 from fedad.federation import build_federation, plan_federation
@@ -44,7 +44,6 @@ from fedad.fingerprint import Fingerprint, federation_digest, files_digest
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, method_class
 from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import Message
-from fedad.fl.node import update_phases
 from fedad.fl.server_inputs import check_requirements, supplied_fields
 from fedad.fl.workers import WorkerPool, resolve_workers
 from fedad.inputs import INPUTS_FILE, Inputs
@@ -61,11 +60,13 @@ from fedad.outputs import (  # noqa: F401  (also fedad.runner's, as before)
     write_history,
     write_outputs,
 )
+from fedad.peak_memory import peak_mb, reset_peak
+from fedad.privacy_budget import privacy_guarantee, with_calibrated_noise
 from fedad.tracking import Tracker
 from fedad.tracking import start as start_tracking
 
-TIMING_KEYS = ("seconds", "train_seconds", "client_seconds")
-"""metrics.json keys that measure wall time, and so differ between identical runs."""
+TIMING_KEYS = ("seconds", "train_seconds", "client_seconds", "peak_mb")
+"""metrics.json keys that measure wall time or memory, and so differ between identical runs."""
 
 RoundCallback = Callable[[str, dict[str, Any]], None]
 
@@ -228,6 +229,7 @@ def summarize(
         "client_seconds": outcome.client_seconds,
         "rounds": rounds,
         "threshold": mean_threshold,
+        "client_mean_auroc": mean_over_clients(per_client, "auroc"),
         "final_loss": last_loss,
         "method": algorithm.name,
         "detector": algorithm.detector,
@@ -255,6 +257,17 @@ def summarize(
     embedded = embedding_sample(pooled_ev)
     arrays.update({f"{EMBED_PREFIX}{label}/{k}": v for k, v in embedded.items()})
     return _clean(metrics), arrays
+
+
+def mean_over_clients(per_client: list[dict[str, Any]], key: str) -> float | None:
+    """The mean of the clients' finite ``key`` (``None`` when no client has one): the
+    papers' per-client figure beside the pooled one."""
+    values = [
+        float(r[key])
+        for r in per_client
+        if isinstance(r.get(key), int | float) and math.isfinite(float(r[key]))
+    ]
+    return float(np.mean(values)) if values else None
 
 
 def resolved_config(cfg: ExperimentConfig, algorithms: dict[str, Algorithm]) -> dict[str, Any]:
@@ -379,6 +392,7 @@ def run_experiment(
     on_method: Callable[[str], None] | None = None,
     force: bool = False,
     resume: bool = False,
+    keep_going: bool = False,
 ) -> dict[str, Any]:
     """Run every method of ``cfg``, write all outputs to ``out``; return metrics.json's data.
 
@@ -386,7 +400,10 @@ def run_experiment(
     replaces a run already there (set aside until this one has a result, and brought back
     when it ends without one), ``resume`` keeps its finished methods and runs the rest.
     On KeyboardInterrupt or :class:`~fedad.errors.Interrupted` the outputs of the finished
-    methods are written and :class:`~fedad.errors.Interrupted` is raised, naming them.
+    methods are written and :class:`~fedad.errors.Interrupted` is raised, naming them. A
+    method that runs out of memory (or, with ``keep_going``, fails in any one-line way)
+    fails alone: the others run, are written, and :class:`~fedad.errors.MethodsFailed`
+    ends the run (``experiment.failed_methods``).
     """
     t0 = time.perf_counter()
     # the claim last: a signal after it lands inside the guarded block (nothing left behind)
@@ -413,7 +430,7 @@ def run_experiment(
         families = run_families(algorithms.values())
         pool = _worker_pool(cfg, fed, [lab for lab in labels if lab not in done])
         try:
-            failed = _train_all(rd, run, facts, families, t0, pool, on_round, on_method)
+            failed = _train_all(rd, run, facts, families, t0, pool, on_round, on_method, keep_going)
             if failed and not done:  # nothing to keep: a failure like any other
                 raise next(iter(failed.values()))
             if failed:
@@ -437,19 +454,23 @@ def run_experiment(
             if tracker is not None:
                 tracker.abort(False)
             rd.set_state("failed")
-            first = next(iter(failed.values()))
-            if len(failed) > 1:
-                first = AllocationFailed(
-                    f"{len(failed)} methods ran out of memory ({', '.join(failed)}); the first: "
-                    f"{first}",
-                    "see experiment.failed_methods in metrics.json",
-                )
-            first.data = data
-            raise first
+            raise _methods_failed(failed, data)
         if tracker is not None:
             tracker.finish(out)
         rd.set_state("finished")
     return data
+
+
+def _methods_failed(failed: dict[str, FedadError], data: dict[str, Any]) -> MethodsFailed:
+    """The run's one-line error when ``failed`` methods failed and the others finished."""
+    first = next(iter(failed.values()))
+    if len(failed) == 1:
+        return MethodsFailed(str(first), data=data)
+    return MethodsFailed(
+        f"{len(failed)} methods failed ({', '.join(failed)}); the first: {first}",
+        "see experiment.failed_methods in metrics.json",
+        data,
+    )
 
 
 def _train_all(
@@ -461,12 +482,14 @@ def _train_all(
     pool: WorkerPool | None,
     on_round: RoundCallback | None,
     on_method: Callable[[str], None] | None,
-) -> dict[str, AllocationFailed]:
+    keep_going: bool = False,
+) -> dict[str, FedadError]:
     """Run every method not yet done, in config order, keeping each one's results as it
-    finishes; the methods that ran out of memory, with their one-line errors (the others
-    still run: :mod:`fedad.memory`)."""
+    finishes; the methods that failed, with their one-line errors: those that ran out of
+    memory (:mod:`fedad.memory`) and, with ``keep_going`` (a benchmark), any whose run
+    raised a :class:`FedadError`; the others still run."""
     labels, done = list(run.algorithms), run.done
-    failed: dict[str, AllocationFailed] = {}
+    failed: dict[str, FedadError] = {}
     for i, (label, alg) in enumerate(run.algorithms.items()):
         if label in done:
             continue
@@ -475,9 +498,12 @@ def _train_all(
         try:
             done[label] = _run_one(run.cfg, label, alg, run.fed, rd.root, pool, on_round)
         except Exception as err:
-            if not is_allocation_failure(err):
+            if is_allocation_failure(err):
+                failed[label] = allocation_error(label, i, alg.params, err)
+            elif keep_going and isinstance(err, FedadError):
+                failed[label] = FedadError(f"method '{label}' failed: {err}")
+            else:
                 raise
-            failed[label] = allocation_error(label, i, alg.params, err)
             logging.getLogger("fedad").warning("%s", failed[label])
             continue
         rd.save_done(label, done[label])
@@ -507,66 +533,16 @@ def _run_one(
             on_round(label, row)
 
     started = time.perf_counter()
+    reset_peak()
     outcome = run_method(cfg, alg, fed, on_round=cb, workdir=out, pool=pool)
     metrics, arr = summarize(label, alg, outcome, fed)
     metrics.update(method_seconds(outcome, time.perf_counter() - started))
+    metrics["peak_mb"] = peak_mb()
     if cfg.privacy.mechanism == "gaussian":
         metrics["privacy"] = privacy_guarantee(cfg, alg, outcome, len(fed.clients))
     rows = [{"method": label, **row} for row in outcome.history]
     save_checkpoint(out, label, alg, outcome)
     return Done(_clean(metrics), _clean(rows), arr)
-
-
-def _planned_releases(
-    cfg: ExperimentConfig, algorithms: Iterable[Algorithm], n: int
-) -> tuple[float, int]:
-    """Sampling rate and the most releases any method may make: what calibration assumes."""
-    k = min(n, max(cfg.engine.min_clients, math.ceil(cfg.engine.fraction * n)))
-    t = max((cfg.rounds * len(update_phases(a)) for a in algorithms), default=0)
-    return k / n, t
-
-
-def with_calibrated_noise(
-    cfg: ExperimentConfig, algorithms: Iterable[Algorithm], n: int
-) -> ExperimentConfig:
-    """``cfg`` with ``privacy.noise_multiplier`` set from ``privacy.target_epsilon``: the
-    smallest noise that keeps every method's planned releases (``rounds`` x its privatised
-    phases, at the sampling rate of ``engine.fraction``) within the target at
-    ``privacy.delta`` (default :func:`~fedad.accounting.default_delta`). The result names
-    the noise and delta and no target, so that the resolved config runs again as written."""
-    p = cfg.privacy
-    if p.target_epsilon is None:
-        return cfg
-    # dp-accounting (with scipy.signal and absl) is imported only by runs that use privacy
-    from fedad.accounting import calibrate_noise_multiplier, default_delta
-
-    q, t = _planned_releases(cfg, list(algorithms), n)
-    delta = p.delta if p.delta is not None else default_delta(n)
-    sigma = calibrate_noise_multiplier(p.target_epsilon, round(q * n), n, t, delta)
-    logging.getLogger("fedad").info(
-        "privacy: noise_multiplier %.4g for epsilon %g, delta %.3g", sigma, p.target_epsilon, delta
-    )
-    data = p.model_dump(exclude={"target_epsilon"}) | {"noise_multiplier": sigma, "delta": delta}
-    return cfg.model_copy(update={"privacy": PrivacyConfig(**data)})
-
-
-def privacy_guarantee(
-    cfg: ExperimentConfig, algorithm: Algorithm, outcome: RunOutcome, n: int
-) -> dict[str, Any]:
-    """``metrics.json``'s ``privacy`` of one method
-    (:func:`fedad.accounting.client_level_guarantee`)."""
-    from fedad.accounting import client_level_guarantee, default_delta
-
-    p = cfg.privacy
-    return client_level_guarantee(
-        p.noise_multiplier,
-        p.clip,
-        p.delta if p.delta is not None else default_delta(n),
-        n,
-        outcome.releases,
-        update_phases(algorithm),
-        outcome.array_replies,
-    )
 
 
 def _worker_pool(cfg: ExperimentConfig, fed: Federation, todo: list[str]) -> WorkerPool | None:

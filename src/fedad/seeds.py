@@ -281,11 +281,14 @@ def run_seeds(
     on_seed: OnSeed | None = None,
     force: bool = False,
     resume: bool = False,
+    keep_going: bool = False,
 ) -> dict[str, Any]:
     """Run every seed of ``cfg`` into ``out/seed-N`` and write the aggregate; return its data.
 
     ``on_round`` / ``on_method`` are passed to each seed's run when ``jobs == 1`` (workers
-    report only through ``on_seed``).
+    report only through ``on_seed``); ``keep_going``: a method that fails in a seed fails
+    alone (:func:`fedad.runner.run_experiment`), the seed then counts as failed with the
+    other methods' results in its folder.
     """
     if jobs < 1:
         raise FedadError(f"--jobs {jobs}: give 1 or more worker processes")
@@ -318,9 +321,9 @@ def run_seeds(
                 todo.append(s)
         try:
             if jobs == 1 or len(todo) <= 1:
-                _serial(cfg, out, todo, agg, resume, on_round, on_method, on_seed)
+                _serial(cfg, out, todo, agg, resume, on_round, on_method, on_seed, keep_going)
             else:
-                _parallel(cfg, out, todo, agg, resume, jobs, on_seed)
+                _parallel(cfg, out, todo, agg, resume, jobs, on_seed, keep_going)
         except BaseException as err:
             kept = tuple(SEED_DIR.format(s) for s in agg.seeds if s in agg.per_seed)
             restored = _keep(rd, agg)
@@ -380,6 +383,7 @@ def _serial(
     on_round: Callable[[str, dict[str, Any]], None] | None,
     on_method: Callable[[str], None] | None,
     on_seed: OnSeed | None,
+    keep_going: bool = False,
 ) -> None:
     from fedad.runner import run_experiment
 
@@ -395,6 +399,7 @@ def _serial(
                 on_method=on_method,
                 force=d.exists() and not _one_seed_dir_resumable(d, resume),
                 resume=_one_seed_dir_resumable(d, resume),
+                keep_going=keep_going,
             )
         except FedadError as err:
             _failed(agg, s, str(err), on_seed)
@@ -424,7 +429,9 @@ def _worker_init(threads: int) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
 
 
-def _worker(raw: dict[str, Any], seed: int, d: str, resume: bool) -> tuple[str, Any]:
+def _worker(
+    raw: dict[str, Any], seed: int, d: str, resume: bool, keep_going: bool = False
+) -> tuple[str, Any]:
     """Run one seed in a worker; the outcome as plain data (exceptions do not cross)."""
     from fedad.config import parse_config
     from fedad.runner import run_experiment
@@ -439,6 +446,7 @@ def _worker(raw: dict[str, Any], seed: int, d: str, resume: bool) -> tuple[str, 
                 path,
                 force=path.exists() and not _one_seed_dir_resumable(path, resume),
                 resume=_one_seed_dir_resumable(path, resume),
+                keep_going=keep_going,
             )
     except FedadError as err:
         return "failed", str(err)
@@ -455,6 +463,7 @@ def _parallel(
     resume: bool,
     jobs: int,
     on_seed: OnSeed | None,
+    keep_going: bool = False,
 ) -> None:
     jobs = min(jobs, len(todo))
     threads = max(1, (os.cpu_count() or 1) // jobs)
@@ -464,7 +473,8 @@ def _parallel(
     running: dict[Future[tuple[str, Any]], int] = {}
     try:
         for s in todo:
-            running[pool.submit(_worker, raw, s, str(seed_dir(out, s)), resume)] = s
+            job = pool.submit(_worker, raw, s, str(seed_dir(out, s)), resume, keep_going)
+            running[job] = s
             if on_seed is not None:
                 on_seed(s, "start")
         interrupted: int | None = None

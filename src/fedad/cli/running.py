@@ -13,7 +13,7 @@ from rich.text import Text
 
 from fedad.cli.options import console, show
 from fedad.cli.summary import results_table
-from fedad.errors import AllocationFailed
+from fedad.errors import MethodsFailed
 
 
 class PlainProgress:
@@ -134,7 +134,7 @@ def run_with_progress(
                     force=force,
                     resume=resume,
                 )
-            except AllocationFailed as err:  # the other methods finished: show them first
+            except MethodsFailed as err:  # the other methods finished: show them first
                 if err.data is not None:
                     bar.stop()
                     show(results_table(err.data))
