@@ -76,6 +76,7 @@ def test_scores_are_pyods_and_threshold_its_rule(det: PyODDetector, ref: Any) ->
     assert auroc(y, det.score(test)) > 0.9
 
 
+@pytest.mark.filterwarnings("ignore:Precision loss:RuntimeWarning")  # PyOD's, constant column
 def test_ecod_scores_each_row_as_pyod_scores_a_one_row_batch() -> None:
     rng = np.random.default_rng(1)
     t = rng.normal(size=(200, 6))
