@@ -23,6 +23,7 @@ from pyod.models.ocsvm import OCSVM
 
 from fedad.components.detectors.pyod_ecod import RowECOD
 from fedad.components.detectors.pyod_reference import (
+    _FITTED,
     DETECTOR_CLASSES,
     PYOD_DETECTORS,
     PyODDetector,
@@ -114,7 +115,9 @@ def test_a_loaded_detector_refits_and_scores_alike(name: str) -> None:
     x, test, _ = _data(2)
     det = DETECTOR_CLASSES[name](contamination=0.05).fit(x)
     assert set(det.get_arrays()) == {"x_", "threshold_"}
+    _FITTED.clear()  # refitted from the arrays, not the model this process kept
     again = _load(det)
+    assert again.model() is not det.model()
     np.testing.assert_allclose(again.score(test), det.score(test), rtol=1e-6, atol=1e-9)
     np.testing.assert_array_equal(again.predict(test), det.predict(test))
     assert again.threshold_ == det.threshold_
@@ -123,8 +126,21 @@ def test_a_loaded_detector_refits_and_scores_alike(name: str) -> None:
 def test_the_forest_follows_its_seed() -> None:
     x, test, _ = _data(3)
     a = PyODIForest(seed=1).fit(x).score(test)
+    _FITTED.clear()
     np.testing.assert_array_equal(PyODIForest(seed=1).fit(x).score(test), a)
     assert not np.allclose(PyODIForest(seed=2).fit(x).score(test), a)
+
+
+def test_a_process_fits_the_same_data_once() -> None:
+    """A detector rebuilt from the same arrays (``centralized``'s clients) reuses the model
+    the process fitted; other data or other arguments fit anew."""
+    x, _, _ = _data(6)
+    _FITTED.clear()
+    det = PyODIForest(seed=1).fit(x)
+    assert _load(det).model() is det.model()
+    assert PyODIForest(seed=2).fit(x).model() is not det.model()
+    assert PyODIForest(seed=1).fit(x[:-1]).model() is not det.model()
+    assert len(_FITTED) == 2  # the last two kept
 
 
 def test_few_samples_and_crafted_arrays() -> None:

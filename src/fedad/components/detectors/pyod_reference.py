@@ -23,8 +23,11 @@ model, a neighbour index) that cannot be written as plain arrays. The saved stat
 data PyOD was fitted on (``x_``: the rows, or the images' features) and ``threshold_``; the
 model is refitted from them, deterministically, the first time it scores (isolation forest:
 the same ``random_state``; ECOD, k-NN and the SVM have no randomness), so a loaded detector
-scores as the one saved (tested to 1e-6). A checkpoint thus holds its holder's training
-data (or features), as ``pretrained``'s does; ``fedad export`` refuses these detectors.
+scores as the one saved (tested to 1e-6). A process keeps its last two fitted models by
+their data and arguments, so ``centralized``'s clients, which rebuild the server's detector
+from its arrays to evaluate, do not fit it again in the same process. A checkpoint thus
+holds its holder's training data (or features), as ``pretrained``'s does; ``fedad export``
+refuses these detectors.
 
 **Imported when used.** ``pyod`` (and numba, which it brings) is imported when a run is
 built with a ``pyod-*`` detector, never by ``fedad --help`` or ``fedad list``; without the
@@ -38,8 +41,10 @@ process.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import warnings
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 import numpy as np
@@ -154,17 +159,12 @@ class PyODDetector(FitOnce, BaseDetector):
         return {"contamination": c}
 
     def model(self) -> Any:
-        """The PyOD model fitted on ``x_`` (fitted here the first time: after ``fit`` or a
-        load alike)."""
+        """The PyOD model fitted on ``x_``: fitted the first time it is needed (after
+        ``fit`` or a load alike), or the one this process fitted last on the same data and
+        arguments (:func:`_fitted`)."""
         self._check_fitted()
         if self._model is None:
-            name = self.registry_name
-            cls = getattr(import_pyod(name), PYOD_CLASSES[name])
-            with warnings.catch_warnings():
-                # ECOD on a constant column: SciPy's NaN skewness, which PyOD makes 0
-                warnings.filterwarnings("ignore", "Precision loss", RuntimeWarning)
-                model = cls(**self.estimator_args(len(self.x_)))
-                self._model = model.fit(self.x_.astype(np.float64))
+            self._model = _fitted(self.registry_name, self.estimator_args(len(self.x_)), self.x_)
         return self._model
 
     # -- inputs -----------------------------------------------------------------------------
@@ -210,9 +210,10 @@ class PyODDetector(FitOnce, BaseDetector):
         return self
 
     def fit_data(self, x: np.ndarray) -> None:
-        """Keep ``x``'s inputs and fit PyOD on them (no threshold)."""
+        """Keep ``x``'s inputs (no threshold); PyOD fits on them when it first scores, so
+        that ``local``, which keeps them as the client's state and rebuilds its detector to
+        evaluate, fits once."""
         self.set_inputs(self.inputs(x))
-        self.model()
 
     def model_arrays(self) -> dict[str, np.ndarray]:
         """The data PyOD was fitted on (what the baselines keep or send as the model)."""
@@ -301,6 +302,36 @@ class PyODKNN(PyODDetector):
 @register_detector(PYOD_OCSVM)
 class PyODOCSVM(PyODDetector):
     """PyOD's ``OCSVM``: RBF kernel, ``gamma = "auto"`` (``1 / D``), ``nu = 0.5``."""
+
+
+FITTED_KEPT = 2
+"""PyOD models a process keeps, by their data and arguments (:func:`_fitted`)."""
+_FITTED: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
+
+
+def _fitted(detector: str, args: dict[str, Any], x: np.ndarray) -> Any:
+    """PyOD's ``detector`` with ``args`` fitted on ``x`` (float32, converted to float64).
+
+    The last :data:`FITTED_KEPT` models are kept in memory by (detector, arguments, SHA-256
+    of ``x``'s shape and bytes): ``centralized`` fits the pooled data on the server and
+    every client rebuilds the same detector from the same arrays to evaluate, and in one
+    process that is one fit. A fit is deterministic, so a kept model is the one a fit would
+    give; nothing is written anywhere.
+    """
+    digest = hashlib.sha256(repr(x.shape).encode() + x.tobytes()).hexdigest()
+    key = (detector, repr(sorted(args.items())), digest)
+    if key in _FITTED:
+        _FITTED.move_to_end(key)
+        return _FITTED[key]
+    cls = getattr(import_pyod(detector), PYOD_CLASSES[detector])
+    with warnings.catch_warnings():
+        # ECOD on a constant column: SciPy's NaN skewness, which PyOD makes 0
+        warnings.filterwarnings("ignore", "Precision loss", RuntimeWarning)
+        model = cls(**args).fit(x.astype(np.float64))
+    _FITTED[key] = model
+    while len(_FITTED) > FITTED_KEPT:
+        _FITTED.popitem(last=False)
+    return model
 
 
 DETECTOR_CLASSES: dict[str, type[PyODDetector]] = {
