@@ -13,7 +13,7 @@ TORCH_PIN="torch==2.13.0"
 # flwr 1.42 pins certifi>=2026.10.19, which this index does not have; 1.41 resolves.
 # flwr pins typer<0.21, whose import warns under click 8.5: click stays below 8.5.
 FLOWER_PINS=("flwr[simulation]==1.41.0" "click<8.5")
-EXTRAS="${FEDAD_EXTRAS:-dev,flower,pretrained,graph,export,tracking,pyod}"
+EXTRAS="${FEDAD_EXTRAS:-dev,flower,pretrained,graph,export,tracking,pyod,bench}"
 
 # 1. Data packages: Fashion-MNIST IDX files, mlbench's ODDS source tables, and GIMP's
 #    tileable texture photographs (the `textures` data set; without them it keeps 3 types).

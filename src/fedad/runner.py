@@ -195,12 +195,7 @@ def summarize(
     ids = sorted(outcome.evaluations)
     ev = [outcome.evaluations[i] for i in ids]
     pooled_ev = Pooled(outcome.evaluations)
-    score, label_arr, pred, client = (
-        pooled_ev.score,
-        pooled_ev.label,
-        pooled_ev.pred,
-        pooled_ev.client,
-    )
+    score = pooled_ev.score
     client_mean = fed is not None and fed.notes.get("pooled") == "client-mean"
     pooled, per_client = evaluate_replies(pooled_ev, families_for(algorithm), client_mean)
     thresholds = {i: float(m.scalars["threshold"]) for i, m in zip(ids, ev, strict=True)}
@@ -244,19 +239,25 @@ def summarize(
     homes = node_models(algorithm, outcome)
     if homes:
         metrics["node_models"] = {str(i): p for i, p in homes.items()}
+    return _clean(metrics), _kept_arrays(label, pooled_ev, fed)
+
+
+def _kept_arrays(label: str, pooled: Pooled, fed: Federation | None) -> dict[str, np.ndarray]:
+    """A method's pooled score arrays, and the samples of its maps and representations
+    (``maps:LABEL/...``, ``embeddings:LABEL/...``)."""
     arrays = {
-        f"{label}/score": score,
-        f"{label}/label": label_arr,
-        f"{label}/client": client,
-        f"{label}/pred": pred,
+        f"{label}/score": pooled.score,
+        f"{label}/label": pooled.label,
+        f"{label}/client": pooled.client,
+        f"{label}/pred": pooled.pred,
     }
-    if fed is not None and pooled_ev.maps is not None:
+    if fed is not None and pooled.maps is not None:
         images = {c.client_id: c.x_test for c in fed.clients}
-        sample = map_sample(pooled_ev, images)
+        sample = map_sample(pooled, images)
         arrays.update({f"{MAPS_PREFIX}{label}/{k}": v for k, v in sample.items()})
-    embedded = embedding_sample(pooled_ev)
+    embedded = embedding_sample(pooled)
     arrays.update({f"{EMBED_PREFIX}{label}/{k}": v for k, v in embedded.items()})
-    return _clean(metrics), arrays
+    return arrays
 
 
 def mean_over_clients(per_client: list[dict[str, Any]], key: str) -> float | None:

@@ -16,7 +16,7 @@ try:  # a Ctrl-C while the command line starts: one line, not a traceback (see C
     import typer
     from rich.logging import RichHandler
 
-    from fedad.cli import export, flower, listing, options, report, run, score
+    from fedad.cli import bench, export, flower, listing, options, report, run, score
     from fedad.errors import FedadError
     from fedad.interrupts import keep_swallowed_signals
 except KeyboardInterrupt:
@@ -35,6 +35,7 @@ app.command("list")(listing.list_)
 app.command("report")(report.report)
 app.command("score")(score.score)
 app.command("export")(export.export)
+app.command("bench")(bench.bench)
 app.add_typer(flower.app, name="flower")
 
 

@@ -37,10 +37,22 @@ def method_rows() -> list[tuple[str, str, str, str]]:
     ]
 
 
+def suites_table() -> Table:
+    """The shipped benchmark suites: name, split, data kinds, size, expected time."""
+    from fedad.bench.suites import shipped_suites
+
+    t = Table("suite", "split", "data", "size", "2 cores", "what it is")
+    for name, s in shipped_suites().items():
+        size = f"{len(s.federations)} federations x {len(s.seeds)} seeds"
+        minutes = "–" if s.minutes is None else f"~{s.minutes:g} min"
+        t.add_row(name, s.split, ", ".join(s.kinds), size, minutes, s.summary)
+    return t
+
+
 def list_(
-    what: Annotated[str, typer.Argument(help="methods | datasets | partitions")],
+    what: Annotated[str, typer.Argument(help="methods | datasets | partitions | suites")],
 ) -> None:
-    """List registered methods, datasets or partition schemes."""
+    """List registered methods, datasets, partition schemes or benchmark suites."""
     from fedad.data.registry import list_datasets
 
     if what == "methods":
@@ -55,8 +67,10 @@ def list_(
         t = Table("scheme", "what it does")
         for name, desc in PARTITIONS.items():
             t.add_row(name, desc)
+    elif what == "suites":
+        t = suites_table()
     else:
-        fail(FedadError(f"cannot list '{what}'", "choose methods, datasets or partitions"))
+        fail(FedadError(f"cannot list '{what}'", "choose methods, datasets, partitions or suites"))
     try:
         show(t)
     except FedadError as err:

@@ -139,7 +139,7 @@ def shell_quote(path: str | Path) -> str:
     return shlex.quote(str(path))
 
 
-def interrupted(stop: Interrupted, config: Path) -> NoReturn:
+def interrupted(stop: Interrupted, config: Path, command: str = "run") -> NoReturn:
     """Say what an interrupted run kept, in one line, and exit with ``128 + signum``."""
     CTRL_C.reported = True
     try:
@@ -152,7 +152,7 @@ def interrupted(stop: Interrupted, config: Path) -> NoReturn:
     elif stop.kept:
         text = (
             f"interrupted by {name}: kept {', '.join(stop.kept)} in {out}/; complete the run "
-            f"with `fedad run {escape(shell_quote(config))} --resume --out "
+            f"with `fedad {command} {escape(shell_quote(config))} --resume --out "
             f"{escape(shell_quote(stop.out))}`"
         )
     elif stop.restored:

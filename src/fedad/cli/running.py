@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,7 +40,7 @@ class PlainProgress:
         return None
 
     def add_task(self, description: str, /, *, total: float) -> int:
-        self.description, self.total = description, total
+        self.description, self.total, self.done = description, total, 0.0
         self._say()
         return 0
 
@@ -156,3 +158,48 @@ def run_with_progress(
     secs = metrics["experiment"]["total_seconds"]
     show(results_table(metrics))
     show(f"wrote {out_dir}/ (report.html, metrics.json, history.csv) in {secs:.1f} s")
+
+
+class BenchCallbacks:
+    """What ``fedad bench`` shows as it goes: a bar (or plain lines) per federation run."""
+
+    def __init__(self, bar: _Bar, jobs: int) -> None:
+        self.bar = bar
+        self.jobs = jobs
+        self.task: Any = None
+        self.fed = ""
+        self.seed = ""
+
+    def on_run(self, federation: str, cfg: Any) -> None:
+        """A new bar for the run of federation ``cfg`` (rounds x methods x seeds)."""
+        self.fed = federation
+        per_seed = 1 if self.jobs > 1 else cfg.rounds * len(cfg.methods)
+        self.task = self.bar.add_task(federation, total=per_seed * len(cfg.seed_list()))
+
+    def _describe(self, label: str = "") -> None:
+        if self.task is not None:
+            self.bar.update(self.task, description=f"[cyan]{self.fed}: {self.seed}{label}")
+
+    def on_method(self, label: str) -> None:
+        self._describe(label)
+
+    def on_round(self, label: str, row: dict[str, Any]) -> None:
+        if row["round"] >= 1 and self.task is not None:
+            self.bar.advance(self.task)
+
+    def on_seed(self, seed: int, what: str) -> None:
+        self.seed = f"seed {seed}: "
+        if self.jobs > 1 and what != "start" and self.task is not None:
+            self.bar.advance(self.task)
+
+    def for_runs(self) -> dict[str, Any]:
+        if self.jobs > 1:
+            return {"on_seed": self.on_seed}
+        return {"on_seed": self.on_seed, "on_round": self.on_round, "on_method": self.on_method}
+
+
+@contextmanager
+def bench_progress(progress: bool, jobs: int) -> Iterator[BenchCallbacks]:
+    """The progress display of ``fedad bench`` (:class:`BenchCallbacks`)."""
+    with _progress(progress) as bar:
+        yield BenchCallbacks(bar, jobs)

@@ -217,6 +217,7 @@ def _decode(
     description="MVTec AD from data.path (categories as product types, defective test "
     "images with pixel masks); RGB, size 128",
     kind="image",
+    defects=True,
 )
 def load_mvtec(path: str | None = None, size: int | None = None) -> Dataset:
     """The MVTec AD folder at ``path`` (see the module docstring)."""

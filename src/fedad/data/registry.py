@@ -57,6 +57,9 @@ class DatasetInfo:
     kind: DataKind
     options: tuple[str, ...] = ()
     """Extra ``data.*`` keys the loader takes as keyword arguments (``label_column`` ...)."""
+    defects: bool = False
+    """A defect set: product types whose anomalies are defective items with pixel masks
+    (``textures``, ``mvtec``); benchmarks rank them apart from other images."""
     parts: PartRule = "content"
     """How ``data.part`` splits it: ``"content"``, by each sample's bytes
     (:func:`fedad.data.parts.take_part`); ``"loader"``, by the loader itself, which takes
@@ -82,6 +85,7 @@ def register_dataset(
     overwrite: bool = False,
     options: tuple[str, ...] = (),
     parts: PartRule = "content",
+    defects: bool = False,
 ) -> Callable[[Loader], Loader]: ...
 
 
@@ -95,6 +99,7 @@ def register_dataset(
     overwrite: bool = False,
     options: tuple[str, ...] = (),
     parts: PartRule = "content",
+    defects: bool = False,
 ) -> Loader: ...
 
 
@@ -107,13 +112,15 @@ def register_dataset(
     overwrite: bool = False,
     options: tuple[str, ...] = (),
     parts: PartRule = "content",
+    defects: bool = False,
 ) -> Loader | Callable[[Loader], Loader]:
     """Register ``loader`` under ``name``; without ``loader`` return a decorator.
 
     ``description`` is one line (shown by :func:`list_datasets`); ``kind`` is the
     :data:`~fedad.data.types.DataKind` of what the loader returns; ``options`` names the
     extra ``data.*`` keys the loader accepts as keyword arguments (see :func:`load_dataset`);
-    ``parts`` how ``data.part`` splits it (:class:`DatasetInfo`).
+    ``parts`` how ``data.part`` splits it and ``defects`` whether it is a defect set
+    (:class:`DatasetInfo`).
     Registering a taken name is a programming error (``ValueError``) unless ``overwrite``
     is true.
     """
@@ -124,7 +131,7 @@ def register_dataset(
     def add(fn: Loader) -> Loader:
         if key in _REGISTRY and not overwrite:
             raise ValueError(f"data set '{key}' is already registered (pass overwrite=True)")
-        _REGISTRY[key] = DatasetInfo(key, fn, description, kind, tuple(options), parts)
+        _REGISTRY[key] = DatasetInfo(key, fn, description, kind, tuple(options), defects, parts)
         return fn
 
     if loader is None:

@@ -274,6 +274,7 @@ def _build(size: int, pattern_dir: str, part: Part = "all", seed: int = 0) -> Da
     "defective test images with pixel masks; RGB, size 128",
     kind="image",
     parts="loader",
+    defects=True,
 )
 def load_textures(
     path: str | None = None, size: int | None = None, part: Part = "all", seed: int = 0

@@ -15,6 +15,30 @@ from fedad.report import plots
 DASH = "–"
 
 
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto;
+       max-width: 1200px; padding: 0 1rem; color: #222; line-height: 1.45; }
+h1 { margin-bottom: 0.2rem; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2rem;
+       margin-top: 2.2rem; }
+table { border-collapse: collapse; margin: 0.6rem 0; font-size: 0.9rem; }
+th, td { border: 1px solid #ddd; padding: 0.25rem 0.55rem; }
+th { background: #f3f3f3; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.best { font-weight: bold; } tr.mean td { border-top: 2px solid #999; font-style: italic; }
+.facts th { text-align: left; } .muted { color: #777; } .scroll { overflow-x: auto; }
+figure { margin: 1rem 0; } figcaption { color: #555; font-size: 0.88rem; max-width: 60rem; }
+img { max-width: 100%; height: auto; }
+pre { background: #f7f7f7; border: 1px solid #e3e3e3; padding: 0.8rem; overflow-x: auto; }
+.note { background: #f4f8fc; border-left: 4px solid #4C72B0; padding: 0.6rem 0.9rem; }
+.warning { background: #fdf3e7; border-left: 4px solid #DD8452; padding: 0.6rem 0.9rem; }
+.warning ul { margin: 0.3rem 0; } .headline { font-size: 1.15rem; font-weight: 600; }
+details { margin-top: 1.2rem; } details > summary { cursor: pointer; }
+details > summary > h2 { display: inline; border: none; margin: 0; }
+details[open] > summary > h2 { border-bottom: 1px solid #ddd; }
+"""
+"""The style of fedad's HTML pages (the report, the benchmark's leaderboard)."""
+
+
 def esc(text: object) -> str:
     """``text`` for HTML: markup characters escaped, and control characters (but newlines
     and tabs) written as escapes (:func:`fedad.printable.printable`), so that a crafted run

@@ -1,0 +1,259 @@
+"""``fedad bench``: every federation of a suite, every method, every seed; then the results
+and the leaderboard.
+
+The output folder holds ``bench.json`` (what was asked: the suite, seeds, methods),
+``results.csv`` and ``results.json`` (:mod:`fedad.bench.results`), ``leaderboard.html``
+(:mod:`fedad.bench.leaderboard`) and ``runs/FEDERATION/``, each a usual several-seed fedad
+run (``seed-N/`` inside) with all its methods in one run per seed. The results are written
+again after each federation, so Ctrl-C keeps every finished row; ``resume`` completes a
+benchmark (finished seeds and methods are not run again), ``force`` replaces one. A method
+that fails fails alone (its row says why); a pair whose requirements the data cannot meet
+(server data, masks, a public set) is left out before anything runs, and named.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedad.bench.expand import Pair, expand_methods
+from fedad.bench.leaderboard import render_leaderboard
+from fedad.bench.results import rows_of_run, write_results
+from fedad.bench.suites import Federation, Suite, data_kind
+from fedad.config import ExperimentConfig, parse_config
+from fedad.errors import FedadError, Interrupted
+from fedad.outdir import mkdir, read_text, remove, target_path, write_text
+
+__all__ = ["BenchRequest", "run_bench"]
+
+log = logging.getLogger("fedad")
+BENCH_FILE = "bench.json"
+RUNS = "runs"
+OURS = (BENCH_FILE, "results.csv", "results.json", "leaderboard.html", RUNS)
+"""Entries a benchmark writes in its folder (and the only ones ``--force`` removes)."""
+
+OnRun = Callable[[str, ExperimentConfig], None]
+
+
+@dataclass
+class BenchRequest:
+    """What ``fedad bench`` was asked for."""
+
+    suite: Suite
+    out: Path
+    seeds: tuple[int, ...] | None = None
+    methods: list[tuple[str, str | None]] = field(default_factory=list)
+    jobs: int = 1
+    resume: bool = False
+    force: bool = False
+
+    @property
+    def seed_list(self) -> list[int]:
+        return list(self.seeds or self.suite.seeds)
+
+    def meta(self) -> dict[str, Any]:
+        s = self.suite
+        return {
+            "suite": s.name,
+            "split": s.split,
+            "source": s.source,
+            "seeds": self.seed_list,
+            "methods": [f"{m}:{d}" if d else m for m, d in self.methods],
+            "federations": [f.name for f in s.federations],
+        }
+
+
+def _claim(req: BenchRequest) -> None:
+    """``out`` must be new, empty, or a benchmark (replaced with ``force``, completed with
+    ``resume`` when it was asked the same)."""
+    out = req.out
+    if out.exists() and not out.is_dir():
+        raise FedadError(f"--out '{out}' is not a folder", "give a new or empty folder")
+    entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    others = [e for e in entries if e not in OURS]
+    if others:
+        raise FedadError(
+            f"--out '{out}' holds files of its own ({', '.join(others[:3])})",
+            "give a new or empty folder; fedad bench writes only among its own files",
+        )
+    if not entries:
+        mkdir(out)
+        return
+    if req.force and req.resume:
+        raise FedadError("--force and --resume exclude each other", "give one of them")
+    if req.force:
+        for name in entries:
+            remove(out / name)
+        return
+    if not req.resume:
+        raise FedadError(
+            f"--out '{out}' holds a benchmark already",
+            "add --resume to complete it, --force to replace it, or choose another --out",
+        )
+    try:
+        old = json.loads(read_text(out / BENCH_FILE))
+    except (OSError, ValueError) as err:
+        raise FedadError(f"--resume: '{out / BENCH_FILE}' is unreadable ({err})") from None
+    new = req.meta()
+    for key in ("suite", "seeds", "methods", "federations"):
+        if not isinstance(old, dict) or old.get(key) != new[key]:
+            raise FedadError(
+                f"--resume: the benchmark in '{out}' was asked another {key} "
+                f"({old.get(key) if isinstance(old, dict) else None!r}, now {new[key]!r})",
+                "resume with the same target, --seeds and --methods, or use --force",
+            )
+
+
+def federation_config(fed: Federation, req: BenchRequest) -> tuple[ExperimentConfig, list[Pair]]:
+    """The config of one federation: the suite's (or ``--seeds``) seeds, and its own
+    ``[[methods]]`` or every pair for its data kind (``--methods`` picks among them)."""
+    raw = {k: v for k, v in fed.raw.items() if k != "methods"}
+    pairs: list[Pair] = []
+    entries = fed.raw.get("methods")
+    if entries and not req.methods:
+        methods = entries
+    else:
+        pairs = expand_methods(data_kind(fed), req.methods)
+        methods = [p.entry() for p in pairs]
+    engine = {**raw.get("engine", {}), "progress": False}
+    cfg = parse_config({**raw, "engine": engine, "seeds": req.seed_list, "methods": methods})
+    return cfg, pairs
+
+
+def usable(cfg: ExperimentConfig) -> tuple[ExperimentConfig, list[dict[str, str]]]:
+    """``cfg`` without the methods whose requirements its data cannot meet (each built on
+    the first seed's federation, as a run checks them), and those left out with why."""
+    from fedad.federation import build_federation
+    from fedad.fl.algorithm import build_algorithm
+    from fedad.fl.server_inputs import check_requirements, supplied_fields
+    from fedad.runner import make_setup, with_server_data
+
+    first = with_server_data(cfg.for_seed(cfg.seed_list()[0]))
+    fed = build_federation(first)
+    setup, fields = make_setup(first, fed), supplied_fields(fed)
+    kept, left = [], []
+    for label, m in zip(cfg.labels(), cfg.methods, strict=True):
+        try:
+            alg = build_algorithm(m.name, m.params, setup, m.detector, where=label)
+            check_requirements(alg, label, fields)
+        except FedadError as err:
+            left.append({"label": label, "why": str(err)})
+            continue
+        kept.append(m)
+    if not kept:
+        raise FedadError(f"no method can run on this federation ({left[0]['why']})")
+    return cfg.model_copy(update={"methods": kept}), left
+
+
+Done = dict[str, tuple[ExperimentConfig, str]]
+"""The federations started so far: their configs (as run) and data kinds."""
+
+
+def collect(req: BenchRequest, done: Done) -> list[dict[str, Any]]:
+    """Every row finished so far: per federation run, each seed's ``metrics.json``."""
+    from fedad.report.rundir import read_metrics
+    from fedad.seeds import seed_dir
+
+    rows: list[dict[str, Any]] = []
+    for name, (cfg, kind) in done.items():
+        run = req.out / RUNS / name
+        failed_seeds = _failed_seeds(run / "metrics.json")
+        for s in cfg.seed_list():
+            path = seed_dir(run, s) / "metrics.json"
+            metrics = read_metrics(path) if path.is_file() else {}
+            got = rows_of_run(name, kind, cfg.labels(), metrics, s) if metrics else []
+            have = {r["label"] for r in got}
+            if s in failed_seeds:  # a seed that failed before any method finished
+                got += [
+                    _failed_row(name, kind, s, lab, m.name, m.detector, failed_seeds[s])
+                    for lab, m in zip(cfg.labels(), cfg.methods, strict=True)
+                    if lab not in have
+                ]
+            rows += got
+    return rows
+
+
+def _failed_row(
+    fed: str, kind: str, seed: int, label: str, method: str, detector: str | None, why: str
+) -> dict[str, Any]:
+    return {
+        "federation": fed,
+        "method": method,
+        "detector": detector,
+        "label": label,
+        "seed": seed,
+        "kind": kind,
+        "error": why,
+    }
+
+
+def _failed_seeds(path: Path) -> dict[int, str]:
+    from fedad.report.rundir import read_metrics
+
+    if not path.is_file():
+        return {}
+    failed = read_metrics(path)["experiment"].get("failed_seeds", [])
+    return {
+        int(f["seed"]): str(f.get("error", ""))
+        for f in failed
+        if isinstance(f, dict) and isinstance(f.get("seed"), int)
+    }
+
+
+def _write(req: BenchRequest, rows: list[dict[str, Any]], extra: dict[str, Any]) -> None:
+    meta = {**req.meta(), **extra}
+    write_results(req.out, rows, meta)
+    write_text(req.out / "leaderboard.html", render_leaderboard(rows, meta))
+
+
+def run_bench(
+    req: BenchRequest,
+    on_run: OnRun | None = None,
+    run_callbacks: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``req`` (module docstring); the rows. ``on_run(federation, config)`` is called as
+    each federation starts; ``run_callbacks`` are passed to each several-seed run
+    (``on_round``, ``on_method``, ``on_seed``)."""
+    from fedad.seeds import run_seeds
+
+    req.out = target_path(req.out)
+    _claim(req)
+    write_text(req.out / BENCH_FILE, json.dumps(req.meta(), indent=1))
+    done: Done = {}
+    excluded: dict[str, list[dict[str, str]]] = {}
+    failures: dict[str, str] = {}
+    try:
+        for fed in req.suite.federations:
+            cfg, _ = federation_config(fed, req)
+            cfg, excluded[fed.name] = usable(cfg)
+            done[fed.name] = (cfg, fed.kind)
+            if on_run is not None:
+                on_run(fed.name, cfg)
+            run = req.out / RUNS / fed.name
+            try:
+                run_seeds(
+                    cfg,
+                    run,
+                    jobs=req.jobs,
+                    resume=req.resume and run.exists(),
+                    keep_going=True,
+                    **(run_callbacks or {}),
+                )
+            except FedadError as err:  # some seeds failed: their rows say why
+                failures[fed.name] = str(err)
+                log.warning("%s: %s", fed.name, err)
+            _write(req, collect(req, done), {"excluded": excluded, "failures": failures})
+    except (KeyboardInterrupt, Interrupted) as err:
+        rows = collect(req, done)
+        _write(req, rows, {"excluded": excluded, "failures": failures, "interrupted": True})
+        signum = err.signum if isinstance(err, Interrupted) else int(signal.SIGINT)
+        kept = (f"{len(rows)} rows",) if rows else ()
+        raise Interrupted(signum, kept, str(req.out)) from None
+    rows = collect(req, done)
+    _write(req, rows, {"excluded": excluded, "failures": failures})
+    return rows
