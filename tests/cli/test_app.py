@@ -153,7 +153,7 @@ def test_report_command_rebuilds(run_dir: Path) -> None:
     assert res.exit_code == 0 and (run_dir / "report.html").is_file()
 
 
-@pytest.mark.parametrize("args", [["report", "RUN"], ["list", "methods"]])
+@pytest.mark.parametrize("args", [["report", "RUN"], ["list", "methods"], ["list", "suites"]])
 def test_report_and_list_import_no_torch(run_dir: Path, args: list[str]) -> None:
     """The report and the method list render from metrics.json and the catalog alone."""
     argv = [str(run_dir) if a == "RUN" else a for a in args]
@@ -170,11 +170,12 @@ def test_report_and_list_import_no_torch(run_dir: Path, args: list[str]) -> None
     assert p.returncode == 0, p.stderr[-2000:]
 
 
-@pytest.mark.parametrize("what", ["methods", "datasets", "partitions"])
+@pytest.mark.parametrize("what", ["methods", "datasets", "partitions", "suites"])
 def test_list(what: str) -> None:
     res = runner.invoke(app, ["list", what])
     assert res.exit_code == 0
-    expect = {"methods": "fedprox", "datasets": "fashion_mnist", "partitions": "dirichlet"}
+    expect = {"methods": "fedprox", "datasets": "fashion_mnist", "partitions": "dirichlet",
+              "suites": "tables-eval"}  # fmt: skip
     assert expect[what] in res.output
 
 
