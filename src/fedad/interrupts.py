@@ -10,8 +10,9 @@ Every handler of fedad that raises asks :func:`deferred_while_importing` first.
 Python ignores an exception raised where it cannot pass it on (a weakref callback or a
 ``__del__`` that the garbage collector runs): a signal handled there would be lost, with
 "Exception ignored in ..." and a traceback on stderr. The command line's
-:func:`keep_swallowed_signals` records such a signal instead, quietly, and
-:func:`stop_if_swallowed` (called between rounds and methods) acts on it.
+:func:`keep_swallowed_signals` records such a signal instead, quietly: a SIGTERM is sent
+again 50 ms later (it lands elsewhere and acts then), a Ctrl-C (whose handler counts the
+presses) is acted on by :func:`stop_if_swallowed`, called between rounds and methods.
 
 A put-off signal arrives late, under whatever handler is installed by then (a block that
 restored the default SIGTERM handler meanwhile dies by the signal, as it would had the
@@ -98,13 +99,25 @@ _swallowed: list[int] = []
 """Signals whose exception Python ignored (:func:`keep_swallowed_signals`), oldest first."""
 
 
+def _send_again(main: int, signum: int) -> None:
+    """In its own thread: send ``signum`` to the main thread again after
+    :data:`REDELIVER_S`, and forget it was swallowed (the handler acts on it now)."""
+    time.sleep(REDELIVER_S)
+    if signum in _swallowed:
+        _swallowed.remove(signum)
+        signal.pthread_kill(main, signum)
+
+
 def _hook(previous: Any) -> Any:
     def hook(unraisable: Any) -> None:
         err = unraisable.exc_value
         if isinstance(err, Interrupted):
             _swallowed.append(err.signum)
-        elif isinstance(err, KeyboardInterrupt):
-            _swallowed.append(int(signal.SIGINT))
+            main = threading.main_thread().ident
+            if main is not None and hasattr(signal, "pthread_kill"):  # SIGTERM comes again
+                _thread.start_new_thread(_send_again, (main, err.signum))
+        elif isinstance(err, KeyboardInterrupt):  # the Ctrl-C handler counts presses:
+            _swallowed.append(int(signal.SIGINT))  # acted on at the next round instead
         else:
             previous(unraisable)
 
