@@ -28,7 +28,17 @@ class M(AsWritten):
 
 @pytest.mark.parametrize(
     "bad",
-    [{"n": "2"}, {"x": "0.1"}, {"on": "yes"}, {"on": 1}, {"maybe": "3"}, {"ids": [1, "2"]}],
+    [
+        {"n": "2"},
+        {"x": "0.1"},
+        {"on": "yes"},
+        {"on": 1},
+        {"maybe": "3"},
+        {"ids": [1, "2"]},
+        {"n": True},
+        {"x": False},
+        {"ids": [True, 0]},
+    ],
 )
 def test_text_for_numbers_and_switches_is_refused(bad: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):

@@ -132,3 +132,44 @@ def test_an_interrupt_while_the_report_is_written_keeps_every_method(
         run_experiment(replacing(table), tmp_path / "run")
     assert err.value.kept == ("fedavg",) and not err.value.restored
     assert (tmp_path / "run" / "metrics.json").is_file()
+
+
+KILL_AT = """
+import os, sys
+from pathlib import Path
+import fedad.claim as claim
+
+limit, count = int(sys.argv[2]), [0]
+real = claim.move
+def move(a, b):
+    count[0] += 1
+    if count[0] == limit:
+        os._exit(9)  # a kill: no cleanup runs
+    real(a, b)
+claim.move = move
+rd = claim.RunDir.claim(Path(sys.argv[1]), force=True)
+if limit == 0:
+    os._exit(9)  # killed while the new run loads its data: nothing of it written yet
+(rd.root / "config.toml").write_text("seed = 9\\n")  # what the new run wrote
+rd.set_state("running")
+rd.settle(produced=False)  # no result: the old run goes back ...
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("kill_at", [0, 1, 4, 8, 12, 16, 30])
+def test_a_replacement_killed_at_any_rename_loses_nothing(
+    old_run: tuple[Path, Path], kill_at: int
+) -> None:
+    """Killed while setting the old run aside or while putting it back (a user's file in
+    the folder too): the next claim finds the old run as it was."""
+    import subprocess
+    import sys
+
+    _, run = old_run
+    (run / "notes.txt").write_text("mine")
+    before = snapshot(run)
+    subprocess.run([sys.executable, "-c", KILL_AT, str(run), str(kill_at)], check=False)
+    with pytest.raises(FedadError, match="holds a fedad run already"):
+        RunDir.claim(run)
+    assert snapshot(run) == before

@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import re
+import signal
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,8 @@ from typing import IO, Any, Literal
 
 import numpy as np
 
-from fedad.errors import FedadError
+from fedad.errors import FedadError, Interrupted
+from fedad.interrupts import signals_held
 from fedad.outdir import (
     ASIDE_DIR,
     DONE_DIR,
@@ -56,6 +58,7 @@ from fedad.outdir import (
     read_text,
     refuse_links,
     remove,
+    run_holding,
     write_npz,
     write_text,
 )
@@ -103,7 +106,12 @@ def _has_results(root: Path) -> bool:
 
 
 _MOVED = ".moved"
-"""In the folder of a run set aside: every entry of it was moved there."""
+"""In the folder of a run set aside: every entry of it was moved there (the new run's
+entries at the top are the new run's)."""
+_CLEARING = ".clearing"
+"""Putting the run back, first step: the new run's entries at the top are being removed."""
+_RESTORING = ".restoring"
+"""Putting the run back, second step: the top holds nothing new; entries move back."""
 
 
 def _exists(path: Path) -> bool:
@@ -112,10 +120,25 @@ def _exists(path: Path) -> bool:
 
 def _is_run(root: Path) -> bool:
     """Whether ``root`` holds a fedad run (``.fedad/run.json``, or ``metrics.json`` beside
-    ``config.toml``: runs written before ``.fedad/`` existed)."""
-    return (root / STATE_DIR / RUN_FILE).is_file() or (
-        (root / "metrics.json").is_file() and (root / "config.toml").is_file()
+    ``config.toml``: runs written before ``.fedad/`` existed), or a run that ``--force``
+    set aside (``.fedad/replaced/``, whatever the replacement left)."""
+    state = root / STATE_DIR
+    return (
+        (state / RUN_FILE).is_file()
+        or ((state / ASIDE_DIR).is_dir() and not (state / ASIDE_DIR).is_symlink())
+        or ((root / "metrics.json").is_file() and (root / "config.toml").is_file())
     )
+
+
+def _refuse_inside_another(root: Path) -> None:
+    """A new run's folder may not lie inside another fedad run (among its checkpoints, it
+    would make that run unreadable)."""
+    holder = run_holding(Path(os.path.abspath(root)).parent)
+    if holder is not None:
+        raise FedadError(
+            f"--out '{root}' lies inside the fedad run '{holder}'",
+            f"choose an --out outside '{holder}'",
+        )
 
 
 class RunDir:
@@ -133,6 +156,8 @@ class RunDir:
         self._anchors: tuple[Anchor, ...] = ()
         self.aside = False
         """An earlier run is set aside (``--force``) until this one has a result."""
+        self.made_state = False
+        """This claim made ``.fedad/`` (removed again when the claim is refused)."""
 
     # -- claiming ---------------------------------------------------------------------
     @classmethod
@@ -146,6 +171,7 @@ class RunDir:
             )
         created = not (root.exists() or root.is_symlink())
         if not claimed_above(root):
+            _refuse_inside_another(root)
             try:  # the root as the user named it: links above it are theirs
                 root.mkdir(parents=True, exist_ok=True)
             except OSError as err:
@@ -153,11 +179,16 @@ class RunDir:
         else:  # a seed's run inside a claimed run: not through a link either
             mkdir(root)
         run = cls(root, created)
+        run.made_state = not _exists(root / STATE_DIR)
         try:
             run._anchors = push_anchor(root)
             run._check(force, resume)
-        except BaseException:  # a refusal, or Ctrl-C / SIGTERM while claiming
+        except BaseException as err:  # a refusal, or Ctrl-C / SIGTERM while claiming
+            restored = run.aside
             run._undo_claim()
+            if restored and isinstance(err, KeyboardInterrupt | Interrupted):
+                signum = err.signum if isinstance(err, Interrupted) else int(signal.SIGINT)
+                raise Interrupted(signum, (), str(root), restored=True) from None
             raise
         return run
 
@@ -166,13 +197,12 @@ class RunDir:
         aside moved back, and a folder this claim created removed with its lock."""
         try:
             if self.aside:
-                self._move_back()
-            if self.created and self._lock is not None:
+                with signals_held():
+                    self._move_back()
+            if (self.created or self.made_state) and self._lock is not None:
                 self.release()
                 remove(self.root / STATE_DIR)
-                with contextlib.suppress(OSError):
-                    self.root.rmdir()
-            elif self.created:
+            if self.created:
                 with contextlib.suppress(OSError):
                     self.root.rmdir()
         finally:
@@ -288,33 +318,45 @@ class RunDir:
 
     def set_aside(self) -> None:
         """``--force``: move the run here into ``.fedad/replaced/`` (renames, nothing
-        copied). :meth:`settle` drops it once the new run has a result, or brings it back
-        when the new run ends without one (a failed check, an error, Ctrl-C), so that a
-        replacement that never produced anything loses nothing."""
+        copied, signals held back meanwhile). :meth:`settle` drops it once the new run has
+        a result, or brings it back when the new run ends without one (a failed check, an
+        error, Ctrl-C), so that a replacement that never produced anything loses nothing.
+        A marker in the folder says how far a replacement got, for a claim after a kill
+        (:meth:`_recover_aside`)."""
         aside = self._aside_dir()
-        remove(aside)
-        mkdir(aside / STATE_DIR)
-        self.aside = True
-        for name in self._ours():
-            move(self.root / name, aside / name)
-        for name in self._state_entries():
-            move(self.root / STATE_DIR / name, aside / STATE_DIR / name)
-        write_text(aside / _MOVED, "")  # every entry moved: what a later claim reads
+        with signals_held():
+            remove(aside)
+            mkdir(aside / STATE_DIR)
+            self.aside = True
+            for name in self._ours():
+                move(self.root / name, aside / name)
+            for name in self._state_entries():
+                move(self.root / STATE_DIR / name, aside / STATE_DIR / name)
+            write_text(aside / _MOVED, "")
 
     def _restore_aside(self) -> None:
-        """Remove what the new run wrote, and put the run set aside back in its place."""
-        self.clear()
-        self._move_back()
+        """Remove what the new run wrote, and put the run set aside back in its place; each
+        step marked first, so that a kill in between is finished by the next claim."""
+        aside = self._aside_dir()
+        with signals_held():
+            if (aside / _MOVED).is_file():
+                move(aside / _MOVED, aside / _CLEARING)
+            if (aside / _CLEARING).is_file():
+                self.clear()
+                move(aside / _CLEARING, aside / _RESTORING)
+            self._move_back()
 
     def _move_back(self) -> None:
-        """Every entry set aside back in its place (where none of that name is)."""
+        """Every entry set aside back in its place (a run's own names only, never over an
+        entry already there), then the folder of the set-aside run removed."""
         aside = self._aside_dir()
         for name in sorted(os.listdir(aside)):
-            if name not in (STATE_DIR, _MOVED) and not _exists(self.root / name):
+            ours = is_run_entry(name, seeds=True) and name != STATE_DIR
+            if ours and not _exists(self.root / name):
                 move(aside / name, self.root / name)
         kept_state = aside / STATE_DIR
         for name in sorted(os.listdir(kept_state)) if kept_state.is_dir() else []:
-            if not _exists(self.root / STATE_DIR / name):
+            if name not in (LOCK_FILE, ASIDE_DIR) and not _exists(self.root / STATE_DIR / name):
                 move(kept_state / name, self.root / STATE_DIR / name)
         remove(aside)
         self.aside = False
@@ -334,15 +376,22 @@ class RunDir:
     def _recover_aside(self) -> bool:
         """A run set aside by a replacement that was killed (SIGKILL, a power cut) before
         it settled: back in place when the replacement left no result, else dropped;
-        whether it came back."""
+        whether it came back. Its marker says where the replacement stopped: setting the
+        run aside (no marker: nothing new at the top, move back), putting it back
+        (finish that), or running (``.moved``: settle on the new run's results)."""
         aside = self._aside_dir()
         if not aside.is_dir() or aside.is_symlink():
             return False
         self.aside = True
-        if not (aside / _MOVED).is_file():  # killed while setting it aside: nothing new yet
-            self._move_back()
+        markers = {m for m in (_MOVED, _CLEARING, _RESTORING) if (aside / m).is_file()}
+        if markers == {_MOVED}:
+            return self.settle(produced=_has_results(self.root))
+        if not markers:
+            with signals_held():
+                self._move_back()
             return True
-        return self.settle(produced=_has_results(self.root))
+        self._restore_aside()
+        return True
 
     def clear(self) -> None:
         """Remove what a fedad run wrote here (never other files), keeping the lock.

@@ -22,10 +22,12 @@ signal come 50 ms later).
 from __future__ import annotations
 
 import _thread
+import contextlib
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
@@ -103,9 +105,28 @@ def _send_again(main: int, signum: int) -> None:
     """In its own thread: send ``signum`` to the main thread again after
     :data:`REDELIVER_S`, and forget it was swallowed (the handler acts on it now)."""
     time.sleep(REDELIVER_S)
-    if signum in _swallowed:
+    try:
         _swallowed.remove(signum)
-        signal.pthread_kill(main, signum)
+    except ValueError:  # acted on meanwhile (stop_if_swallowed)
+        return
+    signal.pthread_kill(main, signum)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM held back inside the block (delivered when it ends): for a few
+    renames that must all happen or none (setting a run aside and putting it back)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _hook(previous: Any) -> Any:

@@ -325,7 +325,11 @@ def run_seeds(
             else:
                 _parallel(cfg, out, todo, agg, resume, jobs, on_seed, keep_going)
         except BaseException as err:
-            kept = tuple(SEED_DIR.format(s) for s in agg.seeds if s in agg.per_seed)
+            kept = tuple(
+                SEED_DIR.format(s) + ("" if s in agg.per_seed else " (partly)")
+                for s in agg.seeds
+                if s in agg.per_seed or has_results(seed_dir(out, s))
+            )
             restored = _keep(rd, agg)
             if isinstance(err, KeyboardInterrupt | Interrupted):
                 signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
@@ -413,7 +417,8 @@ def _serial(
 def _failed(agg: _Aggregate, seed: int, why: str, on_seed: OnSeed | None) -> None:
     log.warning("seed %s failed: %s", seed, why)
     agg.failed[seed] = why
-    agg.write(report=False)
+    if agg.per_seed:  # no aggregate before a seed has a result: it would count as one
+        agg.write(report=False)
     if on_seed is not None:
         on_seed(seed, "failed")
 
