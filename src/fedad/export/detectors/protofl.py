@@ -1,9 +1,10 @@
 """ProtoFL's detector: the frozen trunk's representation :math:`h = f_\\theta(x)` (of the
-images, or of their frozen backbone features with ``trunk_input = "pretrained"``),
-standardised in float64, and the one-class head [ProtoFL Sec. 4.4]:
+images, or of their frozen backbone features with ``trunk_input = "pretrained"``; the CNN and
+MLP trunks in float64, as the detector computes them, :mod:`.protofl_layers`), standardised
+in float64, and the one-class head [ProtoFL Sec. 4.4]:
 
-* ``flow``: the RealNVP's negative log-likelihood [ProtoFL eq. 3, 9] in float32, plus the
-  standardisation's log-determinant in float64. The flow (zuko's ``RealNVP``: affine
+* ``flow``: the RealNVP's negative log-likelihood [ProtoFL eq. 3, 9] in float64, plus the
+  standardisation's log-determinant. The flow (zuko's ``RealNVP``: affine
   couplings on alternating halves, ``log a = s / (1 + |s / log(10^-3)|)``) is written out
   here from its own hyper-networks, because zuko's lazy transforms do not trace: the same
   operations in the same order as :func:`fedad.methods.protofl.model.flow_nll`;
@@ -25,6 +26,7 @@ from torch import nn
 from fedad.detector import BaseDetector
 from fedad.export.detectors.baselines import RBFOneClassSVM
 from fedad.export.detectors.images import PooledFeatures
+from fedad.export.detectors.protofl_layers import Float64Trunk
 from fedad.export.registry import Core, NotExportable, register_exporter
 from fedad.methods.protofl.detector import ProtoFLDetector
 
@@ -37,12 +39,13 @@ def _f64(a: np.ndarray) -> torch.Tensor:
 
 
 class RealNVPNLL(nn.Module):
-    """``flow_nll(flow, r)`` of zuko's RealNVP ``flow`` (module docstring), float32."""
+    """``flow_nll(flow, r)`` of zuko's RealNVP ``flow`` (module docstring), in the dtype of
+    ``r`` (float64 in the exported graph)."""
 
     def __init__(self, flow: nn.Module) -> None:
         super().__init__()
         layers = list(flow.transform.transforms)  # type: ignore[union-attr, arg-type]
-        self.hypers = nn.ModuleList(copy.deepcopy(t.hyper) for t in layers)
+        self.hypers = nn.ModuleList(copy.deepcopy(t.hyper).double() for t in layers)
         self.idx_a: list[list[int]] = []
         self.idx_b: list[list[int]] = []
         self.order: list[list[int]] = []
@@ -57,7 +60,7 @@ class RealNVPNLL(nn.Module):
 
     def forward(self, r: torch.Tensor) -> torch.Tensor:
         x = r
-        acc = torch.zeros(())
+        acc = torch.zeros((), dtype=r.dtype)
         for hyper, a, b, order in zip(self.hypers, self.idx_a, self.idx_b, self.order,
                                       strict=True):  # fmt: skip
             x_a, x_b = x[:, a], x[:, b]
@@ -111,8 +114,9 @@ class GaussianHead(nn.Module):
 
 
 class ProtoFLScore(nn.Module):
-    """Trunk input (images or backbone features), trunk, L2 normalisation where the detector
-    has it, standardisation, head."""
+    """Trunk input (images or backbone features), trunk (float64 where the detector's is:
+    :class:`.protofl_layers.Float64Trunk`), L2 normalisation where the detector has it,
+    standardisation, head."""
 
     shift: torch.Tensor
     scale: torch.Tensor
@@ -120,7 +124,8 @@ class ProtoFLScore(nn.Module):
     def __init__(self, features: nn.Module | None, trunk: nn.Module, det: ProtoFLDetector) -> None:
         super().__init__()
         self.features = features
-        self.trunk = trunk
+        self.float64 = det.float64
+        self.trunk = Float64Trunk(trunk) if det.float64 else trunk
         self.register_buffer("shift", _f64(det.shift_))
         self.register_buffer("scale", _f64(det.scale_))
         self.l2 = det.l2
@@ -137,12 +142,13 @@ class ProtoFLScore(nn.Module):
             self.head = RBFOneClassSVM(det.sv_, det.coef_, det.intercept_, det.gamma_)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.trunk(x if self.features is None else self.features(x))
-        if self.l2:  # as the detector does: in float32, before the float64 head
+        inp = x if self.features is None else self.features(x)
+        h = self.trunk(inp.double() if self.float64 else inp)
+        if self.l2:  # as the detector does: in the trunk's dtype, before the float64 head
             h = nn.functional.normalize(h, dim=1, eps=1e-12)
         z = (h.double() - self.shift) / self.scale
         if self.flow:
-            return self.head(z.float()).double() + self.log_det  # type: ignore[no-any-return]
+            return self.head(z) + self.log_det  # type: ignore[no-any-return]
         out: torch.Tensor = self.head(z)
         return out
 

@@ -20,19 +20,19 @@ Vectors (ours: the paper does not describe the Keystroke augmentation): Gaussian
 with probability 0.1.
 
 Seeding: kornia draws from torch's global CPU generator; :func:`two_views` runs under
-``torch.random.fork_rng`` seeded from the caller's numpy generator, so equal generators
-give equal views on every device and nothing outside is disturbed.
+``torch.random.fork_rng`` seeded from the caller's numpy generator (:func:`cpu_seeded`), so
+equal generators give equal views on every device and nothing outside is disturbed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Literal
 
 import numpy as np
 import torch
 from torch import nn
-
-from fedad.seeding import torch_seeded
 
 Auto = Literal["auto"]
 
@@ -79,6 +79,18 @@ def _vector_view(x: torch.Tensor, noise: float) -> torch.Tensor:
     return (x + noise * sd * torch.randn_like(x)) * keep
 
 
+@contextmanager
+def cpu_seeded(seed: int) -> Iterator[None]:
+    """Torch's CPU generator at ``seed`` inside the block, restored after: the draws of
+    :func:`fedad.seeding.torch_seeded`, which also seeds every accelerator's generator
+    (``torch.manual_seed``: on a machine without one, torch records a stack trace for each
+    accelerator module on every call, about 9 ms, most of a table's phase-1 step). The
+    augmentations draw on the CPU only."""
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
+        yield
+
+
 def two_views(
     x: torch.Tensor,
     rng: np.random.Generator,
@@ -92,7 +104,7 @@ def two_views(
     ``x`` is ``(N, C, H, W)`` (images, kept in [0, 1]) or ``(N, F)`` (vectors). The random
     draws come from ``rng`` only.
     """
-    with torch_seeded(int(rng.integers(0, 2**62))):
+    with cpu_seeded(int(rng.integers(0, 2**62))):
         if x.dim() == 4:
             aug = augmenter or image_augmenter(x.shape[2], x.shape[3], flip, crop)
             a = aug(x.cpu()).to(x.device).clamp(0.0, 1.0)

@@ -18,8 +18,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from fedad.methods.protofl.augment import image_augmenter
-from fedad.seeding import torch_seeded
+from fedad.methods.protofl.augment import cpu_seeded, image_augmenter
 
 
 def embed(backbone: str, x: np.ndarray, size: int, device: str | torch.device) -> np.ndarray:
@@ -38,7 +37,7 @@ def augmented_views(
     xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
     aug = image_augmenter(int(xt.shape[2]), int(xt.shape[3]), flip, crop)
     for _ in range(views):
-        with torch_seeded(int(rng.integers(0, 2**62))):
+        with cpu_seeded(int(rng.integers(0, 2**62))):
             view = aug(xt).clamp(0.0, 1.0).numpy()
         yield view  # outside the seeded block, as before: the caller's work is not seeded
 

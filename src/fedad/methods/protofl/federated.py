@@ -77,6 +77,8 @@ PROTOTYPE = "prototype"
 LOSSES = ("loss", "l_pd", "l_p")
 """The scalars of a phase-1 reply logged each round (their example-weighted means)."""
 TRAIN = "train"
+HEAD = "head"
+"""``phase1 = "none"``: the round in which each client fits its head, and sends no model."""
 
 
 class ProtoFLParams(Params):
@@ -152,9 +154,17 @@ class ProtoFLParams(Params):
         description="eq. 7's target: the client's prototype, or 'sample': the off-the-shelf "
         "model's features of each training image (a variant)",
     )
-    phase1: Literal["federated", "local"] = Field(
+    contrast: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=100.0,
+        description="weight of an instance-contrastive term over the client's own views "
+        "(the other samples of a batch as negatives) added to eq. 8 (a variant; 0: off)",
+    )
+    phase1: Literal["federated", "local", "none"] = Field(
         default="federated",
-        description="'local': each client trains its own encoder, no FedAvg (the baseline)",
+        description="'local': each client trains its own encoder, no FedAvg (the baseline); "
+        "'none': no phase 1, each client fits only its head on the initial trunk",
     )
     trunk: Literal["cnn", "pretrained", "efficientnet"] = Field(
         default="cnn",
@@ -167,6 +177,12 @@ class ProtoFLParams(Params):
         description="efficientnet: last stages trained (0: head conv)",
     )
     trunk_size: int = Field(default=64, ge=32, le=1024, description="backbone input side")
+    max_samples: int = shared_field(
+        ProtoFLDetectorParams,
+        "max_samples",
+        description="most training samples a client takes per phase-1 epoch and for its "
+        "flow (a seeded random subset of a larger client's)",
+    )
     trunk_views: int = Field(default=4, ge=2, le=64, description="cached augmented views")
     public_set: str = Field(default="procedural", description="off-the-shelf set")
     public_n: int = Field(default=64, ge=1, le=100_000, description="candidate images")
@@ -220,10 +236,10 @@ class ProtoFL(Algorithm):
 
     def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
         super().__init__(params, setup, detector)
-        if self.params.phase1 == "local" and self.params.new_clients:
+        if self.params.phase1 != "federated" and self.params.new_clients:
             raise ConfigError(
-                'protofl: new_clients needs phase1 = "federated" (with phase1 = "local" '
-                "no client receives a model it did not train)",
+                f'protofl: new_clients needs phase1 = "federated" (with phase1 = '
+                f'"{self.params.phase1}" no client receives a model it did not train)',
                 "drop new_clients or phase1",
             )
         if self.params.trunk != "cnn" and setup.kind != "image":
@@ -248,6 +264,8 @@ class ProtoFL(Algorithm):
     def requirements(cls, params: dict[str, Any]) -> Requirements:
         """The public set and the off-the-shelf model [ProtoFL eq. 6]; updates in ``train``."""
         p = ProtoFLParams.model_validate(params)
+        if p.phase1 == "none":  # no prototypes: the backbone only for a pretrained trunk
+            return Requirements(resources=(p.backbone,), update_phases=())
         return Requirements(
             public=PublicRequest(p.public_set, n=p.public_n, shape=(3, p.proto_size, p.proto_size)),
             resources=(p.backbone,),
@@ -312,7 +330,13 @@ class ProtoFL(Algorithm):
 
     # -- client -----------------------------------------------------------------------------
     def handlers(self) -> dict[str, Handler]:
-        return {**super().handlers(), PROTOTYPE: self.client_prototype, TRAIN: self.client_train}
+        own = {PROTOTYPE: self.client_prototype, TRAIN: self.client_train, HEAD: self.client_head}
+        return {**super().handlers(), **own}
+
+    @property
+    def losses(self) -> tuple[str, ...]:
+        """The scalars of a phase-1 reply logged each round (with ``contrast``: ``l_nce``)."""
+        return (*LOSSES, "l_nce") if self.params.contrast > 0 else LOSSES
 
     def client_prototype(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         """Keep :math:`v_k` privately (Sec. 4.2 step 2); reply with an acknowledgement."""
@@ -360,7 +384,7 @@ class ProtoFL(Algorithm):
         losses = train_encoder(
             enc, dense(data.x_train, self.name), self._targets(state, data), p.local_epochs,
             p.batch_size, p.lr, rng, p.alpha, p.temperature, p.weight_decay, flip, p.noise,
-            p.optimizer, self._views(state, data), crop,
+            p.optimizer, self._views(state, data), crop, p.contrast, p.max_samples,
         )  # fmt: skip
         if local:  # kept at home; only the losses are reported
             state.update(prefixed(self._arrays(enc), "own"))
@@ -370,23 +394,27 @@ class ProtoFL(Algorithm):
     def client_detector(
         self, state: ClientState, data: ClientData, msg: Message
     ) -> ProtoFLDetector:
-        """[ProtoFL Alg. 2]: frozen global trunk + the client's own head (kept per model).
+        """[ProtoFL Alg. 2]: frozen global trunk + the client's own head (kept per model,
+        with the scores it gave the client's training samples: the threshold's).
 
         With ``phase1 = "local"`` the trunk is the client's own (the seeded initial one if it
-        never trained)."""
+        never trained); with ``phase1 = "none"`` the initial one."""
         if self.params.phase1 == "local":
             own = unprefixed(state, "own") or self._arrays(self.make_encoder())
             arrays = dict(self._result(own).arrays)
+        elif self.params.phase1 == "none":
+            arrays = dict(self._result(self._arrays(self.make_encoder())).arrays)
         else:
             arrays = dict(msg.arrays)
         trunk = {k[6:]: v for k, v in arrays.items() if k.startswith("trunk.")}
         det = self.make_detector().set_trunk(trunk)
         key = _digest(trunk)
+        x = dense(data.x_train, self.name)
         cached = state.get("head_key")
         if cached is not None and np.array_equal(cached, key):
             head = {k[5:]: v for k, v in state.items() if k.startswith("head/")}
-            return det.set_arrays({**{f"trunk.{k}": v for k, v in trunk.items()}, **head})
-        x = dense(data.x_train, self.name)
+            det.set_arrays({**{f"trunk.{k}": v for k, v in trunk.items()}, **head})
+            return det.keep_training_scores(x, state["head_scores"])
         rng = client_rng(self.setup.seed, 0, data.client_id, 0xF2)
         loss = det.fit_head(x, rng, self._views(state, data))
         for k in [k for k in state if k.startswith("head/")]:
@@ -394,10 +422,23 @@ class ProtoFL(Algorithm):
         state.update({f"head/{k}": v for k, v in det.head_arrays().items()})
         state["head_key"] = key
         state["head_loss"] = np.asarray(loss, dtype=np.float64)
-        return det
+        state["head_scores"] = det.training_scores(x)  # h of x is still held: no new pass
+        return det.keep_training_scores(x, state["head_scores"])
+
+    def client_head(self, state: ClientState, data: ClientData, msg: Message) -> Message:
+        """``phase1 = "none"``: phase 2 alone, in the first round [ProtoFL Alg. 2]: the
+        client fits its head on the initial trunk (kept for its evaluation; later rounds
+        find it kept) and replies with the head's loss, no model."""
+        if "head_key" not in state:
+            self.client_detector(state, data, msg)
+        scalars = {"num_examples": data.n_train, "loss": float(state["head_loss"])}
+        return Message(HEAD, {}, scalars)
 
     # -- server -----------------------------------------------------------------------------
     def server(self, ctx: ServerContext) -> ServerResult:
+        if self.params.phase1 == "none":  # phase 2 only: each client's head, no model
+            fedavg_rounds(ctx, {}, HEAD, ("loss",))
+            return ServerResult(arrays={}, scalars={})
         ids = ctx.grid.get_node_ids()
         new = set(self.new_ids(ids))
         joined = [i for i in ids if i not in new]
@@ -421,13 +462,13 @@ class ProtoFL(Algorithm):
             return msgs
 
         if self.params.phase1 == "local":  # nothing to average: each client trains alone
-            fedavg_rounds(ctx, {}, TRAIN, LOSSES, messages=messages, replied=have.update)
+            fedavg_rounds(ctx, {}, TRAIN, self.losses, messages=messages, replied=have.update)
             return ServerResult(arrays={}, scalars={})
         weights = fedavg_rounds(
             ctx,
             self._arrays(self.make_encoder()),
             TRAIN,
-            LOSSES,
+            self.losses,
             messages=messages,
             replied=have.update,
             result=self._result,

@@ -161,6 +161,36 @@ def phase1_loss(
     return (1.0 - alpha) * lpd + alpha * lp, lpd, lp
 
 
+NCE_TEMPERATURE = 0.1
+"""Temperature of :func:`instance_contrastive_loss` (SimCLR's usual value; not tuned)."""
+
+
+def instance_contrastive_loss(
+    r: torch.Tensor, r_hat: torch.Tensor, temperature: float = NCE_TEMPERATURE
+) -> torch.Tensor:
+    r"""Instance-contrastive loss over a client's own batch (ours, not the paper's): view
+    :math:`\hat r_i` is the positive of :math:`r_i` and the other samples' views
+    :math:`\hat r_j` its negatives, symmetrised,
+
+    .. math::
+
+        L_{nce} = -\frac{1}{2N} \sum_i \Big[\log
+        \frac{e^{c_{ii}/\tau}}{\sum_j e^{c_{ij}/\tau}}
+        + \log \frac{e^{c_{ii}/\tau}}{\sum_j e^{c_{ji}/\tau}}\Big],
+        \quad c_{ij} = d(r_i, \hat r_j)
+
+    with cosine :math:`d`. On a client that holds one class the negatives are other images
+    of that class, so the term keeps the variation *within* the class that eq. 7 alone
+    lets the encoder discard. A batch of one has no negative: 0."""
+    if len(r) < 2:
+        return torch.zeros((), device=r.device)
+    a = F.normalize(r, dim=1, eps=1e-8)
+    b = F.normalize(r_hat, dim=1, eps=1e-8)
+    logits = a @ b.T / temperature
+    target = torch.arange(len(r), device=r.device)
+    return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target))
+
+
 def make_flow(features: int, layers: int = 8, hidden: int = 64) -> zuko.flows.Flow:
     """The local flow :math:`\\mathfrak{t}(\\cdot;\\psi_k)`: RealNVP with ``layers`` affine
     coupling layers (alternating masks), each an MLP with two hidden layers of ``hidden``
