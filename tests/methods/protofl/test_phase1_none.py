@@ -67,17 +67,20 @@ def test_no_prototype_no_model_and_the_head_on_the_shipped_trunk(
 
 
 def test_the_frozen_trunk_runs_once_per_sample(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Round 1 fits the head (the training samples once), round 2 finds it kept, the
-    evaluation scores the test samples once; the threshold's training scores and the
-    report's embeddings come from what was kept."""
+    """Round 1 fits the head (the training samples once, no augmented views), round 2 finds
+    it kept, the evaluation scores the test samples once; the threshold's training scores
+    and the report's embeddings come from what was kept."""
+    from fedad.methods.protofl import features
+
     seen: list[int] = []
-    real = ProtoFLDetector.features
+    real = features.prefix_maps
 
-    def count(self: ProtoFLDetector, x: np.ndarray) -> np.ndarray:
+    def count(x: np.ndarray, *args: Any, **kwargs: Any) -> np.ndarray:
         seen.append(len(x))
-        return real(self, x)
+        return real(x, *args, **kwargs)
 
-    monkeypatch.setattr(detector_module.ProtoFLDetector, "features", count)
+    monkeypatch.setattr(features, "prefix_maps", count)
+    monkeypatch.setattr(detector_module, "prefix_maps", count)
     fed = make_federation("image", clients=2)
     _, out = _run(fed)
     assert failures(out.events) == []

@@ -416,7 +416,8 @@ class ProtoFL(Algorithm):
             det.set_arrays({**{f"trunk.{k}": v for k, v in trunk.items()}, **head})
             return det.keep_training_scores(x, state["head_scores"])
         rng = client_rng(self.setup.seed, 0, data.client_id, 0xF2)
-        loss = det.fit_head(x, rng, self._views(state, data))
+        views = self._views(state, data) if self.params.head_data == "views" else None
+        loss = det.fit_head(x, rng, views)  # the clean head: no augmented views computed
         for k in [k for k in state if k.startswith("head/")]:
             del state[k]
         state.update({f"head/{k}": v for k, v in det.head_arrays().items()})
