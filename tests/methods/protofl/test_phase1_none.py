@@ -15,7 +15,6 @@ from fedad.fl.algorithm import Setup, build_algorithm
 from fedad.fl.engine import InProcessGrid, RunOutcome, run_inprocess
 from fedad.fl.messages import Message
 from fedad.methods.protofl import detector as detector_module
-from fedad.methods.protofl.detector import ProtoFLDetector
 from fedad.methods.protofl.federated import ProtoFL
 from tests.conftest import failures, make_federation
 
