@@ -76,3 +76,13 @@ def test_the_test_separates_a_clear_winner_and_not_a_tie() -> None:
     kn = rank_kind(noisy, "tables")
     assert kn.separated is False and "do not separate" in kn.note
     assert math.isfinite(kn.pvalue or math.nan)
+
+
+def test_the_leaderboard_renders_rows_without_auroc_and_escapes_labels() -> None:
+    from fedad.bench.leaderboard import render_leaderboard
+
+    rows = [row("f", 0, "<b>x</b>", None), row("f", 0, "y", None)]
+    rows[0]["error"] = "failed: \x1b[2J"
+    page = render_leaderboard(rows, {"suite": "s", "seeds": [0]})
+    assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page
+    assert "\x1b" not in page and "No method has auroc" in page

@@ -98,3 +98,32 @@ def test_resume_after_ctrl_c_keeps_rows_and_runs_only_the_rest(
     assert seen == ["second", "second"]  # the first federation's seeds were not run again
     again = read_results(out / "results.csv")
     assert [r for r in again if r["federation"] == "first"] == kept
+
+
+def test_a_crafted_bench_folder_is_refused_and_nothing_written_through_it(
+    tmp_path: Path,
+) -> None:
+    cfg = tmp_path / "mine.toml"
+    cfg.write_text("rounds = 1\n" + CONFIG)
+    out, outside = tmp_path / "b", tmp_path / "outside"
+    out.mkdir()
+    outside.mkdir()
+    (out / "runs").symlink_to(outside)
+    args = ["bench", str(cfg), "--out", str(out), "--methods", "onlad", "-q"]
+    assert "symbolic link" in one_line_error(runner.invoke(app, [*args, "--force"]))
+    assert list(outside.iterdir()) == []
+
+
+def test_resume_with_another_config_is_refused_and_a_leaderboard_survives_no_auroc(
+    tmp_path: Path,
+) -> None:
+    cfg = tmp_path / "mine.toml"
+    cfg.write_text("rounds = 1\n" + CONFIG)
+    out = tmp_path / "b"
+    args = ["bench", str(cfg), "--out", str(out), "--methods", "onlad", "-q"]
+    assert runner.invoke(app, args).exit_code == 0
+    line = one_line_error(runner.invoke(app, [*args, "--resume", "--set", "rounds=2"]))
+    assert "another config" in line
+    # every method fails (min_clients above the clients): one line, the page still written
+    line = one_line_error(runner.invoke(app, [*args, "--force", "--set", "engine.min_clients=5"]))
+    assert "no method finished" in line or "min_clients" in line

@@ -79,14 +79,19 @@ def _by(rows: Sequence[dict[str, Any]], key: str) -> dict[str, list[dict[str, An
 
 def _federation_table(name: str, rows: Sequence[dict[str, Any]]) -> str:
     by_label = _by(rows, "label")
-    shown = [c for c in SHOWN if any(_values(rows, c[0]))]
+    shown = [c for c in SHOWN if _values(rows, c[0])]
     stats = {lab: {k: _stat(rs, k, kind) for k, _, kind in shown} for lab, rs in by_label.items()}
     best: dict[str, float] = {}
     for key, _, _ in shown:
         means = [m for m, _ in (s[key] for s in stats.values()) if m is not None]
         if means and key in HIGHER_BETTER:
             best[key] = max(means)
-    order = sorted(by_label, key=lambda lab: -(stats[lab]["auroc"][0] or -1.0))
+
+    def quality(lab: str) -> float:
+        mean = stats[lab].get("auroc", (None, ""))[0]
+        return -1.0 if mean is None else mean
+
+    order = sorted(by_label, key=lambda lab: -quality(lab))
     head = "".join(f"<th>{esc(title)}</th>" for _, title, _ in shown)
     body = []
     for lab in order:

@@ -54,9 +54,10 @@ def rows_of_run(
     """The rows of one seed's run (its metrics.json ``metrics``): a row per method of
     ``labels`` that finished or failed (methods not reached yet have none)."""
     methods = metrics.get("methods", {})
+    listed = metrics.get("experiment", {}).get("failed_methods", [])
     failed = {
         str(f.get("method")): str(f.get("error", ""))
-        for f in metrics.get("experiment", {}).get("failed_methods", [])
+        for f in (listed if isinstance(listed, list) else [])
         if isinstance(f, dict)
     }
     out = []

@@ -13,13 +13,15 @@ that fails fails alone (its row says why); a pair whose requirements the data ca
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from fedad.bench.expand import Pair, expand_methods
 from fedad.bench.leaderboard import render_leaderboard
@@ -27,14 +29,24 @@ from fedad.bench.results import rows_of_run, write_results
 from fedad.bench.suites import Federation, Suite, data_kind
 from fedad.config import ExperimentConfig, parse_config
 from fedad.errors import FedadError, Interrupted
-from fedad.outdir import mkdir, read_text, remove, target_path, write_text
+from fedad.outdir import (
+    anchored,
+    link_error,
+    mkdir,
+    open_nofollow,
+    read_text,
+    remove,
+    target_path,
+    write_text,
+)
 
 __all__ = ["BenchRequest", "run_bench"]
 
 log = logging.getLogger("fedad")
 BENCH_FILE = "bench.json"
 RUNS = "runs"
-OURS = (BENCH_FILE, "results.csv", "results.json", "leaderboard.html", RUNS)
+LOCK = ".lock"
+OURS = (BENCH_FILE, "results.csv", "results.json", "leaderboard.html", RUNS, LOCK)
 """Entries a benchmark writes in its folder (and the only ones ``--force`` removes)."""
 
 OnRun = Callable[[str, ExperimentConfig], None]
@@ -68,9 +80,23 @@ class BenchRequest:
         }
 
 
-def _claim(req: BenchRequest) -> None:
+def _refuse_links(out: Path) -> None:
+    """No entry of the benchmark's, nor a federation's run folder, may be a link: fedad
+    would write through it (the folder is untrusted, as a run's)."""
+    for name in OURS:
+        if (out / name).is_symlink():
+            raise link_error(out / name)
+    runs = out / RUNS
+    if runs.is_dir():
+        for child in sorted(runs.iterdir()):
+            if child.is_symlink():
+                raise link_error(child)
+
+
+def _check_out(req: BenchRequest, configs: dict[str, str]) -> list[str]:
     """``out`` must be new, empty, or a benchmark (replaced with ``force``, completed with
-    ``resume`` when it was asked the same)."""
+    ``resume`` when it was asked the same: target, seeds, methods and every federation's
+    resolved config); its entries to replace (``force``). Nothing is written here."""
     out = req.out
     if out.exists() and not out.is_dir():
         raise FedadError(f"--out '{out}' is not a folder", "give a new or empty folder")
@@ -81,15 +107,14 @@ def _claim(req: BenchRequest) -> None:
             f"--out '{out}' holds files of its own ({', '.join(others[:3])})",
             "give a new or empty folder; fedad bench writes only among its own files",
         )
-    if not entries:
-        mkdir(out)
-        return
     if req.force and req.resume:
         raise FedadError("--force and --resume exclude each other", "give one of them")
-    if req.force:
-        for name in entries:
-            remove(out / name)
-        return
+    _refuse_links(out)
+    started = [e for e in entries if e != LOCK]
+    if req.resume and not started:
+        raise FedadError(f"--resume: '{out}' holds no benchmark", "drop --resume to start one")
+    if not started or req.force:
+        return started
     if not req.resume:
         raise FedadError(
             f"--out '{out}' holds a benchmark already",
@@ -97,16 +122,37 @@ def _claim(req: BenchRequest) -> None:
         )
     try:
         old = json.loads(read_text(out / BENCH_FILE))
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise FedadError(f"--resume: '{out / BENCH_FILE}' is unreadable ({err})") from None
-    new = req.meta()
-    for key in ("suite", "seeds", "methods", "federations"):
+    new = {**req.meta(), "configs": configs}
+    for key in ("suite", "seeds", "methods", "federations", "configs"):
         if not isinstance(old, dict) or old.get(key) != new[key]:
+            what = "another config (--set, or an edited file)" if key == "configs" else key
             raise FedadError(
-                f"--resume: the benchmark in '{out}' was asked another {key} "
-                f"({old.get(key) if isinstance(old, dict) else None!r}, now {new[key]!r})",
-                "resume with the same target, --seeds and --methods, or use --force",
+                f"--resume: the benchmark in '{out}' was asked {what}",
+                "resume with the same target, --set, --seeds and --methods, or use --force",
             )
+    return []
+
+
+def _lock(out: Path) -> IO[str]:
+    """The benchmark's exclusive lock (``.lock``): one ``fedad bench`` per folder."""
+    import fcntl
+
+    mkdir(out)
+    try:
+        fd = open_nofollow(out / LOCK, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o644)
+    except OSError as err:
+        raise FedadError(f"cannot lock '{out / LOCK}': {err.strerror or err}") from None
+    fh = os.fdopen(fd, "r+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        raise FedadError(
+            f"another fedad bench is writing to '{out}'", "wait for it or choose another --out"
+        ) from None
+    return fh
 
 
 def federation_config(fed: Federation, req: BenchRequest) -> tuple[ExperimentConfig, list[Pair]]:
@@ -200,7 +246,7 @@ def _failed_seeds(path: Path) -> dict[int, str]:
     failed = read_metrics(path)["experiment"].get("failed_seeds", [])
     return {
         int(f["seed"]): str(f.get("error", ""))
-        for f in failed
+        for f in (failed if isinstance(failed, list) else [])
         if isinstance(f, dict) and isinstance(f.get("seed"), int)
     }
 
@@ -211,6 +257,31 @@ def _write(req: BenchRequest, rows: list[dict[str, Any]], extra: dict[str, Any])
     write_text(req.out / "leaderboard.html", render_leaderboard(rows, meta))
 
 
+@dataclass
+class _Plan:
+    """Every federation's config, checked before anything runs or is replaced."""
+
+    configs: dict[str, ExperimentConfig] = field(default_factory=dict)
+    excluded: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+
+    def digests(self) -> dict[str, str]:
+        """A digest of each federation's resolved config (what ``--resume`` compares)."""
+        return {
+            name: hashlib.sha256(
+                json.dumps(cfg.model_dump(mode="json"), sort_keys=True).encode()
+            ).hexdigest()
+            for name, cfg in self.configs.items()
+        }
+
+
+def _plan(req: BenchRequest) -> _Plan:
+    plan = _Plan()
+    for fed in req.suite.federations:
+        cfg, _ = federation_config(fed, req)
+        plan.configs[fed.name], plan.excluded[fed.name] = usable(cfg)
+    return plan
+
+
 def run_bench(
     req: BenchRequest,
     on_run: OnRun | None = None,
@@ -218,19 +289,38 @@ def run_bench(
 ) -> list[dict[str, Any]]:
     """Run ``req`` (module docstring); the rows. ``on_run(federation, config)`` is called as
     each federation starts; ``run_callbacks`` are passed to each several-seed run
-    (``on_round``, ``on_method``, ``on_seed``)."""
+    (``on_round``, ``on_method``, ``on_seed``). Every federation's config and data are
+    checked before a benchmark in ``out`` is touched; a federation whose runs all failed
+    ends it with a one-line error after the others ran and were written."""
+    req.out = target_path(req.out)
+    plan = _plan(req)
+    configs = plan.digests()
+    replaced = _check_out(req, configs)
+    lock = _lock(req.out)
+    try:
+        with anchored(req.out):
+            for name in replaced:
+                remove(req.out / name)
+            write_text(req.out / BENCH_FILE, json.dumps({**req.meta(), "configs": configs}))
+            return _run_all(req, plan, on_run, run_callbacks)
+    finally:
+        lock.close()
+
+
+def _run_all(
+    req: BenchRequest,
+    plan: _Plan,
+    on_run: OnRun | None,
+    run_callbacks: dict[str, Any] | None,
+) -> list[dict[str, Any]]:
     from fedad.seeds import run_seeds
 
-    req.out = target_path(req.out)
-    _claim(req)
-    write_text(req.out / BENCH_FILE, json.dumps(req.meta(), indent=1))
     done: Done = {}
-    excluded: dict[str, list[dict[str, str]]] = {}
     failures: dict[str, str] = {}
+    extra: dict[str, Any] = {"excluded": plan.excluded, "failures": failures}
     try:
         for fed in req.suite.federations:
-            cfg, _ = federation_config(fed, req)
-            cfg, excluded[fed.name] = usable(cfg)
+            cfg = plan.configs[fed.name]
             done[fed.name] = (cfg, fed.kind)
             if on_run is not None:
                 on_run(fed.name, cfg)
@@ -247,13 +337,20 @@ def run_bench(
             except FedadError as err:  # some seeds failed: their rows say why
                 failures[fed.name] = str(err)
                 log.warning("%s: %s", fed.name, err)
-            _write(req, collect(req, done), {"excluded": excluded, "failures": failures})
+            _write(req, collect(req, done), extra)
     except (KeyboardInterrupt, Interrupted) as err:
         rows = collect(req, done)
-        _write(req, rows, {"excluded": excluded, "failures": failures, "interrupted": True})
+        _write(req, rows, {**extra, "interrupted": True})
         signum = err.signum if isinstance(err, Interrupted) else int(signal.SIGINT)
         kept = (f"{len(rows)} rows",) if rows else ()
         raise Interrupted(signum, kept, str(req.out)) from None
     rows = collect(req, done)
-    _write(req, rows, {"excluded": excluded, "failures": failures})
+    _write(req, rows, extra)
+    finished = {r["federation"] for r in rows if r.get("auroc") is not None}
+    empty = [name for name in failures if name not in finished]
+    if empty:
+        raise FedadError(
+            f"no method finished on federation '{empty[0]}' ({failures[empty[0]]})",
+            f"the other rows are in {req.out}/results.csv",
+        )
     return rows

@@ -95,7 +95,7 @@ def _federation(raw: Any, where: str, default_name: str) -> Federation:
         raise ConfigError(f"{where} must be a table")
     raw = dict(raw)
     name = raw.pop("name", default_name)
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or set(name) <= {"."}:
         raise ConfigError(f"{where}.name {name!r} must be a plain name (letters, digits, -_.+)")
     if "seed" in raw or "seeds" in raw:
         raise ConfigError(f"{where} gives a seed", "the suite's seeds (or --seeds) apply")
@@ -172,13 +172,13 @@ def suite_from_config(path: Path, overrides: list[str]) -> Suite:
     file): its ``seed``/``seeds`` are the suite's seeds, its ``[[methods]]`` (if any) are
     the methods."""
     raw = apply_overrides(read_toml(path), overrides)
-    seeds = raw.pop("seeds", None)
-    seed = raw.pop("seed", 0)
     if "suite" in raw or "federations" in raw:
         return parse_suite(raw, path.stem, str(path))
-    name = re.sub(r"[^A-Za-z0-9_.+-]", "-", path.stem)[:64] or "config"
+    seeds: dict[str, Any] = {k: raw.pop(k) for k in ("seed", "seeds") if k in raw}
+    checked = parse_config({**raw, **seeds, "methods": [{"name": "local"}]})  # as a run reads
+    name = re.sub(r"[^A-Za-z0-9_.+-]", "-", path.stem)[:64].strip(".") or "config"
     federation = _federation(raw, str(path), name)
-    chosen = tuple(seeds) if isinstance(seeds, list) and seeds else (int(seed),)
+    chosen = tuple(checked.seed_list())
     return Suite(name, f"the config {path.name}", "user", chosen, (federation,), None, str(path))
 
 
