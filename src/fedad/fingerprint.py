@@ -80,11 +80,39 @@ def _walk(top: Path) -> Iterator[Path]:
                 yield p
 
 
+_DIGESTS: dict[tuple[object, ...], str] = {}
+"""Digests of this process, by the files' names, sizes and times: the seeds of a run (and a
+benchmark's runs) hash one data file once."""
+
+
+def _stamp(paths: list[str]) -> tuple[object, ...]:
+    out: list[object] = []
+    for given in paths:
+        top = Path(given).expanduser()
+        files = list(_walk(top)) if top.is_dir() else [top]
+        for f in files:
+            try:
+                st = f.stat()
+            except OSError:
+                out.append((str(f), None))
+                continue
+            out.append((str(f), st.st_size, st.st_mtime_ns, st.st_ino))
+    return tuple(out)
+
+
 def files_digest(data: DataConfig) -> str | None:
     """SHA-256 over the data files named by ``data`` (``None`` when it names none)."""
     paths = [p for p in (data.path, data.anomaly_source_path) if p]
     if not paths:
         return None
+    stamp = _stamp(paths)
+    if stamp in _DIGESTS:
+        return _DIGESTS[stamp]
+    _DIGESTS[stamp] = digest = _hash_files(paths)
+    return digest
+
+
+def _hash_files(paths: list[str]) -> str:
     h = hashlib.sha256()
     for i, given in enumerate(paths):  # the paths themselves are the config's to compare
         top = Path(given).expanduser()

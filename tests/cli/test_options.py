@@ -73,3 +73,15 @@ def test_output_that_is_no_terminal_gets_plain_lines_and_whole_tables(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("preparing data: 0/2 rounds")
     assert lines[1].startswith("fedavg: 0/2 rounds") and lines[-1].startswith("fedavg: 2/2")
+
+
+def test_the_resume_command_repeats_the_commands_options(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    stop = Interrupted(signal.SIGINT, ("a",), "out")
+    with pytest.raises(typer.Exit):
+        interrupted(stop, Path("c.toml"), options=["--set=rounds=3", "--jobs=2"])
+    command = capsys.readouterr().err.split("`")[1]
+    assert shlex.split(command) == [
+        "fedad", "run", "c.toml", "--set=rounds=3", "--jobs=2", "--resume", "--out", "out"
+    ]  # fmt: skip

@@ -68,7 +68,10 @@ def bench(
     except FedadError as err:
         fail(err)
     except Interrupted as stop:
-        interrupted(stop, Path(target), command="bench")
+        again = [f"--set={v}" for v in set_ or []]
+        again += [f"--{k}={v}" for k, v in (("seeds", seeds), ("methods", methods)) if v]
+        again += [f"--jobs={jobs}"] if jobs > 1 else []
+        interrupted(stop, Path(target), command="bench", options=again)
     except KeyboardInterrupt:
         interrupted(Interrupted(signal.SIGINT, out=str(out)), Path(target), command="bench")
     _summary(rows, req.out)

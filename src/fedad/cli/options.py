@@ -17,7 +17,7 @@ import os
 import shlex
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import FrameType
@@ -139,8 +139,12 @@ def shell_quote(path: str | Path) -> str:
     return shlex.quote(str(path))
 
 
-def interrupted(stop: Interrupted, config: Path, command: str = "run") -> NoReturn:
-    """Say what an interrupted run kept, in one line, and exit with ``128 + signum``."""
+def interrupted(
+    stop: Interrupted, config: Path, command: str = "run", options: Sequence[str] = ()
+) -> NoReturn:
+    """Say what an interrupted run kept, in one line, and exit with ``128 + signum``;
+    ``options``: the command's own (``--set k=v`` ...), repeated in the ``--resume``
+    command it suggests."""
     CTRL_C.reported = True
     try:
         name = signal.Signals(stop.signum).name
@@ -152,7 +156,8 @@ def interrupted(stop: Interrupted, config: Path, command: str = "run") -> NoRetu
     elif stop.kept:
         text = (
             f"interrupted by {name}: kept {', '.join(stop.kept)} in {out}/; complete the run "
-            f"with `fedad {command} {escape(shell_quote(config))} --resume --out "
+            f"with `fedad {command} {escape(shell_quote(config))}"
+            f"{''.join(' ' + escape(shell_quote(o)) for o in options)} --resume --out "
             f"{escape(shell_quote(stop.out))}`"
         )
     elif stop.restored:

@@ -66,7 +66,8 @@ def run(
     except Interrupted as stop:
         if finished and not stop.kept:  # SIGTERM while the results were shown
             stop = Interrupted(stop.signum, out=str(finished[0]), finished=True)
-        interrupted(stop, config)
+        again = [f"--set={v}" for v in set_ or []] + ([f"--jobs={jobs}"] if jobs > 1 else [])
+        interrupted(stop, config, options=again)
     except KeyboardInterrupt:  # before the run began, or after it ended
         interrupted(
             Interrupted(signal.SIGINT, out=str(finished[0]), finished=True)
