@@ -1,7 +1,9 @@
 """ProtoFL's detector: the frozen trunk's representation :math:`h = f_\\theta(x)` (of the
-images, or of their frozen backbone features with ``trunk_input = "pretrained"``; the CNN and
-MLP trunks in float64, as the detector computes them, :mod:`.protofl_layers`), standardised
-in float64, and the one-class head [ProtoFL Sec. 4.4]:
+images, of their frozen backbone features with ``trunk_input = "pretrained"``, or of
+EfficientNet-Lite0's frozen prefix maps with ``trunk_input = "efficientnet"``, the trunk
+then being the network's tail; the CNN and MLP trunks in float64, as the detector computes
+them, :mod:`.protofl_layers`), standardised in float64, and the one-class head
+[ProtoFL Sec. 4.4]:
 
 * ``flow``: the RealNVP's negative log-likelihood [ProtoFL eq. 3, 9] in float64, plus the
   standardisation's log-determinant. The flow (zuko's ``RealNVP``: affine
@@ -25,10 +27,12 @@ from torch import nn
 
 from fedad.detector import BaseDetector
 from fedad.export.detectors.baselines import RBFOneClassSVM
-from fedad.export.detectors.images import PooledFeatures
+from fedad.export.detectors.images import PooledFeatures, Prepare
 from fedad.export.detectors.protofl_layers import Float64Trunk
 from fedad.export.registry import Core, NotExportable, register_exporter
 from fedad.methods.protofl.detector import ProtoFLDetector
+from fedad.methods.protofl.features import tail_start
+from fedad.resources.base import Backbone
 
 SLOPE = 1e-3
 """zuko's MonotonicAffineTransform's minimum slope (its default, which RealNVP keeps)."""
@@ -113,6 +117,25 @@ class GaussianHead(nn.Module):
         return ((d @ self.precision) * d).sum(1)
 
 
+class PrefixMaps(nn.Module):
+    """:func:`fedad.methods.protofl.features.prefix_maps`: the images prepared for the
+    backbone at ``size`` px (:class:`.images.Prepare`), then EfficientNet-Lite0's stem and its
+    stages before the trainable tail (the stem alone when every stage trains)."""
+
+    def __init__(self, net: Backbone, shape: tuple[int, ...], size: int, tune_stages: int):
+        super().__init__()
+        self.prepare = Prepare(net, shape, size)
+        self.net = net
+        self.stage = tail_start(tune_stages) - 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        prepared = self.prepare(x)
+        if self.stage >= 1:
+            return self.net.stage_maps(prepared, (self.stage,))[0]
+        stem = self.net.bn0(self.net.conv_stem(prepared))  # type: ignore[operator]
+        return nn.functional.relu6(stem)
+
+
 class ProtoFLScore(nn.Module):
     """Trunk input (images or backbone features), trunk (float64 where the detector's is:
     :class:`.protofl_layers.Float64Trunk`), L2 normalisation where the detector has it,
@@ -158,15 +181,16 @@ def protofl(det: BaseDetector, shape: tuple[int, ...]) -> Core:
     assert isinstance(det, ProtoFLDetector)
     if not hasattr(det, "shift_"):
         raise NotExportable("the 'protofl' detector has no fitted head to export")
-    if det.params.trunk_input == "efficientnet":
-        raise NotExportable("the 'protofl' detector's efficientnet trunk is not exportable yet")
-    features = None
-    if det.params.trunk_input == "pretrained":
+    features: nn.Module | None = None
+    if det.params.trunk_input != "raw":
         from fedad.resources import get_resource
 
-        features = PooledFeatures(
-            get_resource(det.params.backbone, "cpu"), shape, det.params.feature_size
-        )
+        p = det.params
+        if p.trunk_input == "efficientnet":
+            net = get_resource("efficientnet-lite0", "cpu")
+            features = PrefixMaps(net, shape, p.feature_size, p.tune_stages)
+        else:
+            features = PooledFeatures(get_resource(p.backbone, "cpu"), shape, p.feature_size)
     trunk = copy.deepcopy(det.trunk_).cpu().eval()
     module = ProtoFLScore(features, trunk, det)
     return Core(module, shape, "float64", scale=_scale(det, module.head))
