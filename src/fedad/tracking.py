@@ -125,11 +125,14 @@ def _store_folder(target: str) -> Path | None:
 def _outside(target: str, out: Path) -> None:
     """A store inside the run's own folder is refused: MLflow's files there (its store,
     ``.trash/``) would mix with the run's and block a later ``--force``."""
-    store = _store_folder(target)
-    if store is None:
+    try:
+        store = _store_folder(target)
+        if store is None:
+            return
+        run = Path(os.path.realpath(out))
+        where = Path(os.path.realpath(store))
+    except (ValueError, OSError):  # a NUL byte, no home for '~': tracking_uri words it
         return
-    run = Path(os.path.realpath(out))
-    where = Path(os.path.realpath(store))
     if where == run or run in where.parents:
         raise FedadError(
             f"[tracking] mlflow {target!r} lies inside the run's folder '{out}'",

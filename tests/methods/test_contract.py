@@ -27,6 +27,13 @@ CASES = [
     for det in (cls.detectors or (None,))
     for kind in cls.kinds_for(det)
     for case in ((kind, "image+mask") if kind == "image" else (kind,))
+    if not (str(det).startswith("pyod-") and case == "image+mask")  # they draw no maps
+]
+FLOWER_CASES = [
+    (name, det, case)
+    for name, det, case in CASES
+    # the PyOD references travel as every local/centralized detector does: tables suffice
+    if not (str(det).startswith("pyod-") and case != "vector")
 ]
 
 
@@ -103,7 +110,7 @@ def test_every_method_runs_without_params() -> None:
             assert build_algorithm(name, {}, setup).params is not None
 
 
-@pytest.mark.parametrize(("name", "det", "case"), CASES)
+@pytest.mark.parametrize(("name", "det", "case"), FLOWER_CASES)
 def test_method_contract_on_flower_grid(
     name: str, det: str | None, case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
