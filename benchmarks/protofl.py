@@ -185,16 +185,22 @@ SUITES: dict[str, list[Method]] = {
 
 
 def config_text(
-    suite: str, seeds: int, rounds: int, max_test: int, first: int = 0, data: str = TABLE_DATA[0]
+    suite: str,
+    seeds: int,
+    rounds: int,
+    max_test: int,
+    first: int = 0,
+    data: str = TABLE_DATA[0],
+    only: list[str] | None = None,
 ) -> str:
     """The suite's experiment as TOML (seeds ``first .. first + seeds - 1``; ``data``: the
-    table of ``tables``)."""
+    table of ``tables``; ``only``: just these rows)."""
     digits = suite == "digits"
     methods = SUITES[suite]
     lines = [f"seeds = {list(range(first, first + seeds))}", f"rounds = {rounds}", "[data]"]
     if suite == "tables":
         lines += [f'name = "{data}"', "[partition]", 'scheme = "iid"', "clients = 3"]
-        return "\n".join(lines + method_lines(methods, None, suite)) + "\n"
+        return "\n".join(lines + method_lines(methods, only, suite)) + "\n"
     if suite == "odds":
         lines += ['name = "odds_satellite"', "[partition]", 'scheme = "iid"', "clients = 5"]
         return "\n".join(lines + method_lines(methods, None, suite)) + "\n"
@@ -286,6 +292,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--max-test", type=int, default=2000)
+    ap.add_argument("--only", nargs="+", default=None, help="tables: just these rows")
     ap.add_argument("--work", type=Path, default=None, help="keep (and resume) the run here")
     ap.add_argument(
         "--summarise-only",
@@ -295,7 +302,7 @@ def main() -> None:
     args = ap.parse_args()
 
     text = config_text(
-        args.suite, args.seeds, args.rounds, args.max_test, args.first_seed, args.data
+        args.suite, args.seeds, args.rounds, args.max_test, args.first_seed, args.data, args.only
     )
     name = f"protofl_{args.suite}"
     if args.suite == "tables":
