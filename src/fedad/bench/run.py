@@ -127,7 +127,13 @@ def _check_out(req: BenchRequest, configs: dict[str, str]) -> list[str]:
     new = {**req.meta(), "configs": configs}
     for key in ("suite", "seeds", "methods", "federations", "configs"):
         if not isinstance(old, dict) or old.get(key) != new[key]:
-            what = "another config (--set, or an edited file)" if key == "configs" else key
+            what = {
+                "suite": "another suite",
+                "seeds": "other seeds",
+                "methods": "other methods",
+                "federations": "other federations",
+                "configs": "another config (--set, or an edited file)",
+            }[key]
             raise FedadError(
                 f"--resume: the benchmark in '{out}' was asked {what}",
                 "resume with the same target, --set, --seeds and --methods, or use --force",
