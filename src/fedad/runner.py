@@ -369,6 +369,7 @@ def prepare(rd: RunDir, cfg: ExperimentConfig, resume: bool) -> Prepared:
     inputs_text = Inputs.from_federation(cfg, fed).to_json()
     fp = Fingerprint(files_digest(cfg.data), federation_digest(fed, inputs_text))
     done = _resumable(rd, config_text, fp, list(algorithms)) if resume else {}
+    stop_if_swallowed()  # a Ctrl-C Python swallowed while the data loaded: stop before writing
     tracker = start_tracking(cfg.tracking, out, resolved, resume=resume)
     try:
         if not (resume and (out / INPUTS_FILE).is_file()):  # on a resume: checked equal
