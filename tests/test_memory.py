@@ -76,6 +76,44 @@ def test_the_other_methods_finish_and_are_written(
     assert json.loads((out / ".fedad" / "run.json").read_text())["state"] == "failed"
 
 
+def test_with_several_seeds_the_seeds_count_and_the_failed_method_has_no_mean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fedad.seeds import run_seeds
+
+    table = tmp_path / "rows.csv"
+    write_table(table)
+    raw = table_config(table)
+    raw.pop("seed", None)
+    raw["seeds"] = [0, 1]
+    raw["methods"] = [
+        {"name": "fedavg", "label": "big", "params": {"latent_dim": 4096}},
+        {"name": "onlad", "params": {"init_samples": 5, "observed": 5}},
+    ]
+    real = fedad.runner._run_one
+
+    def run_one(cfg: Any, label: str, *rest: Any) -> Any:
+        if label == "big" and cfg.seed == 1:
+            raise RuntimeError(TORCH_OOM)
+        return real(cfg, label, *rest)
+
+    monkeypatch.setattr(fedad.runner, "_run_one", run_one)
+    out = tmp_path / "run"
+    with pytest.raises(MethodsFailed, match=r"1 of 2 seeds \(seed 1: .*latent_dim") as err:
+        run_seeds(parse_config(raw), out)
+    assert err.value.data is not None
+    metrics = json.loads((out / "metrics.json").read_text())
+    exp = metrics["experiment"]
+    assert exp["status"] == "partial" and "failed_seeds" not in exp
+    assert [(f["seed"], f["method"]) for f in exp["failed_methods"]] == [(1, "big")]
+    assert metrics["methods"]["onlad"]["auroc"] is not None  # both seeds count for it
+    assert [r["seed"] for r in metrics["methods"]["onlad"]["per_seed"]] == [0, 1]
+    big = metrics["methods"]["big"]
+    assert big["auroc"] is None  # never a mean over the seeds where it happened to work
+    assert [r["auroc"] is None for r in big["per_seed"]] == [False, True]
+    assert json.loads((out / ".fedad" / "run.json").read_text())["state"] == "failed"
+
+
 def test_an_allocation_failure_in_a_client_fails_the_method_not_the_client(
     vector_federation: Any,
 ) -> None:

@@ -46,7 +46,7 @@ import numpy as np
 from fedad import fingerprint
 from fedad.claim import RunDir, has_results
 from fedad.config import ExperimentConfig, dump_toml
-from fedad.errors import FedadError, Interrupted
+from fedad.errors import FedadError, Interrupted, MethodsFailed
 from fedad.fingerprint import Fingerprint, files_digest
 from fedad.interrupts import keep_swallowed_signals, raise_interrupted
 from fedad.outdir import RUN_FILE, STATE_DIR, anchored, write_text
@@ -96,7 +96,7 @@ def aggregate_method(entries: Sequence[tuple[int, Mapping[str, Any]]]) -> dict[s
             if k not in keys and k not in SHARED and k not in DROPPED and _is_metric(v):
                 keys.append(k)
     keys = [k for k in keys if any(_number(e.get(k)) is not None for _, e in entries)]
-    first = entries[0][1]
+    first = next((e for _, e in entries if e), {})
     out: dict[str, Any] = {}
     std: dict[str, float | None] = {}
     for k in keys:
@@ -120,18 +120,17 @@ def aggregate(
     """``metrics.json`` of a several-seed run from the seeds' own ``metrics.json`` data.
 
     ``per_seed`` holds the finished seeds; ``seeds`` all seeds in config order; ``labels``
-    the methods in config order. A method appears when at least one seed finished it.
+    the methods in config order. A method appears when at least one seed finished it; one
+    that failed in a finished seed (that seed's ``experiment.failed_methods``) has no mean.
     """
     done = [s for s in seeds if s in per_seed]
     methods: dict[str, Any] = {}
     for label in labels:
-        entries = [
-            (s, per_seed[s]["methods"][label])
-            for s in done
-            if isinstance(per_seed[s].get("methods", {}).get(label), dict)
-        ]
-        if entries:
-            methods[label] = aggregate_method(entries)
+        got = {s: per_seed[s].get("methods", {}).get(label) for s in done}
+        if any(isinstance(e, dict) for e in got.values()):  # failed in a seed: no mean
+            methods[label] = aggregate_method(
+                [(s, e if isinstance(e, dict) else {}) for s, e in got.items()]
+            )
     experiment: dict[str, Any] = {}
     facts = [per_seed[s].get("experiment", {}) for s in done]
     if facts:
@@ -240,17 +239,27 @@ class _Aggregate:
         self.labels = cfg.labels()
         self.per_seed: dict[int, dict[str, Any]] = {}
         self.failed: dict[int, str] = {}
+        self.partial: dict[int, str] = {}  # seeds where some methods failed, others finished
         self.t0 = time.perf_counter()
 
     def write(self, report: bool = True) -> dict[str, Any]:
         data = aggregate(self.per_seed, self.seeds, self.labels)
         exp = data["experiment"]
         pending = [s for s in self.seeds if s not in self.per_seed and s not in self.failed]
-        exp["status"] = "complete" if not pending and not self.failed else "partial"
+        whole = not pending and not self.failed and not self.partial
+        exp["status"] = "complete" if whole else "partial"
         if pending:
             exp["pending"] = [SEED_DIR.format(s) for s in pending]
         if self.failed:
             exp["failed_seeds"] = [{"seed": s, "error": e} for s, e in sorted(self.failed.items())]
+        exp.pop("failed_methods", None)
+        if self.partial:
+            exp["failed_methods"] = [
+                {"seed": s, **f}
+                for s in sorted(self.partial)
+                for f in self.per_seed[s].get("experiment", {}).get("failed_methods", [])
+                if isinstance(f, dict)
+            ]
         exp["total_seconds"] = time.perf_counter() - self.t0
         from fedad.outputs import _clean
 
@@ -339,7 +348,7 @@ def run_seeds(
         if not restored:
             data = agg.write()
             track_seeds(cfg, out, data)  # [tracking]: the aggregate as one more MLflow run
-            rd.set_state("finished" if not agg.failed else "failed")
+            rd.set_state("finished" if not agg.failed and not agg.partial else "failed")
     if agg.failed:
         s, why = next(iter(sorted(agg.failed.items())))
         n = len(agg.failed)
@@ -349,6 +358,13 @@ def run_seeds(
             if agg.per_seed
             else "no seed finished; fix the first error and run again"
             + (f"; the earlier run in {out}/ is kept as it was" if restored else ""),
+        )
+    if agg.partial:
+        s, why = next(iter(sorted(agg.partial.items())))
+        raise MethodsFailed(
+            f"methods failed in {len(agg.partial)} of {len(agg.seeds)} seeds (seed {s}: {why})",
+            f"the other methods' results are in {out}/; see experiment.failed_methods",
+            data,
         )
     return data
 
@@ -405,6 +421,9 @@ def _serial(
                 resume=_one_seed_dir_resumable(d, resume),
                 keep_going=keep_going,
             )
+        except MethodsFailed as err:  # the seed's other methods finished
+            _partial(agg, s, str(err), err.data, on_seed)
+            continue
         except FedadError as err:
             _failed(agg, s, str(err), on_seed)
             continue
@@ -412,6 +431,20 @@ def _serial(
         agg.write(report=False)
         if on_seed is not None:
             on_seed(s, "done")
+
+
+def _partial(agg: _Aggregate, seed: int, why: str, data: Any, on_seed: OnSeed | None) -> None:
+    """Seed ``seed`` finished some methods and others failed (``data``: its metrics.json
+    data): it counts in the aggregate, its failed methods without a mean."""
+    if not isinstance(data, dict):
+        _failed(agg, seed, why, on_seed)
+        return
+    log.warning("seed %s: %s", seed, why)
+    agg.per_seed[seed] = data
+    agg.partial[seed] = why
+    agg.write(report=False)
+    if on_seed is not None:
+        on_seed(seed, "done")
 
 
 def _failed(agg: _Aggregate, seed: int, why: str, on_seed: OnSeed | None) -> None:
@@ -453,6 +486,8 @@ def _worker(
                 resume=_one_seed_dir_resumable(path, resume),
                 keep_going=keep_going,
             )
+    except MethodsFailed as err:
+        return "partial", (str(err), err.data)
     except FedadError as err:
         return "failed", str(err)
     except Interrupted as stop:
@@ -498,6 +533,8 @@ def _parallel(
                         on_seed(s, "done")
                 elif status == "interrupted":
                     interrupted = int(value)
+                elif status == "partial":
+                    _partial(agg, s, str(value[0]), value[1], on_seed)
                 else:
                     _failed(agg, s, str(value), on_seed)
         if interrupted is not None:

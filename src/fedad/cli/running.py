@@ -126,8 +126,8 @@ def run_with_progress(
             if parallel:
                 bar.update(task, description=f"[cyan]{jobs} workers")
 
-        if cfg.seeds is None:
-            try:
+        try:
+            if cfg.seeds is None:
                 metrics = run_experiment(
                     cfg,
                     out_dir,
@@ -136,23 +136,23 @@ def run_with_progress(
                     force=force,
                     resume=resume,
                 )
-            except MethodsFailed as err:  # the other methods finished: show them first
-                if err.data is not None:
-                    bar.stop()
-                    show(results_table(err.data))
-                    show(f"wrote {out_dir}/ (report.html, metrics.json, history.csv)")
-                raise
-        else:
-            metrics = run_seeds(
-                cfg,
-                out_dir,
-                jobs=jobs,
-                on_round=on_round,
-                on_method=on_method,
-                on_seed=on_seed,
-                force=force,
-                resume=resume,
-            )
+            else:
+                metrics = run_seeds(
+                    cfg,
+                    out_dir,
+                    jobs=jobs,
+                    on_round=on_round,
+                    on_method=on_method,
+                    on_seed=on_seed,
+                    force=force,
+                    resume=resume,
+                )
+        except MethodsFailed as err:  # the other methods finished: show them first
+            if err.data is not None:
+                bar.stop()
+                show(results_table(err.data))
+                show(f"wrote {out_dir}/ (report.html, metrics.json, history.csv)")
+            raise
     if finished is not None:
         finished.append(out_dir)
     secs = metrics["experiment"]["total_seconds"]
