@@ -10,10 +10,10 @@ quickstart: setup
 test: setup
 	.venv/bin/ruff check src tests benchmarks
 	.venv/bin/mypy
-	.venv/bin/pytest
+	.venv/bin/pytest -n auto --dist loadgroup
 
 test-slow: setup
-	.venv/bin/pytest -m slow
+	.venv/bin/pytest -m slow -n auto --dist loadgroup
 
 bench: setup
 	.venv/bin/python benchmarks/engine_overhead.py

@@ -38,6 +38,7 @@ from tests.fl.flower.test_runs import CONFIG, ROOT, compare, flower_processes
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.xdist_group("auth"),  # one federation for the module's tests, in order
     pytest.mark.skipif(
         __import__("importlib").util.find_spec("flwr") is None,
         reason="flwr (the flower extra) is not installed: pip install 'fedad[flower]'",

@@ -105,18 +105,30 @@ def flower_processes(marker: str) -> list[str]:
     return found
 
 
-@pytest.fixture
-def no_leftovers(tmp_path: Path) -> Iterator[None]:
-    """After the test, no Flower or Ray process of this test is alive."""
-    yield
+def _none_left(*markers: str) -> None:
     deadline = time.monotonic() + 15
     left = []
     while time.monotonic() < deadline:
-        left = flower_processes(str(tmp_path)) + flower_processes("fedad-sim-")
+        left = [p for m in markers for p in flower_processes(m)]
         if not left:
             return
         time.sleep(0.5)
     pytest.fail(f"processes left behind: {left}")
+
+
+@pytest.fixture
+def no_leftovers(tmp_path: Path) -> Iterator[None]:
+    """After the test, no Flower process of this test and no Ray simulation is alive (the
+    tests that run a simulation share the xdist group ``ray``, so none runs beside them)."""
+    yield
+    _none_left(str(tmp_path), "fedad-sim-")
+
+
+@pytest.fixture
+def no_deployment_leftovers(tmp_path: Path) -> Iterator[None]:
+    """After the test, no Flower process of this test (its homes are under tmp_path)."""
+    yield
+    _none_left(str(tmp_path))
 
 
 def compare(a: Any, b: Any, path: str = "") -> list[str]:
@@ -147,14 +159,14 @@ ENGINES = ("inprocess", "flower-simulation", "flower-deployment")
 
 
 def _same_metrics_on_every_engine(
-    config: str, tmp_path: Path, per_message: bool = False
+    config: str, tmp_path: Path, per_message: bool = False, engines: tuple[str, ...] = ENGINES
 ) -> dict[str, Any]:
     """Run ``config`` on every engine (and, with ``per_message``, on a deployment whose
     SuperNodes start a ClientApp process per message, ``engine.clientapp``) and check that
     metrics.json agrees with the in-process run's."""
     cfg = tmp_path / "c.toml"
     cfg.write_text(config)
-    runs = [(e, [f'engine.name="{e}"']) for e in ENGINES]
+    runs = [(e, [f'engine.name="{e}"']) for e in engines]
     if per_message:
         sets = ['engine.name="flower-deployment"', 'engine.clientapp="per-message"']
         runs.append(("flower-deployment-per-message", sets))
@@ -178,12 +190,20 @@ def _same_metrics_on_every_engine(
     return metrics
 
 
+@pytest.mark.xdist_group("ray")
 def test_same_metrics_inprocess_simulation_deployment(tmp_path: Path, no_leftovers: None) -> None:
-    """Deployment both ways: one ClientApp process per SuperNode (the default) and Flower's
-    process per message."""
-    _same_metrics_on_every_engine(CONFIG + ONLAD, tmp_path, per_message=True)
+    """Deployment with one ClientApp process per SuperNode (the default)."""
+    _same_metrics_on_every_engine(CONFIG + ONLAD, tmp_path)
 
 
+def test_same_metrics_on_a_deployment_with_a_process_per_message(
+    tmp_path: Path, no_deployment_leftovers: None
+) -> None:
+    """Flower's ClientApp process per message: client state (ONLAD's) between messages."""
+    _same_metrics_on_every_engine(CONFIG + ONLAD, tmp_path, True, engines=("inprocess",))
+
+
+@pytest.mark.xdist_group("ray")
 def test_secagg_same_metrics_on_every_engine(tmp_path: Path, no_leftovers: None) -> None:
     """Under SecAgg+ (real keys, shares and masks on both Flower engines, the same arithmetic
     without masks in-process) the metrics agree too; history.csv records the protocol's
@@ -210,7 +230,7 @@ def _wait_rounds(run_dir: Path, n: int, proc: subprocess.Popen[str], timeout: fl
 
 
 def test_killed_supernode_is_missing_and_the_run_goes_on(
-    tmp_path: Path, no_leftovers: None
+    tmp_path: Path, no_deployment_leftovers: None
 ) -> None:
     from fedad.fl.flower.deploy.launch import free_port, port_open
     from fedad.fl.flower.deploy.processes import process_tree

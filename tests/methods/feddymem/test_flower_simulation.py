@@ -24,6 +24,7 @@ from fedad.runner import TIMING_KEYS
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.xdist_group("ray"),  # beside the tests that check no simulation is left
     pytest.mark.skipif(
         __import__("importlib").util.find_spec("flwr") is None,
         reason="flwr (the flower extra) is not installed: pip install 'fedad[flower]'",
