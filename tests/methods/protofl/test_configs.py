@@ -18,8 +18,8 @@ def test_fashion_one_vs_rest_config_builds() -> None:
                   num_clients=cfg.partition.clients)  # fmt: skip
     algos = [build_algorithm(m.name, m.params, setup, m.detector) for m in cfg.methods]
     protofl = [a for a in algos if isinstance(a, ProtoFL)]
-    assert protofl[0].params.trunk == "cnn"  # the defaults, as a user gets them
-    assert protofl[0].make_detector().augmentation() == (False, 0.7)  # no flips for grey
-    assert protofl[1].params.trunk == "efficientnet"
-    assert protofl[1].make_detector().l2  # the pretrained trunk's features, L2-normalised
-    assert protofl[1].params.optimizer == "radam" and protofl[1].params.lr == 1e-6
+    assert (protofl[0].trunk, protofl[0].phase1) == ("efficientnet", "none")  # the defaults
+    assert protofl[0].make_detector().head == "gaussian"
+    assert (protofl[1].trunk, protofl[1].phase1) == ("cnn", "federated")  # the paper's form
+    assert protofl[1].make_detector().head == "flow"
+    assert protofl[1].make_detector().augmentation() == (False, 0.7)  # no flips for grey

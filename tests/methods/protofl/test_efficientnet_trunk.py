@@ -19,8 +19,8 @@ from fedad.resources import get_resource
 from tests.conftest import failures, make_federation
 
 FAST: dict[str, Any] = {
-    "trunk": "efficientnet", "trunk_size": 32, "trunk_views": 2, "head": "kde",
-    "public_n": 8, "proto_size": 32, "batch_size": 16,
+    "trunk": "efficientnet", "phase1": "federated", "trunk_size": 32, "trunk_views": 2,
+    "head": "kde", "public_n": 8, "proto_size": 32, "batch_size": 16,
 }  # fmt: skip
 
 

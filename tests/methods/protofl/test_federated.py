@@ -17,7 +17,15 @@ from fedad.methods.protofl.detector import ProtoFLDetector
 from fedad.methods.protofl.federated import ProtoFL, farthest_point
 from tests.conftest import make_federation
 
-FAST = {"flow_epochs": 2, "public_n": 16, "proto_size": 32, "width": 8, "rep_dim": 8}
+FAST = {
+    "trunk": "cnn",
+    "phase1": "federated",
+    "flow_epochs": 2,
+    "public_n": 16,
+    "proto_size": 32,
+    "width": 8,
+    "rep_dim": 8,
+}  # the paper's form (the image defaults are the frozen pretrained trunk)
 
 
 def _run(

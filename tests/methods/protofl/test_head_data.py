@@ -109,7 +109,8 @@ def test_the_client_trains_with_the_resolved_augmentation(
     fed = make_federation("image", clients=2)
     setup = Setup(fed.kind, fed.feature_shape, rounds=1, seed=0, contamination=0.1,
                   num_clients=2)  # fmt: skip
-    algo = build_algorithm("protofl", {**SMALL, "public_n": 8, "proto_size": 32}, setup)
+    params = {**SMALL, "public_n": 8, "proto_size": 32, "trunk": "cnn"}
+    algo = build_algorithm("protofl", params, setup)
     from fedad.fl.engine import run_inprocess
 
     run_inprocess(algo, fed, rounds=1, seed=0)

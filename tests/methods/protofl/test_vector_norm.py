@@ -35,7 +35,7 @@ def test_the_method_param_reaches_the_trunk(norm: str) -> None:
     assert isinstance(algo, ProtoFL)
     assert _group_norms(algo.make_encoder()) == (2 if norm == "group" else 0)
     images = Setup("image", (1, 8, 8), rounds=1, seed=0, contamination=0.1, num_clients=2)
-    algo = build_algorithm("protofl", {"vector_norm": norm}, images)
+    algo = build_algorithm("protofl", {"vector_norm": norm, "trunk": "cnn"}, images)
     assert isinstance(algo, ProtoFL) and _group_norms(algo.make_encoder()) == 3
 
 

@@ -152,14 +152,14 @@ class ProtoFLScore(nn.Module):
         self.register_buffer("shift", _f64(det.shift_))
         self.register_buffer("scale", _f64(det.scale_))
         self.l2 = det.l2
-        self.flow = det.params.head == "flow"
+        self.flow = det.head == "flow"
         self.head: nn.Module
-        if det.params.head == "flow":
+        if det.head == "flow":
             self.head = RealNVPNLL(det.flow_)
             self.log_det = float(np.sum(np.log(det.scale_)))
-        elif det.params.head == "kde":
+        elif det.head == "kde":
             self.head = KDEScore(det.train_, det.bandwidth_)
-        elif det.params.head == "gaussian":
+        elif det.head == "gaussian":
             self.head = GaussianHead(det.mean_, det.precision_)
         else:
             self.head = RBFOneClassSVM(det.sv_, det.coef_, det.intercept_, det.gamma_)
@@ -199,7 +199,7 @@ def protofl(det: BaseDetector, shape: tuple[int, ...]) -> Core:
 def _scale(det: ProtoFLDetector, head: nn.Module) -> float:
     """The magnitude of the terms the head's score is a difference of (the SVM's offset,
     the log-density's normaliser, the flow's constant and log-determinant)."""
-    if det.params.head == "ocsvm":
+    if det.head == "ocsvm":
         return float(abs(det.intercept_))
     if isinstance(head, KDEScore):
         return abs(float(head.log_norm))

@@ -48,7 +48,16 @@ of h before the head; the small CNN; the augmentation strengths; the flow's epoc
 picked on held-out training samples (``train.choose_flow_epochs``); the ``phase1 = "local"``
 baseline (``federated.ProtoFL``); the ``trunk = "pretrained"`` variant (an MLP trunk on frozen
 backbone features, :mod:`.features`); on tables, the MLP trunk without the paper's group norm
-(``vector_norm = "none"``, the default: group norm hides rows anomalous by their size).
+(``vector_norm = "none"``, the default: group norm hides rows anomalous by their size); the
+``trunk = "efficientnet"`` variant (EfficientNet-Lite0's tail as the trunk, from its shipped
+weights); ``phase1 = "none"`` (each client fits only its head on the initial trunk: the
+default on images, with that trunk at ``trunk_size = 96`` and the Gaussian head, chosen on
+development federations because no phase 1 added enough for its cost on one-class-per-client
+federations, ``benchmarks/protofl_default.py``);
+``distill = "sample"`` and ``contrast`` (per-sample distillation, an instance-contrastive term
+over the client's own views: the registered phase-1 form with negatives); ``max_samples``
+(the most samples of a client per phase-1 epoch and for its flow); the CNN and MLP trunks and
+the flow scored in float64 (:attr:`.detector.ProtoFLDetector.float64`).
 """
 
 from fedad.catalog import declare_detector, declare_method

@@ -59,7 +59,7 @@ from fedad.methods.protofl.train import (
 from fedad.seeding import torch_seeded
 
 HEADS = ("flow", "kde", "gaussian", "ocsvm")
-Head = Literal["flow", "kde", "gaussian", "ocsvm"]
+Head = Literal["auto", "flow", "kde", "gaussian", "ocsvm"]
 HeadData = Literal["clean", "views"]
 Normalize = Literal["auto", "none", "l2"]
 VectorNorm = Literal["group", "none"]
@@ -83,7 +83,7 @@ class ProtoFLDetectorParams(DetectorParams):
     )
     rep_dim: int = Field(default=64, ge=2, le=2048)
     width: int = Field(default=32, ge=1, le=512)
-    head: Head = "flow"
+    head: Head = "auto"
     head_data: HeadData = "clean"
     normalize: Normalize = "auto"
     vector_norm: VectorNorm = "none"
@@ -165,6 +165,16 @@ class ProtoFLDetector(BaseDetector):
         self._train_scores: tuple[np.ndarray, np.ndarray] | None = None
 
     # -- networks ---------------------------------------------------------------------------
+    @property
+    def head(self) -> str:
+        """The head: ``params.head``, or with ``"auto"`` the Gaussian on the efficientnet
+        trunk's 1280 frozen features and the paper's flow on the CNN and MLP trunks (the
+        choice for images was made on development federations by the rule registered in
+        ``benchmarks/protofl_default.py``; docs/methods/protofl.md)."""
+        if self.params.head != "auto":
+            return self.params.head
+        return "gaussian" if self.params.trunk_input == "efficientnet" else "flow"
+
     @property
     def trunk_shape(self) -> tuple[int, ...]:
         """The trunk's input: the data's shape, the backbone's feature width, or the shape
@@ -265,7 +275,7 @@ class ProtoFLDetector(BaseDetector):
         """A seeded, untrained trunk (and flow, for the flow head)."""
         self.trunk_ = self.make_trunk()
         self._forget()
-        if self.params.head == "flow":
+        if self.head == "flow":
             self.flow_ = self.make_flow()
         return self
 
@@ -380,13 +390,13 @@ class ProtoFLDetector(BaseDetector):
         h, h_hat = self.head_inputs(x, rng, views)
         z = self._standardise(h.double().numpy() if h_hat is None
                               else torch.cat([h, h_hat]).double().numpy(),
-                              scale=self.params.head != "gaussian")  # fmt: skip
-        if self.params.head == "flow":
+                              scale=self.head != "gaussian")  # fmt: skip
+        if self.head == "flow":
             return self._fit_flow(h.float(), None if h_hat is None else h_hat.float(), len(x), rng)
-        if self.params.head == "kde":
+        if self.head == "kde":
             self.train_ = z
             self.bandwidth_ = float(_scott(len(z), z.shape[1]))
-        elif self.params.head == "gaussian":
+        elif self.head == "gaussian":
             self.mean_, self.precision_ = _ledoit_wolf(z)
         else:
             gamma = 1.0 / (z.shape[1] * max(float(z.var()), 1e-12))
@@ -467,7 +477,7 @@ class ProtoFLDetector(BaseDetector):
     # -- scoring ----------------------------------------------------------------------------
     def score(self, x: np.ndarray) -> np.ndarray:
         z = (self.represent(x) - self.shift_) / self.scale_
-        if self.params.head == "flow":  # in float64: see :attr:`float64`
+        if self.head == "flow":  # in float64: see :attr:`float64`
             flow = copy.deepcopy(self.flow_).double().cpu()
             zt = torch.from_numpy(np.ascontiguousarray(z, dtype=np.float64))
             with torch.no_grad():
@@ -476,12 +486,12 @@ class ProtoFLDetector(BaseDetector):
                 ) if len(zt) else torch.zeros(0, dtype=torch.float64)  # fmt: skip
             # the standardisation is part of the bijection: log|det| = -sum log scale
             return nll.numpy() + float(np.sum(np.log(self.scale_)))
-        if self.params.head == "kde":
+        if self.head == "kde":
             from sklearn.neighbors import KernelDensity
 
             kde = KernelDensity(bandwidth=self.bandwidth_).fit(self.train_)
             return np.asarray(-kde.score_samples(z), dtype=np.float64)
-        if self.params.head == "gaussian":
+        if self.head == "gaussian":
             d = z - self.mean_
             return np.asarray(((d @ self.precision_) * d).sum(1), dtype=np.float64)
         return rbf_ocsvm_score(z, self.sv_, self.coef_, self.intercept_, self.gamma_)
@@ -508,13 +518,13 @@ class ProtoFLDetector(BaseDetector):
                for k, v in self.trunk_.state_dict().items()}  # fmt: skip
         out["shift"] = np.asarray(self.shift_, dtype=np.float64)
         out["scale"] = np.asarray(self.scale_, dtype=np.float64)
-        if self.params.head == "flow":
+        if self.head == "flow":
             out.update({f"flow.{k}": v.detach().cpu().numpy().copy()
                         for k, v in self.flow_.state_dict().items()})  # fmt: skip
-        elif self.params.head == "kde":
+        elif self.head == "kde":
             out["train"] = self.train_
             out["bandwidth"] = np.asarray(self.bandwidth_)
-        elif self.params.head == "gaussian":
+        elif self.head == "gaussian":
             out["mean"], out["precision"] = self.mean_, self.precision_
         else:
             out["sv"], out["coef"] = self.sv_, self.coef_
@@ -531,15 +541,15 @@ class ProtoFLDetector(BaseDetector):
             raise ValueError(f"shift and scale must have {self.h_dim} entries")
         if not np.all(self.scale_ > 0):
             raise ValueError("scale must be positive")
-        if self.params.head == "flow":
+        if self.head == "flow":
             self.flow_ = self.make_flow()
             state = {k[5:]: torch.from_numpy(np.array(v)) for k, v in arrays.items()
                      if k.startswith("flow.")}  # fmt: skip
             self.flow_.load_state_dict(state, strict=True)
-        elif self.params.head == "kde":
+        elif self.head == "kde":
             self.train_ = np.asarray(arrays["train"], dtype=np.float64)
             self.bandwidth_ = float(arrays["bandwidth"])
-        elif self.params.head == "gaussian":
+        elif self.head == "gaussian":
             self.mean_ = np.asarray(arrays["mean"], dtype=np.float64)
             self.precision_ = np.asarray(arrays["precision"], dtype=np.float64)
         else:

@@ -95,10 +95,12 @@ def prefix_shape(tune_stages: int, size: int) -> tuple[int, int, int]:
 
 @torch.inference_mode()
 def prefix_maps(
-    x: np.ndarray, tune_stages: int, size: int, device: str | torch.device, batch: int = 128
+    x: np.ndarray, tune_stages: int, size: int, device: str | torch.device, batch: int = 64
 ) -> np.ndarray:
     """``(N, C, H, W)`` float32 outputs of EfficientNet-Lite0's frozen stages (the stem and
-    the stages before the trainable tail) for images ``x`` ``(N, C, H, W)`` in [0, 1]."""
+    the stages before the trainable tail) for images ``x`` ``(N, C, H, W)`` in [0, 1]; in
+    batches of 64 in channels-last layout, as the backbone embeds images for the
+    ``pretrained`` detector (its depthwise convolutions are faster so on the CPU)."""
     from fedad.resources import get_resource
 
     net = get_resource("efficientnet-lite0", device)
@@ -108,7 +110,7 @@ def prefix_maps(
     dev = next(net.parameters()).device
     for i in range(0, len(x), batch):
         xt = torch.from_numpy(np.ascontiguousarray(x[i : i + batch], dtype=np.float32))
-        prepared = net.prepare(xt.to(dev), size)
+        prepared = net.prepare(xt.to(dev), size).contiguous(memory_format=torch.channels_last)
         if stage >= 1:
             maps = net.stage_maps(prepared, (stage,))[0]
         else:  # the stem only

@@ -161,22 +161,24 @@ class ProtoFLParams(Params):
         description="weight of an instance-contrastive term over the client's own views "
         "(the other samples of a batch as negatives) added to eq. 8 (a variant; 0: off)",
     )
-    phase1: Literal["federated", "local", "none"] = Field(
-        default="federated",
-        description="'local': each client trains its own encoder, no FedAvg (the baseline); "
-        "'none': no phase 1, each client fits only its head on the initial trunk",
+    phase1: Literal["auto", "federated", "local", "none"] = Field(
+        default="auto",
+        description="'federated': the paper's; 'local': each client trains its own encoder, "
+        "no FedAvg (the baseline); 'none': each client fits only its head on the initial "
+        "trunk; auto: none on the efficientnet trunk, federated on the others",
     )
-    trunk: Literal["cnn", "pretrained", "efficientnet"] = Field(
-        default="cnn",
-        description="'pretrained': an MLP on frozen backbone features; 'efficientnet': "
-        "EfficientNet-Lite0's last stages, initialised from its shipped weights",
+    trunk: Literal["auto", "cnn", "pretrained", "efficientnet"] = Field(
+        default="auto",
+        description="'cnn': the paper's small CNN (an MLP on vectors); 'pretrained': an MLP "
+        "on frozen backbone features; 'efficientnet': EfficientNet-Lite0's last stages, "
+        "initialised from its shipped weights; auto: efficientnet on images, cnn on vectors",
     )
     tune_stages: int = shared_field(
         ProtoFLDetectorParams,
         "tune_stages",
         description="efficientnet: last stages trained (0: head conv)",
     )
-    trunk_size: int = Field(default=64, ge=32, le=1024, description="backbone input side")
+    trunk_size: int = Field(default=96, ge=32, le=1024, description="backbone input side")
     max_samples: int = shared_field(
         ProtoFLDetectorParams,
         "max_samples",
@@ -236,13 +238,13 @@ class ProtoFL(Algorithm):
 
     def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
         super().__init__(params, setup, detector)
-        if self.params.phase1 != "federated" and self.params.new_clients:
+        if self.phase1 != "federated" and self.params.new_clients:
             raise ConfigError(
                 f'protofl: new_clients needs phase1 = "federated" (with phase1 = '
-                f'"{self.params.phase1}" no client receives a model it did not train)',
-                "drop new_clients or phase1",
+                f'"{self.phase1}" no client receives a model it did not train)',
+                'set phase1 = "federated" (and a trunk for it), or drop new_clients',
             )
-        if self.params.trunk != "cnn" and setup.kind != "image":
+        if self.params.trunk not in ("cnn", "auto") and setup.kind != "image":
             raise ConfigError(
                 f"protofl: trunk = {self.params.trunk!r} needs image data, this run's is "
                 f"{setup.kind}",
@@ -269,8 +271,26 @@ class ProtoFL(Algorithm):
         return Requirements(
             public=PublicRequest(p.public_set, n=p.public_n, shape=(3, p.proto_size, p.proto_size)),
             resources=(p.backbone,),
-            update_phases=(TRAIN,) if p.phase1 == "federated" else (),
+            # "auto": federated on vectors, none (no train message at all) on images
+            update_phases=(TRAIN,) if p.phase1 in ("federated", "auto") else (),
         )
+
+    @property
+    def trunk(self) -> Literal["cnn", "pretrained", "efficientnet"]:
+        """``trunk`` with ``"auto"`` resolved: the efficientnet trunk on images (chosen on
+        development federations, ``benchmarks/protofl_default.py``), the MLP on vectors."""
+        if self.params.trunk != "auto":
+            return self.params.trunk
+        return "efficientnet" if self.setup.kind == "image" else "cnn"
+
+    @property
+    def phase1(self) -> Literal["federated", "local", "none"]:
+        """``phase1`` with ``"auto"`` resolved: none on the efficientnet trunk (it starts as
+        the off-the-shelf model, and no phase 1 measured added to it on one-class-per-client
+        federations), the paper's federated phase on the trunks trained from scratch."""
+        if self.params.phase1 != "auto":
+            return self.params.phase1
+        return "none" if self.trunk == "efficientnet" else "federated"
 
     # -- roles ------------------------------------------------------------------------------
     def new_ids(self, ids: list[int]) -> list[int]:
@@ -298,7 +318,7 @@ class ProtoFL(Algorithm):
         return ProtoFLDetector.configured(
             p, kind=self.setup.kind, input_shape=list(self.setup.feature_shape),
             epochs=p.local_epochs, contamination=self.contamination, seed=self.setup.seed,
-            trunk_input="raw" if p.trunk == "cnn" else p.trunk, feature_size=p.trunk_size,
+            trunk_input="raw" if self.trunk == "cnn" else self.trunk, feature_size=p.trunk_size,
             feature_views=p.trunk_views, device=resolve_device(self.setup.device),
         )  # fmt: skip
 
@@ -330,7 +350,9 @@ class ProtoFL(Algorithm):
 
     # -- client -----------------------------------------------------------------------------
     def handlers(self) -> dict[str, Handler]:
-        own = {PROTOTYPE: self.client_prototype, TRAIN: self.client_train, HEAD: self.client_head}
+        own: dict[str, Handler] = {HEAD: self.client_head}
+        if self.phase1 != "none":  # no prototype, no training message, no model update
+            own |= {PROTOTYPE: self.client_prototype, TRAIN: self.client_train}
         return {**super().handlers(), **own}
 
     @property
@@ -346,7 +368,7 @@ class ProtoFL(Algorithm):
     def _views(self, state: ClientState, data: ClientData) -> np.ndarray | None:
         """A frozen backbone's outputs for augmented views (``pretrained``: features,
         ``efficientnet``: prefix maps), computed once and kept at home."""
-        if self.params.trunk == "cnn":
+        if self.trunk == "cnn":
             return None
         if "feature_views" not in state:
             rng = client_rng(self.setup.seed, 0, data.client_id, 0xF3)
@@ -373,7 +395,7 @@ class ProtoFL(Algorithm):
         """CLIENT_TRAINING of [ProtoFL Alg. 1]: ``local_epochs`` of eq. 8 from the global model."""
         if "prototype" in msg.arrays:
             state["prototype"] = np.array(msg.arrays["prototype"], dtype=np.float32)
-        local = self.params.phase1 == "local"
+        local = self.phase1 == "local"
         weights = {k: v for k, v in msg.arrays.items() if k != "prototype"}
         if local:  # the client's own encoder, from the seeded initial one
             weights = unprefixed(state, "own") or self._arrays(self.make_encoder())
@@ -399,10 +421,10 @@ class ProtoFL(Algorithm):
 
         With ``phase1 = "local"`` the trunk is the client's own (the seeded initial one if it
         never trained); with ``phase1 = "none"`` the initial one."""
-        if self.params.phase1 == "local":
+        if self.phase1 == "local":
             own = unprefixed(state, "own") or self._arrays(self.make_encoder())
             arrays = dict(self._result(own).arrays)
-        elif self.params.phase1 == "none":
+        elif self.phase1 == "none":
             arrays = dict(self._result(self._arrays(self.make_encoder())).arrays)
         else:
             arrays = dict(msg.arrays)
@@ -437,7 +459,7 @@ class ProtoFL(Algorithm):
 
     # -- server -----------------------------------------------------------------------------
     def server(self, ctx: ServerContext) -> ServerResult:
-        if self.params.phase1 == "none":  # phase 2 only: each client's head, no model
+        if self.phase1 == "none":  # phase 2 only: each client's head, no model
             fedavg_rounds(ctx, {}, HEAD, ("loss",))
             return ServerResult(arrays={}, scalars={})
         ids = ctx.grid.get_node_ids()
@@ -462,7 +484,7 @@ class ProtoFL(Algorithm):
                 msgs[i] = Message(TRAIN, {**sent, **extra}, {"round": r})
             return msgs
 
-        if self.params.phase1 == "local":  # nothing to average: each client trains alone
+        if self.phase1 == "local":  # nothing to average: each client trains alone
             fedavg_rounds(ctx, {}, TRAIN, self.losses, messages=messages, replied=have.update)
             return ServerResult(arrays={}, scalars={})
         weights = fedavg_rounds(
