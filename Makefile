@@ -10,10 +10,10 @@ quickstart: setup
 test: setup
 	.venv/bin/ruff check src tests benchmarks
 	.venv/bin/mypy
-	.venv/bin/pytest -n auto --dist loadgroup
+	.venv/bin/pytest
 
 test-slow: setup
-	.venv/bin/pytest -m slow -n auto --dist loadgroup
+	.venv/bin/pytest -m slow -n auto --dist loadgroup --max-worker-restart 0
 
 bench: setup
 	.venv/bin/python benchmarks/engine_overhead.py
