@@ -10,8 +10,9 @@ busy with matrix products; it prints each condition's median wall time and the r
 
     .venv/bin/python benchmarks/wait_policy.py --repeats 3
 
-fedad leaves the variable as the environment has it; docs/runs.md gives this script's
-numbers (passive: slightly slower on a quiet machine, faster beside a busy process).
+``fedad``'s command line sets ``OMP_WAIT_POLICY=PASSIVE`` unless the variable is set;
+``FEDAD_KEEP_OMP=1`` in the environment keeps whatever is there (this script sets the
+variable either way, so it measures both policies); docs/runs.md gives its numbers.
 """
 
 from __future__ import annotations
