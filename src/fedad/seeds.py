@@ -349,6 +349,14 @@ def run_seeds(
             data = agg.write()
             track_seeds(cfg, out, data)  # [tracking]: the aggregate as one more MLflow run
             rd.set_state("finished" if not agg.failed and not agg.partial else "failed")
+    _raise_failures(agg, out, restored, None if restored else data)
+    return data
+
+
+def _raise_failures(
+    agg: _Aggregate, out: Path, restored: bool, data: dict[str, Any] | None
+) -> None:
+    """The run's one-line error when seeds failed, or methods failed in some seeds."""
     if agg.failed:
         s, why = next(iter(sorted(agg.failed.items())))
         n = len(agg.failed)
@@ -366,7 +374,6 @@ def run_seeds(
             f"the other methods' results are in {out}/; see experiment.failed_methods",
             data,
         )
-    return data
 
 
 def _settle(rd: RunDir, agg: _Aggregate) -> bool:
