@@ -107,7 +107,7 @@ def aggregate_method(entries: Sequence[tuple[int, Mapping[str, Any]]]) -> dict[s
         else:
             out[k], std[k] = None, None
     for k in SHARED:
-        if k in first and all(e.get(k) == first[k] for _, e in entries):
+        if k in first and all(e.get(k) == first[k] for _, e in entries if e):
             out[k] = first[k]
     out["std"] = std
     out["per_seed"] = [{"seed": s, **{k: e.get(k) for k in keys}} for s, e in entries]
