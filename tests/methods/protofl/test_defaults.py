@@ -5,13 +5,10 @@ a call site that drops one fails here."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
-import pytest
 
 from fedad.fl.algorithm import Setup, build_algorithm
-from fedad.fl.engine import InProcessGrid, run_inprocess
+from fedad.fl.engine import run_inprocess
 from fedad.fl.messages import Message
 from fedad.methods.protofl.detector import ProtoFLDetector
 from fedad.methods.protofl.features import prefix_shape
@@ -45,21 +42,6 @@ def test_the_vector_defaults_stay_the_papers_form() -> None:
     det = algo.make_detector()
     assert det.params.trunk_input == "raw" and det.head == "flow" and not det.l2
     assert det.float64 and det.params.vector_norm == "none"
-
-
-@pytest.fixture
-def delivered(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, Message]]:
-    seen: list[tuple[int, Message]] = []
-    original = InProcessGrid.send_and_receive
-
-    def record(
-        self: InProcessGrid, messages: Mapping[int, Message], timeout: float | None = None
-    ) -> dict[int, Message]:
-        seen.extend(messages.items())
-        return original(self, messages, timeout)
-
-    monkeypatch.setattr(InProcessGrid, "send_and_receive", record)
-    return seen
 
 
 def test_a_default_image_run_sends_no_model_and_saves_gaussian_heads_on_the_shipped_trunk(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -10,7 +9,7 @@ import pytest
 
 from fedad.data.types import Federation
 from fedad.fl.algorithm import Setup, build_algorithm
-from fedad.fl.engine import InProcessGrid, RunOutcome, run_inprocess
+from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import Message
 from fedad.fl.server_inputs import public_set
 from fedad.methods.protofl.detector import ProtoFLDetector
@@ -38,22 +37,6 @@ def _run(
     algo = build_algorithm("protofl", {**FAST, **params}, setup)
     assert isinstance(algo, ProtoFL)
     return algo, run_inprocess(algo, fed, rounds=rounds, seed=seed)
-
-
-@pytest.fixture
-def delivered(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, Message]]:
-    """Every (node, message) the in-process grid delivers."""
-    seen: list[tuple[int, Message]] = []
-    original = InProcessGrid.send_and_receive
-
-    def record(
-        self: InProcessGrid, messages: Mapping[int, Message], timeout: float | None = None
-    ) -> dict[int, Message]:
-        seen.extend(messages.items())
-        return original(self, messages, timeout)
-
-    monkeypatch.setattr(InProcessGrid, "send_and_receive", record)
-    return seen
 
 
 def test_each_prototype_reaches_only_its_own_client(

@@ -4,7 +4,6 @@ in-process replies."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 
 from fedad.data.types import Federation, dense
 from fedad.fl.algorithm import Setup, build_algorithm
-from fedad.fl.engine import InProcessGrid, RunOutcome, run_inprocess
+from fedad.fl.engine import RunOutcome, run_inprocess
 from fedad.fl.messages import Message
 from fedad.methods.protofl import detector as detector_module
 from fedad.methods.protofl.federated import ProtoFL
@@ -28,21 +27,6 @@ def _run(fed: Federation, rounds: int = 2, **params: Any) -> tuple[ProtoFL, RunO
     algo = build_algorithm("protofl", {**FAST, **params}, setup)
     assert isinstance(algo, ProtoFL)
     return algo, run_inprocess(algo, fed, rounds=rounds, seed=3)
-
-
-@pytest.fixture
-def delivered(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, Message]]:
-    seen: list[tuple[int, Message]] = []
-    original = InProcessGrid.send_and_receive
-
-    def record(
-        self: InProcessGrid, messages: Mapping[int, Message], timeout: float | None = None
-    ) -> dict[int, Message]:
-        seen.extend(messages.items())
-        return original(self, messages, timeout)
-
-    monkeypatch.setattr(InProcessGrid, "send_and_receive", record)
-    return seen
 
 
 def test_no_prototype_no_model_and_the_head_on_the_shipped_trunk(
