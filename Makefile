@@ -13,7 +13,7 @@ test: setup
 	.venv/bin/pytest
 
 test-slow: setup
-	.venv/bin/pytest -m slow -n auto --dist loadgroup --max-worker-restart 0
+	.venv/bin/pytest -m slow
 
 bench: setup
 	.venv/bin/python benchmarks/engine_overhead.py
