@@ -221,20 +221,3 @@ def test_real_process_exits_2_without_traceback(tmp_path: Path) -> None:
     assert p.returncode == 2
     assert "rounds" in p.stderr and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
-
-
-@pytest.mark.parametrize(
-    ("env", "want"),
-    [({}, "PASSIVE"), ({"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE"), ({"FEDAD_KEEP_OMP": "1"}, "")],
-)
-def test_the_command_line_sets_a_passive_openmp_wait_policy_unless_told(
-    env: dict[str, str], want: str
-) -> None:
-    """Set before torch loads (its OpenMP runtime reads it once); the user's value wins."""
-    import os
-
-    base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "FEDAD_KEEP_OMP")}
-    code = "import os, fedad.cli.app; print(os.environ.get('OMP_WAIT_POLICY', ''))"
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env={**base, **env}, timeout=120, check=True)  # fmt: skip
-    assert p.stdout.strip() == want

@@ -9,16 +9,12 @@ heavy modules (torch, the methods) are imported inside the commands.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 
-# Before anything loads torch's OpenMP runtime, which reads it once: threads that sleep
-# after a parallel region instead of spinning, so that a run beside another busy process
-# slows by about its fair share rather than several times (benchmarks/wait_policy.py,
-# docs/runs.md). A value the user set, or FEDAD_KEEP_OMP=1, is left alone.
-if "OMP_WAIT_POLICY" not in os.environ and not os.environ.get("FEDAD_KEEP_OMP"):
-    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+from fedad.cli.tuning import tune_process
+
+tune_process()  # before anything loads torch (docs/runs.md)
 
 try:  # a Ctrl-C while the command line starts: one line, not a traceback (see CtrlC)
     import typer
