@@ -55,14 +55,33 @@ while True:
 """
 
 
-def run_once(workdir: Path, policy: str | None, i: int) -> float:
-    env = dict(os.environ)
-    env.pop("OMP_WAIT_POLICY", None)
+TABLE = """
+seed = 0
+[data]
+name = "odds_shuttle"
+[partition]
+scheme = "iid"
+clients = 5
+[engine]
+progress = false
+[[methods]]
+name = "fedavg"
+detector = "autoencoder"
+"""
+WORKLOADS = {"images": CONFIG, "table": TABLE}
+POLICIES: dict[str, dict[str, str]] = {
+    "unset": {},
+    "PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"},
+    "spin 10k": {"GOMP_SPINCOUNT": "10000"},
+}
+
+
+def run_once(workdir: Path, policy: str, i: int, workload: str = "images") -> float:
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     env["FEDAD_KEEP_OMP"] = "1"
-    if policy is not None:
-        env["OMP_WAIT_POLICY"] = policy
+    env.update(POLICIES[policy])
     cfg = workdir / "wait.toml"
-    cfg.write_text(CONFIG)
+    cfg.write_text(WORKLOADS[workload])
     out = workdir / f"run-{policy}-{i}"
     t0 = time.perf_counter()
     subprocess.run(
@@ -74,25 +93,26 @@ def run_once(workdir: Path, policy: str | None, i: int) -> float:
     return time.perf_counter() - t0
 
 
-def condition(workdir: Path, repeats: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {"unset": [], "PASSIVE": []}
-    for i in range(repeats):  # alternate, so that a drift of the machine hits both
-        times["unset"].append(run_once(workdir, None, i))
-        times["PASSIVE"].append(run_once(workdir, "PASSIVE", i))
+def condition(workdir: Path, repeats: int, workload: str) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {p: [] for p in POLICIES}
+    for i in range(repeats):  # alternate, so that a drift of the machine hits each
+        for policy in POLICIES:
+            times[policy].append(run_once(workdir, policy, i, workload))
     return times
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="images")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        quiet = condition(work, args.repeats)
+        quiet = condition(work, args.repeats, args.workload)
         busy = subprocess.Popen([sys.executable, "-c", BUSY])
         try:
             time.sleep(3)
-            loaded = condition(work, args.repeats)
+            loaded = condition(work, args.repeats, args.workload)
         finally:
             busy.kill()
             busy.wait()
@@ -100,11 +120,13 @@ def main() -> None:
     med |= {f"busy, {k}": statistics.median(v) for k, v in loaded.items()}
     for name, secs in med.items():
         print(f"{name:16s} median {secs:6.1f} s")
-    for policy in ("unset", "PASSIVE"):
+    for policy in POLICIES:
         ratio = med[f"busy, {policy}"] / med[f"quiet, {policy}"]
         print(f"{policy:8s} busy / quiet: {ratio:.2f}x")
-    print(f"PASSIVE / unset, quiet: {med['quiet, PASSIVE'] / med['quiet, unset']:.2f}x")
-    print(f"PASSIVE / unset, busy:  {med['busy, PASSIVE'] / med['busy, unset']:.2f}x")
+    for policy in list(POLICIES)[1:]:
+        for cond in ("quiet", "busy"):
+            ratio = med[f"{cond}, {policy}"] / med[f"{cond}, unset"]
+            print(f"{policy} / unset, {cond}: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ from fedad.methods.protofl.model import Encoder, PretrainedTail, Trunk, flow_nll
 from fedad.methods.protofl.train import (
     choose_flow_epochs,
     mean_flow_loss,
+    one_thread_below_grain,
     represent,
     select_flow,
     train_encoder,
@@ -242,6 +243,15 @@ class ProtoFLDetector(BaseDetector):
         p = self.params
         return Trunk(self.trunk_shape, p.rep_dim, p.width, self.trunk_group_norm)
 
+    def step_elements(self, batch: int) -> int:
+        """The size of the largest tensor of a trunk training step on ``batch`` samples:
+        the batch times the widest layer for an MLP trunk on raw vectors; for an image
+        trunk its input batch (a convolution's maps are larger still)."""
+        p = self.params
+        if p.kind == "vector" and p.trunk_input == "raw":
+            return batch * max(math.prod(self.trunk_shape), 4 * p.width, p.rep_dim)
+        return batch * math.prod(p.input_shape)
+
     @property
     def trunk_group_norm(self) -> bool:
         """Whether an MLP trunk has group norm: always on the pretrained features, on raw
@@ -430,7 +440,15 @@ class ProtoFLDetector(BaseDetector):
         selection at its best epoch rather than training a second one: the flow's cost grows
         with the samples times its epochs, and on the ODDS shuttle table (6,382 rows a
         client) the two trainings over all rows were three quarters of ``protofl``'s time.
-        Clients with up to ``max_samples`` samples train as before."""
+        Clients with up to ``max_samples`` samples train as before. A flow whose batches are
+        small tensors trains on one thread (:func:`.train.one_thread_below_grain`)."""
+        p = self.params
+        with one_thread_below_grain(p.flow_batch * max(self.h_dim, p.flow_hidden)):
+            return self._fit_flow_threads(h, h_hat, n, rng)
+
+    def _fit_flow_threads(
+        self, h: torch.Tensor, h_hat: torch.Tensor | None, n: int, rng: np.random.Generator
+    ) -> float:
         shift = torch.as_tensor(self.shift_, dtype=torch.float32)
         scale = torch.as_tensor(self.scale_, dtype=torch.float32)
         a = (h - shift) / scale

@@ -70,7 +70,7 @@ from fedad.methods.protofl.detector import (
     VectorNorm,
 )
 from fedad.methods.protofl.model import Encoder
-from fedad.methods.protofl.train import train_encoder
+from fedad.methods.protofl.train import one_thread_below_grain, train_encoder
 from fedad.seeding import rng as seeded_rng
 
 PROTOTYPE = "prototype"
@@ -402,12 +402,14 @@ class ProtoFL(Algorithm):
         enc = self._encoder_from(weights)
         p = self.params
         rng = client_rng(self.setup.seed, int(msg.get("round", 0)), data.client_id, 0xF1)
-        flip, crop = self.make_detector().augmentation()
-        losses = train_encoder(
-            enc, dense(data.x_train, self.name), self._targets(state, data), p.local_epochs,
-            p.batch_size, p.lr, rng, p.alpha, p.temperature, p.weight_decay, flip, p.noise,
-            p.optimizer, self._views(state, data), crop, p.contrast, p.max_samples,
-        )  # fmt: skip
+        det = self.make_detector()
+        flip, crop = det.augmentation()
+        with one_thread_below_grain(det.step_elements(p.batch_size)):
+            losses = train_encoder(
+                enc, dense(data.x_train, self.name), self._targets(state, data), p.local_epochs,
+                p.batch_size, p.lr, rng, p.alpha, p.temperature, p.weight_decay, flip, p.noise,
+                p.optimizer, self._views(state, data), crop, p.contrast, p.max_samples,
+            )  # fmt: skip
         if local:  # kept at home; only the losses are reported
             state.update(prefixed(self._arrays(enc), "own"))
             return Message(TRAIN, {}, {"num_examples": data.n_train, **losses})

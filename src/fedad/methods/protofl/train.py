@@ -43,6 +43,30 @@ def flushed_denormals() -> Iterator[None]:
         torch.set_flush_denormal(False)
 
 
+GRAIN = 32_768
+"""torch's own grain size (``at::internal::GRAIN_SIZE``): below this many elements an
+operation runs on one thread anyway."""
+
+
+@contextmanager
+def one_thread_below_grain(elements: int) -> Iterator[None]:
+    """torch on one thread inside the block when its largest tensors (``elements``) are
+    below torch's grain size, as it was outside after it. On such tensors a second thread
+    only adds its start-up and wait to every one of a step's many small operations: the
+    table flow (9 features, 64 hidden units, batches of 256) took 7 ms a step on one
+    thread against 21 ms on two beside another process (benchmarks/protofl_threads.py).
+    The numbers are the same up to float rounding of the split reductions."""
+    threads = torch.get_num_threads()
+    if elements >= GRAIN or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _device(module: nn.Module) -> torch.device:
     return next(module.parameters()).device
 
