@@ -54,8 +54,9 @@ def one_thread_below_grain(elements: int) -> Iterator[None]:
     below torch's grain size, as it was outside after it. On such tensors a second thread
     only adds its start-up and wait to every one of a step's many small operations: the
     table flow (9 features, 64 hidden units, batches of 256) took 7 ms a step on one
-    thread against 21 ms on two beside another process (benchmarks/protofl_threads.py).
-    The numbers are the same up to float rounding of the split reductions."""
+    thread against 21 ms on two beside another busy process, and ``protofl``'s flow fits
+    on the ODDS shuttle table half their time. The numbers are the same up to float
+    rounding of the split reductions."""
     threads = torch.get_num_threads()
     if elements >= GRAIN or threads == 1:
         yield
