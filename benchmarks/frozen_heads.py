@@ -32,13 +32,13 @@ import torch
 from fedad.components.detectors.pretrained import PretrainedDetector
 from fedad.config import load_config
 from fedad.federation import build_federation
-from fedad.methods.protofl.detector import _ledoit_wolf
+from fedad.methods.protofl.heads import ledoit_wolf
 from fedad.metrics import auroc
 
 
 def gaussian(train: np.ndarray, test: np.ndarray) -> np.ndarray:
     """Squared Mahalanobis distance of ``test`` rows under the Ledoit-Wolf fit of ``train``."""
-    mean, precision = _ledoit_wolf(train.astype(np.float64))
+    mean, precision = ledoit_wolf(train.astype(np.float64))
     d = test.astype(np.float64) - mean
     return np.asarray(((d @ precision) * d).sum(1))
 

@@ -9,10 +9,12 @@ import pytest
 import torch
 
 import fedad.methods  # noqa: F401  (the test session's composition root: the built-in methods)
+from fedad.cli.tuning import reusable_heap
 from fedad.data.types import ClientData, Federation, GraphSet, concat
 from fedad.fl.messages import Message
 
 torch.set_num_threads(1)
+reusable_heap()  # the allocator thresholds of the `fedad` command, here and in its children
 
 
 COLLAPSE_WARNING = "encoder not learning"

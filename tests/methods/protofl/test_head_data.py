@@ -14,6 +14,7 @@ from fedad.methods.protofl import train
 from fedad.methods.protofl.augment import augmentation, image_augmenter
 from fedad.methods.protofl.detector import ProtoFLDetector
 from fedad.methods.protofl.federated import ProtoFL
+from fedad.methods.protofl.heads import ledoit_wolf
 
 SMALL: dict[str, Any] = {
     "rep_dim": 4, "width": 4, "flow_layers": 2, "flow_hidden": 8, "flow_epochs": 3,
@@ -123,7 +124,7 @@ def test_gaussian_head_is_scikit_learns_ledoit_wolf(n: int, p: int) -> None:
     from sklearn.covariance import LedoitWolf
 
     z = np.random.default_rng(n).normal(size=(n, p)) @ np.diag(np.linspace(0.5, 3.0, p))
-    mean, precision = det_mod._ledoit_wolf(z)
+    mean, precision = ledoit_wolf(z)
     lw = LedoitWolf().fit(z)
     np.testing.assert_allclose(mean, lw.location_)
     np.testing.assert_allclose(precision, lw.precision_, rtol=1e-8, atol=1e-10)

@@ -45,6 +45,7 @@ from fedad.methods.protofl.features import (
     view_features,
     view_prefix_maps,
 )
+from fedad.methods.protofl.heads import ledoit_wolf, scott_bandwidth
 from fedad.methods.protofl.memo import RowMemo, batch_key
 from fedad.methods.protofl.model import Encoder, PretrainedTail, Trunk, flow_nll, make_flow
 from fedad.methods.protofl.train import (
@@ -405,9 +406,9 @@ class ProtoFLDetector(BaseDetector):
             return self._fit_flow(h.float(), None if h_hat is None else h_hat.float(), len(x), rng)
         if self.head == "kde":
             self.train_ = z
-            self.bandwidth_ = float(_scott(len(z), z.shape[1]))
+            self.bandwidth_ = float(scott_bandwidth(len(z), z.shape[1]))
         elif self.head == "gaussian":
-            self.mean_, self.precision_ = _ledoit_wolf(z)
+            self.mean_, self.precision_ = ledoit_wolf(z)
         else:
             gamma = 1.0 / (z.shape[1] * max(float(z.var()), 1e-12))
             self.sv_, self.coef_, self.intercept_ = fit_rbf_ocsvm(z, self.params.nu, gamma)
@@ -584,23 +585,3 @@ class ProtoFLDetector(BaseDetector):
         return {k: v for k, v in self.get_arrays().items()
                 if not k.startswith("trunk.") and k != "threshold_"}  # fmt: skip
 
-
-def _ledoit_wolf(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and precision of scikit-learn's Ledoit-Wolf Gaussian of the rows of ``z``,
-    the precision built from the eigenvectors of the smaller Gram matrix
-    (:class:`fedad.components.detectors.pretrained.ShrinkageGaussian`): with 1280 features and
-    a few hundred samples (the efficientnet trunk) that is an ``n x n`` problem, not a
-    ``p x p`` pseudo-inverse."""
-    from fedad.components.detectors.pretrained import ShrinkageGaussian
-
-    g = ShrinkageGaussian(z)
-    precision = (g.vec * g.inv) @ g.vec.T
-    if g.rest:  # outside the span of the data the covariance is c * I
-        p = z.shape[1]
-        precision += (np.eye(p) - g.vec @ g.vec.T) / g.c
-    return np.asarray(g.mean, dtype=np.float64), np.asarray(precision, dtype=np.float64)
-
-
-def _scott(n: int, d: int) -> float:
-    """Scott's rule bandwidth for standardised data: :math:`n^{-1/(d+4)}`."""
-    return float(max(n, 1) ** (-1.0 / (d + 4)))
