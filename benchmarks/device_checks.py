@@ -1,19 +1,19 @@
-"""The GPU items of issues 28 and 29 (and FGAD's 200 rounds, issue 30) in one call of a lent
-GPU machine, within a budget.
+"""The GPU checks of FedDyMem and ProtoFL (and FGAD's 200 rounds) in one call of a lent GPU
+machine, within a budget.
 
     python3 benchmarks/device_checks.py OUT_DIR [--budget 420] [--only RUN ...] [--smoke]
 
 Every part is one ``fedad run`` process per method (one torch thread each), all started
 at once on the one GPU, so the seconds of one method include its neighbours' load:
 
-* ``textures`` (issue 29, item 6): ``benchmarks/feddymem.py``'s ``eval4`` rows
+* ``textures``: ``benchmarks/feddymem.py``'s ``eval4`` rows
   (``fedavg`` with the autoencoder and the PatchCore-style detector, ``feddymem``) on its
   federation, seed 0, 20 rounds, pooled AUROC every 5 rounds: what the textures benchmark
   costs on a GPU (the same seed on the 2-core CPU: ``results/feddymem_eval4.json``).
-* ``stride4`` (issue 29, item 3): the ``stride4`` suite's four rows, dev seed 100, 10
-  rounds (the PatchCore-style detector at stride 4 never finished on the CPU).
-* ``protofl`` (issue 28, item 6): ``configs/protofl_fashion_ovr.toml``'s federation, seed
-  0, with the paper's optimiser (RAdam at ``lr = 1e-6``) on the ``efficientnet`` trunk for
+* ``stride4``: the ``stride4`` suite's four rows, dev seed 100, 10 rounds
+  (the PatchCore-style detector at stride 4 never finished on the CPU).
+* ``protofl``: ``configs/protofl_fashion_ovr.toml``'s federation, seed 0,
+  with the paper's optimiser (RAdam at ``lr = 1e-6``) on the ``efficientnet`` trunk for
   as many rounds as fit (at most the paper's 900): a three-round calibration of that row
   gives the seconds per round first. Beside it, each calibrated the same way: ``protofl``
   with its defaults, ``fedavg`` + ``deepsvdd``; and, one round each (they do not train),

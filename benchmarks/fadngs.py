@@ -25,12 +25,12 @@ share, which mirrors its own classes.
   features, k-NN, no training).
 * ``digits``: the same normal data, test anomalies from scikit-learn's digits at 28x28
   (``anomaly_source = "digits"``), the methods of ``table1``.
-* ``evens``: a federation no FADngs choice was made on (issue 27's report): 5 clients,
+* ``evens``: a federation no FADngs choice was made on: 5 clients,
   ``dominant`` (90%), normal classes 0, 2, 4, 6, 8 (T-shirt, pullover, coat, shirt, bag),
   test anomalies 1, 3, 5, 7, 9, ``local_test = "own"`` unless ``--local-test`` says
   otherwise, 12 rounds unless ``--rounds``; the federated rows of ``table1`` and the
   no-training reference ``local`` + ``pretrained``.
-* ``speed`` (issue 27, sixth session, registered before it ran): the Table I analog on the
+* ``speed`` (registered before it ran): the Table I analog on the
   development seeds (run it with ``--first-seed 100 --seeds 3``), ``fedavg-ae`` and both
   FADngs variants with the encoder's stem at stride 1 (the default until then) and at
   stride 2 (``stem_stride = 2``: every map half as wide, a quarter of the convolutions'
@@ -41,12 +41,12 @@ share, which mirrors its own classes.
   then runs on whatever the rule decides; no evaluation seed is looked at before.
   Outcome (2026-11-26, ``benchmarks/results/fadngs_speed_shared.json``): stride 2 is
   the default (``stem_stride = "auto"``: 2 from 16 px on; 8 px images keep stride 1).
-* ``reverse`` (issue 27, sixth session): a federation no FADngs choice was ever made on:
+* ``reverse``: a federation no FADngs choice was ever made on:
   the Table I analog with the classes swapped (normal 5-9: sandal, shirt, sneaker, bag,
   ankle boot; test anomalies 0-4), 10 clients, shared tests, the rows of ``evens``.
-* Evaluation of the sixth session, registered before it ran (commit of this text): the
+* Evaluation of the stride-2 stem, registered before it ran (commit of this text): the
   suites ``table1``, ``evens`` and ``reverse``, seeds 0-4, all rows in one run each, with
-  ``--jobs 2`` on the 2-core CPU, defaults as above; the issue's criteria read on the
+  ``--jobs 2`` on the 2-core CPU, defaults as above; the criteria read on the
   means over the seeds: ``fadngs`` at least 0.05 AUROC above the best federated baseline
   (``fedavg`` with ``autoencoder``, ``deepsvdd``, ``contrastive``), not below
   ``fadngs-nosed``, FE and ME no worse than those baselines', and at most 8x the seconds
@@ -56,7 +56,7 @@ share, which mirrors its own classes.
   ``reverse`` runs without ``fedavg-contrastive`` (``--only fedavg-ae fedavg-deepsvdd
   fadngs-nosed fadngs local-pretrained``) and its criterion is read against the
   autoencoder and Deep SVDD only.
-* ``sed`` (issue 27, sixth session, registered before it ran; run it with
+* ``sed`` (registered before it ran; run it with
   ``--first-seed 100 --seeds 3``): the development federation of the earlier SED choices
   (5 clients, ``dominant``, normal 1, 3, 5, 7, 9, anomalies 0, 2, 4, 6, 8, own tests, 10
   rounds) with the stride-2 stem: ``fadngs-nosed``, ``fadngs`` and four weaker or softer
@@ -65,20 +65,20 @@ share, which mirrors its own classes.
   seeds, the variant with the highest mean becomes the default if it is at least B + 0.01
   (a tie: the one nearer the paper's settings); otherwise the defaults stay. Whether any
   SED is at or above ``fadngs-nosed`` is reported either way.
-* ``hard`` and ``screen`` (issue 27, eighth session, registered before they ran; run each
+* ``hard`` and ``screen`` (registered before they ran; run each
   with ``--first-seed 100 --seeds 3``): the rows of :data:`SCREEN` (defaults, six variants
   that cost no more time than the defaults, two that cost more, the references) on two
   development federations. ``hard`` is new: the Table I analog (10 clients, shared tests,
   10 rounds) with normal classes 2, 5, 7, 8, 9 (pullover, sandal, sneaker, bag, ankle boot)
   and anomalies 0, 1, 3, 4, 6: a pullover is normal and T-shirts, coats and shirts are
   anomalies, the kind of fine difference on which FADngs fell 0.1 below ``fedavg-ae`` in the
-  sixth session's ``reverse`` (that federation itself is not looked at again before the
+  stride-2 evaluation's ``reverse`` (that federation itself is not looked at again before the
   evaluation). ``screen`` is the Table I analog on the development seeds. Rule, fixed
   before the run: among :data:`SCREEN_CHOICES`, taken in order of their mean AUROC on
   ``hard``, the first that is at least 0.01 above ``fadngs-nosed`` (defaults) on ``hard``
   and no more than 0.005 below it on ``screen`` becomes the default of both FADngs methods;
   if none is, the defaults stay. ``nosed-epochs-2`` and ``nosed-width-32`` are reported
-  only (they cost time the issue does not allow). Then the evaluation (``table1``,
+  only (they cost time the time criterion does not allow). Then the evaluation (``table1``,
   ``evens``, ``reverse``, seeds 0-4) runs on whatever the rule decides.
   Amendment before any FADngs row was seen: on a lent H100 (a runner, since removed, that
   started 36 processes at once) only ``fedavg-ae`` finished in the budget, so the suites
@@ -87,17 +87,17 @@ share, which mirrors its own classes.
   candidates that pass ``hard``'s bar (the rule reads ``screen`` for those alone).
   Outcome (2026-11-27, ``benchmarks/results/fadngs_hard_shared_only.json``): none passed
   (the best, ``lr = 0.03``, +0.001); the defaults stay and ``screen`` did not run.
-* Evaluation of the eighth session (registered before it ran, after the screen): the code of
-  this commit, whose views' random streams differ from the sixth session's (SED's teacher
+* Evaluation ``s8`` (registered before it ran, after the screen): the code of
+  this commit, whose views' random streams differ from the stride-2 evaluation's (SED's teacher
   representations once per round, the privacy measure's distance matrices once, a batch's
   normal views in one kornia call). Seeds 0-4, ``--jobs 2``, 2-core CPU, nothing else
   running, in this order: ``evens`` (all its rows), ``reverse`` and ``table1`` with
   ``--only fedavg-ae fedavg-deepsvdd fadngs-nosed fadngs local-pretrained`` (the
-  contrastive rows cost 330-360 s per seed with 10 clients; on ``table1`` the sixth
-  session's ``fedavg-contrastive`` was 0.012 below ``fedavg-ae``), each with ``--work``
-  kept so that the per-client AUROCs can be read afterwards. Criteria as the sixth
-  session's evaluation; every number is reported, met or not.
-* ``crops`` and ``crops-table1`` (issue 27, eighth session, registered before they ran;
+  contrastive rows cost 330-360 s per seed with 10 clients; on ``table1`` the stride-2
+  evaluation's ``fedavg-contrastive`` was 0.012 below ``fedavg-ae``), each with ``--work``
+  kept so that the per-client AUROCs can be read afterwards. Criteria as the stride-2
+  evaluation's; every number is reported, met or not.
+* ``crops`` and ``crops-table1`` (registered before they ran;
   ``--first-seed 100 --seeds 3``): after the evaluation, per anomaly class, showed FADngs
   scoring coats, pullovers, T-shirts and shirts alike (``benchmarks/fadngs_classes.py``),
   milder crops of CRAD's normal views (``crop_min`` 0.8 and 1, against the default 0.5)
@@ -105,8 +105,8 @@ share, which mirrors its own classes.
   ``fadngs-nosed``'s defaults on the same code. Rule: a ``crop_min`` that is 0.01 above
   the defaults on ``crops`` and no more than 0.005 below them on ``crops-table1`` is
   reported as the candidate default; it becomes the default only after the evaluation
-  suites confirm it in a later registered run (this session has no time for one).
-* ``jitter`` and ``jitter-table1`` (issue 27, ninth session, registered before they ran;
+  suites confirm it in a later registered run (no time was left for one).
+* ``jitter`` and ``jitter-table1`` (registered before they ran;
   ``--first-seed 100 --seeds 3``): a representation diagnostic on development seed 100
   (``benchmarks/fadngs_representations.py``, one Gaussian per normal class) found the
   trained encoder's ``z`` below a Gaussian on the image itself averaged to 7x7 on ``evens``'s
@@ -119,7 +119,7 @@ share, which mirrors its own classes.
   before the run: among the three variants, taken in order of their mean AUROC on
   ``jitter``, the first that is at least 0.01 above the defaults there and no more than
   0.005 below them on ``jitter-table1`` becomes the default of both FADngs methods, and
-  the evaluation (``evens``, ``reverse``, ``table1`` as the eighth session's, seeds 0-4)
+  the evaluation (``evens``, ``reverse``, ``table1`` as evaluation ``s8``'s, seeds 0-4)
   runs again on it; if none is, the defaults stay. No evaluation seed (0-4) of any
   federation is run before that evaluation.
   Outcome (2026-11-27, ``benchmarks/results/fadngs_jitter_shared_s9.json``,
@@ -128,11 +128,11 @@ share, which mirrors its own classes.
   0.917, 0.916, 0.913 (-0.001). So ``jitter = 0, crop_min = 1`` is the default of both
   FADngs methods (and of the FADngs detector); the ``contrastive`` baseline keeps its
   views.
-* Evaluation of the ninth session (registered before it ran, on the code of this commit):
-  as the eighth session's (same suites, order, ``--only`` lists, seeds 0-4, ``--jobs 2``,
+* Evaluation ``s9`` (registered before it ran, on the code of this commit):
+  as evaluation ``s8`` (same suites, order, ``--only`` lists, seeds 0-4, ``--jobs 2``,
   2-core CPU, nothing else running, ``--work`` kept, ``--tag s9``), with the new views.
-  Criteria as the sixth session's; every number is reported, met or not.
-* ``sed9`` and ``sed9-table1`` (issue 27, ninth session, registered before they ran, after
+  Criteria as the stride-2 evaluation's; every number is reported, met or not.
+* ``sed9`` and ``sed9-table1`` (registered before they ran, after
   the evaluation's ``evens`` suite showed ``fadngs`` 0.035 below ``fadngs-nosed`` with the
   new views; ``--first-seed 100 --seeds 3``): ``hard``'s federation (``sed9``) and the
   Table I analog (``sed9-table1``), rows ``fadngs-nosed``, ``fadngs`` (defaults) and
@@ -148,15 +148,15 @@ share, which mirrors its own classes.
   0.913, 0.917, 0.918, 0.914, 0.916. The student's temperature 0.2 passed (+0.018,
   -0.001) and is ``fadngs``'s default; the rerun of ``fadngs``'s rows: ``--only fedavg-ae
   fadngs --tag s9sed`` on the three suites, as the evaluation above otherwise.
-* ``sed10`` and ``sed10-hard`` (issue 27, tenth session, registered before they ran;
+* ``sed10`` and ``sed10-hard`` (registered before they ran;
   ``--first-seed 100 --seeds 3``): SED still cost ``fadngs`` 0.032 against ``fadngs-nosed`` on
-  issue 27's federation in the ninth evaluation, on all five seeds. Learning curves on
+  ``evens``'s federation in evaluation ``s9``, on all five seeds. Learning curves on
   development seed 100 (``engine.eval_every = 1``) show the cost from SED's first round on
   that federation, a gain of 0.015 on the ``sed`` federation (normal 1, 3, 5, 7, 9), and a
   cost of 0.016 growing over the last rounds, while the teachers agree more and more (mean
   cosine 0.97), on a new development federation, ``sed10``: 5 clients, ``dominant``,
   normal 0, 2, 3, 4, 6 (T-shirt, pullover, dress, coat, shirt), anomalies 1, 5, 7, 8, 9, own
-  tests, 12 rounds, as issue 27's federation is built but with other classes. When the
+  tests, 12 rounds, as ``evens``'s federation is built but with other classes. When the
   teachers agree, eq. 11-13 with the teacher's own entry first in the queue is a contrast
   of each public image against the others: it spreads generated shapes apart and nothing
   else. Rows: ``fadngs-nosed``, ``fadngs`` (defaults), two weaker SEDs (``distill_lr``
@@ -179,9 +179,10 @@ share, which mirrors its own classes.
 * ``ablation``: Table III (``density = "local"``, ``"none"`` on ``fadngs-nosed``), Table IV
   (``loss = "csi"``, ``"simclr"``), eq. 7 as printed (``con_form = "eq7"``) on both
   variants, SED as eq. 11-13 (``sed_form = "seed"``, the paper's) and eq. 11-13 with one
-  temperature of 0.5 for teacher and student. Rerun in the tenth session (seeds 0-4, the
-  Table I analog's federation; its ``fadngs-nosed`` and ``fadngs`` rows are the ninth
-  and tenth evaluations', same seeds, deterministic): a measurement, no choice made on it.
+  temperature of 0.5 for teacher and student. Rerun with the cosine SED (``--tag s10``,
+  seeds 0-4, the Table I analog's federation; its ``fadngs-nosed`` and ``fadngs`` rows are
+  evaluations ``s9``'s and ``s10``'s, same seeds, deterministic): a measurement, no choice
+  made on it.
 
 Writes ``benchmarks/results/fadngs_<suite>_<local-test>.json`` (per method: mean and
 population std over seeds of AUROC, AUPR, FE, ME; the mean per-client AUROC; MB per round;
@@ -392,7 +393,7 @@ def summarise(run: Path) -> dict[str, Any]:
         ratios = [m[label]["seconds"] / m["fedavg-ae"]["seconds"] for m in per_seed
                   if isinstance(m.get(label), dict) and isinstance(m.get("fedavg-ae"), dict)
                   and m["fedavg-ae"].get("seconds")]  # fmt: skip
-        if ratios:  # the issue's time criterion: seconds over fedavg-ae's of the same seed
+        if ratios:  # the time criterion: seconds over fedavg-ae's of the same seed
             row["x_fedavg_ae"] = [float(np.mean(ratios)), min(ratios), max(ratios)]
         for key in ("dcor_shared", "dcor_random", "dcor_shared_u", "dcor_random_u"):
             vals = [float(m[key]) for m in ms if m.get(key) is not None]

@@ -1,4 +1,4 @@
-"""FADngs's GPU checks in one call of a lent GPU machine (issue 27, item 5), within a budget.
+"""FADngs's GPU checks in one call of a lent GPU machine, within a budget.
 
     python3 benchmarks/fadngs_gpu.py OUT_DIR [--budget 480]
 

@@ -19,11 +19,11 @@ images.
   the autoencoder (control variates; it takes no PatchCore detector); ``feddymem``.
 * ``ablation``: Table III: FedDyMem without the projection, without the generator, with
   the position-wise mean instead of k-means, with k-means' own centre order, and whole.
-* ``dev`` (issue 29, seeds 100-102): FedDyMem with and without the scale floor, its
+* ``dev`` (seeds 100-102): FedDyMem with and without the scale floor, its
   memory features' scale per round (training data).
-* ``eval`` (issue 29, pre-registered, see :data:`EVAL`): FedAvg with the autoencoder and
+* ``eval`` (pre-registered, see :data:`EVAL`): FedAvg with the autoencoder and
   the PatchCore-style detector, FedDyMem with today's defaults and as the paper reads.
-* ``dev2``, ``eval2`` (issue 29, second session), ``dev3`` (dev seeds 100-102: the spread
+* ``dev2``, ``eval2`` (:data:`DEV2`, :data:`EVAL2`), ``dev3`` (dev seeds 100-102: the spread
   division, :data:`DEV3`), ``eval3`` (pre-registered, 20 rounds: :data:`EVAL3`),
   ``stride4`` (dev seed 100: stride-4 features for both detectors, :data:`STRIDE4`).
 * ``norm``: FedDyMem as it is and with ``score_norm = "train"`` (each client's maps and
@@ -71,16 +71,16 @@ NORM: list[Method] = [
     ("feddymem-score-norm", "feddymem", {"score_norm": "train"}, None),
 ]
 OLD = {"score_norm": "none", "bank_dtype": "float32"}
-"""FedDyMem's defaults before issue 29 (no repulsion, no neighbourhood mean)."""
+"""FedDyMem's earlier defaults (no repulsion, no neighbourhood mean)."""
 DEV: list[Method] = [
     ("feddymem-keep-scale-0", "feddymem", {"keep_scale": 0.0}, None),
     ("feddymem", "feddymem", {}, None),
 ]
-"""Development rows (issue 29), run on seeds 100-102 only, before the evaluation: whether
+"""Development rows, run on seeds 100-102 only, before the evaluation: whether
 the scale floor (``keep_scale = 1``) keeps the memory features' scale over 20 rounds
 (training data: the logged ``scale``), see docs/methods/feddymem.md."""
 PAPER = {"keep_scale": 0.0, "neighbourhood": 1, "score_norm": "none", "bank_dtype": "float32"}
-"""FedDyMem as it was before issue 29 (eq. 12 alone, no neighbourhood mean, raw scores,
+"""FedDyMem in its earlier form (eq. 12 alone, no neighbourhood mean, raw scores,
 float32 banks): the paper read literally."""
 EVAL: list[Method] = [
     ("fedavg-ae", "fedavg", {}, "autoencoder"),
@@ -88,7 +88,7 @@ EVAL: list[Method] = [
     ("feddymem", "feddymem", {}, None),
     ("feddymem-paper", "feddymem", PAPER, None),
 ]
-"""Issue 29's evaluation, pre-registered (committed before it ran): seeds 0-4, ``textures``,
+"""Evaluation ``eval``, pre-registered (committed before it ran): seeds 0-4, ``textures``,
 Dirichlet 0.1 over 5 clients, default parameters, own local tests, 10 rounds with
 ``--eval-every 5`` (pooled AUROC at rounds 5 and 10); the shared-test protocol
 (``--local-test shared``) for ``fedavg-ae``, ``fedavg-patchcore`` and ``feddymem``, seeds
@@ -105,8 +105,8 @@ DEV2: list[Method] = [
     ("feddymem-nofloor-nb3", "feddymem", {"keep_scale": 0.0, "neighbourhood": 3}, None),
     ("feddymem-nofloor-nb1", "feddymem", {"keep_scale": 0.0, "neighbourhood": 1}, None),
 ]
-"""Development rows after the scale floor moved from the features' norm to their spread
-(issue 29): dev seed 100 only, 10 rounds, ``--eval-every 5``."""
+"""Development rows after the scale floor moved from the features' norm to their spread:
+dev seed 100 only, 10 rounds, ``--eval-every 5``."""
 NO_FLOOR = {"keep_scale": 0.0}
 EVAL2: list[Method] = [
     ("fedavg-ae", "fedavg", {}, "autoencoder"),
@@ -114,7 +114,7 @@ EVAL2: list[Method] = [
     ("feddymem-nb3", "feddymem", {**NO_FLOOR, "neighbourhood": 3}, None),
     ("feddymem-nb1", "feddymem", {**NO_FLOOR, "neighbourhood": 1}, None),
 ]
-"""Issue 29's second evaluation (after dev seed 100 showed the scale floor ruining
+"""Evaluation ``eval2`` (after dev seed 100 showed the scale floor ruining
 detection): both candidate FedDyMem defaults (no floor; score_norm train, float16 banks;
 3 x 3 neighbourhood mean or none), the default picked on dev seed 100 alone, both reported.
 Seeds 0-4, own tests, 10 rounds, ``--eval-every 5``."""
@@ -123,7 +123,7 @@ DEV3: list[Method] = [
     ("feddymem-spread", "feddymem", {"feature_norm": "spread"}, None),
     ("feddymem-spread-raw", "feddymem", {"feature_norm": "spread", "score_norm": "none"}, None),
 ]
-"""Development rows (issue 29, third session): whether dividing the memory features by the
+"""Development rows: whether dividing the memory features by the
 client's training spread after each round (``feature_norm = "spread"``) stops their
 collapse without costing detection, with and without the score normalisation; dev seed
 100-102, 20 rounds, ``--eval-every 5``. (A per-channel BatchNorm, ``"batch"`` in commit
@@ -141,12 +141,12 @@ EVAL3: list[Method] = [
     ("feddymem", "feddymem", {}, None),
     ("feddymem-no-spread", "feddymem", {"feature_norm": "none", "score_norm": "train"}, None),
 ]
-"""Issue 29's third evaluation, pre-registered (committed before it ran), after the dev3
+"""Evaluation ``eval3``, pre-registered (committed before it ran), after the dev3
 rule picked ``feature_norm = "spread"`` with raw scores as FedDyMem's defaults (dev seeds
-100-102, round 20: pooled 0.940 against 0.942 for the second session's defaults, pixel
+100-102, round 20: pooled 0.940 against 0.942 for the ``eval2`` defaults, pixel
 0.961 against 0.958): seeds 0-4, ``textures``, Dirichlet 0.1 over 5 clients, default
 parameters, **20 rounds** with ``--eval-every 5`` (pooled AUROC at rounds 5, 10, 15, 20),
-own local tests, all four rows in one run; ``feddymem-no-spread`` is the second session's
+own local tests, all four rows in one run; ``feddymem-no-spread`` is the ``eval2``
 defaults (eq. 12 alone, scores normalised on training scores). The shared-test protocol
 (``--local-test shared --only fedavg-ae fedavg-patchcore feddymem``), seeds 0-4, 20
 rounds, as a second run started at the same time. Criteria: ``feddymem`` pooled image
@@ -156,9 +156,9 @@ on pixel AUROC; fewer bytes up than ``fedavg-patchcore``; its mean pooled AUROC 
 DEV4: list[Method] = [
     ("feddymem", "feddymem", {}, None),
 ]
-"""Issue 29, third session, after eval3's seed 0 showed FedDyMem's pooled AUROC falling
-after round 10 (0.939 / 0.948 / 0.935 / 0.920 at rounds 5 / 10 / 15 / 20; with the second
-session's defaults 0.930 at round 20): dev seeds 100-102, 20 rounds, with
+"""After eval3's seed 0 showed FedDyMem's pooled AUROC falling after round 10 (0.939 /
+0.948 / 0.935 / 0.920 at rounds 5 / 10 / 15 / 20; with the ``eval2`` defaults 0.930 at
+round 20): dev seeds 100-102, 20 rounds, with
 ``final_bank = "fresh"`` (the default now). A diagnostic on the dev3 runs' final networks
 (a global bank rebuilt from their own training features) had lifted round 20 from 0.935,
 0.949, 0.937 to 0.939, 0.955, 0.939, back to round 5's level: the bank, an average over
@@ -168,7 +168,7 @@ EVAL4: list[Method] = [
     ("fedavg-patchcore", "fedavg", {}, "patchcore"),
     ("feddymem", "feddymem", {}, None),
 ]
-"""Issue 29's fourth evaluation, pre-registered (committed before it ran), replacing eval3
+"""Evaluation ``eval4``, pre-registered (committed before it ran), replacing eval3
 (stopped after seed 0, numbers in docs/methods/feddymem.md): today's defaults
 (``feature_norm = "spread"``, raw scores, ``final_bank = "fresh"``, float16 banks),
 seeds 0-4, ``textures``, Dirichlet 0.1 over 5 clients, 20 rounds, ``--eval-every 5``,
@@ -183,7 +183,7 @@ STRIDE4: list[Method] = [
     ("feddymem", "feddymem", {}, None),
     ("feddymem-s4-c40", "feddymem", {"stages": [2, 3, 5], "channels": 40}, None),
 ]
-"""What stride 4 adds (issue 29, item 3), on dev seed 100, 10 rounds: EfficientNet-Lite0
+"""What stride 4 adds, on dev seed 100, 10 rounds: EfficientNet-Lite0
 stages 2, 3, 5 (24 + 40 + 112 channels at stride 4) for the PatchCore-style detector and
 for FedDyMem; FedDyMem's bank then has 4 times the entries, so its memory is cut to 40
 channels to stay under FedAvg-PatchCore's upload (1,024 x 40 x 2 = 81,920 bytes)."""
@@ -191,7 +191,7 @@ DEV5: list[Method] = [
     ("feddymem", "feddymem", {"lr_schedule": "constant"}, None),
     ("feddymem-cosine", "feddymem", {"lr_schedule": "cosine"}, None),
 ]
-"""Issue 29, fifth session: eval4's one unmet criterion is the late-round drift (mean pooled
+"""After eval4: its one unmet criterion is the late-round drift (mean pooled
 AUROC 0.944 at round 5, 0.941 at round 20; seed 0 0.940 -> 0.925, the networks keep
 moving after detection peaks around round 10). Candidate: a cosine schedule of Adam's
 learning rate over the run's rounds (``lr_schedule = "cosine"``), so that the networks
@@ -205,7 +205,7 @@ over seeds 100-102, its mean pooled image AUROC at round 20 is at least its mean
 the constant row's minus 0.003; otherwise it stays an option. Then the evaluation
 (:data:`EVAL5`) runs with whichever default the rule leaves."""
 EVAL5: list[Method] = EVAL4
-"""Issue 29's fifth evaluation, registered before it runs, with the defaults :data:`DEV5`'s
+"""Evaluation ``eval5``, registered before it runs, with the defaults :data:`DEV5`'s
 rule left: ``lr_schedule = "cosine"`` (dev5, seeds 100-102, pooled image AUROC at rounds
 5 / 10 / 15 / 20: cosine 0.944 / 0.953 / 0.958 / 0.959 against constant 0.944 / 0.948 /
 0.946 / 0.944; pixel 0.967 against 0.962; the constant row equals dev4's to the last digit).

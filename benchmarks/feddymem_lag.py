@@ -1,4 +1,4 @@
-"""Does FedDyMem's final global bank lag its final networks? (issue 29, development only)
+"""Does FedDyMem's final global bank lag its final networks? (development only)
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/feddymem_lag.py RUN_SEED_DIR LABEL
 

@@ -456,7 +456,7 @@ PLUS_ROWS: list[Method] = [
 whole model but the input layers: the paper's communication comparison) and ``fgad-plus``
 with no params."""
 PLUS_BASELINES = ("self-train", "fedavg-svdd", "gcfl")
-"""The baselines of issue 30's criterion: the best of ``local`` / ``fedavg`` + Deep SVDD and
+"""The baselines of ``fgad-plus``'s criterion: the best of ``local`` / ``fedavg`` + Deep SVDD and
 ``gcfl`` in the same run."""
 PLUS_ABLATION: list[Method] = [
     ("plus-without-student-ad", "fgad-plus", {"student_ad": 0.0}, None),
@@ -497,8 +497,8 @@ def plus_rows(suite: str) -> list[Method]:
 
 
 def plus_verdict(rows: dict[str, Any]) -> dict[str, Any]:
-    """Issue 30's criterion on a ``plus-*`` summary: ``fgad-plus``'s client-mean AUC (mean over
-    the seeds) at least :data:`MARGIN` above the best of :data:`PLUS_BASELINES`, and its
+    """The registered criterion on a ``plus-*`` summary: ``fgad-plus``'s client-mean AUC (mean
+    over the seeds) at least :data:`MARGIN` above the best of :data:`PLUS_BASELINES`, and its
     upload per client and round no more than ``fgad``'s; per seed, descriptive."""
     best = max(PLUS_BASELINES, key=lambda lab: rows[lab]["client_auroc"])
     plus, base = rows["fgad-plus"]["client_auroc"], rows[best]["client_auroc"]

@@ -1,4 +1,4 @@
-"""FGAD's 200-round setting in one call of a lent GPU machine (issue 30, item 5), in a budget.
+"""FGAD's 200-round setting in one call of a lent GPU machine, in a budget.
 
     python3 benchmarks/fgad_gpu.py OUT_DIR [--budget 270] [--rounds 200] [--smoke]
 

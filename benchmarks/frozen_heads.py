@@ -10,8 +10,8 @@ and what the ``pretrained`` detector uses) at ``--size`` px, and scores each cli
 test set with heads fit on its own training features only:
 
 * ``knn``: the ``pretrained`` detector's default (mean distance to the 2 nearest);
-* ``std``: Ledoit-Wolf Gaussian on per-feature standardised features (ProtoFL's Gaussian
-  head until issue 28's seventh session);
+* ``std``: Ledoit-Wolf Gaussian on per-feature standardised features (ProtoFL's earlier
+  Gaussian head);
 * ``centred``: the same Gaussian on the features as they are (centred only);
 * ``l2``: the same on L2-normalised features (``normalize = "l2"``);
 * ``l2-std``: L2-normalised, then standardised.

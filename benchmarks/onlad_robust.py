@@ -7,7 +7,7 @@ Settings (one config each, every method of the config on the same federation per
 
 * ``tops``: ``configs/onlad_robust_fashion_tops.toml`` — Fashion-MNIST, normal 0,2,3,5,7
   (T-shirt, pullover, dress, sandal, sneaker), anomalies 1,4,6,8,9, six clients, Dirichlet
-  alpha = 0.5, 1,000 images per client: the federation of issue 26;
+  alpha = 0.5, 1,000 images per client;
 * ``fashion``: ``configs/onlad_robust_fashion.toml`` — Fashion-MNIST, normal 1,3,5,7,9,
   anomalies 0,2,4,6,8, otherwise the same;
 * ``satellite``: ``configs/onlad_robust_satellite.toml`` — ODDS satellite, six clients, IID;

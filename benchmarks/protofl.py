@@ -1,4 +1,4 @@
-"""ProtoFL on one-vs-rest federations: the issue's benchmark, side by side with its baselines.
+"""ProtoFL on one-vs-rest federations, side by side with its baselines.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/protofl.py
         --suite fashion|digits|ablation|dev|eval|odds|heads|eval2|tables
@@ -12,8 +12,8 @@ federation per seed: 10 clients, client k holds only class k (``scheme = "one-vs
 its local test set its own held-out class as normals and every other class as anomalies;
 the pooled metric is the mean over clients (the papers' convention).
 
-* ``fashion``: Fashion-MNIST, ``max_train_per_client = 600`` (the issue's 600 images per
-  class), the pooled test set capped at ``--max-test`` (keeping every class's share, so
+* ``fashion``: Fashion-MNIST, ``max_train_per_client = 600`` (600 images per class),
+  the pooled test set capped at ``--max-test`` (keeping every class's share, so
   each client scores ``max-test / 10`` normals and the rest anomalies): ``protofl``
   (defaults: the paper's flow head), ``protofl`` with the Gaussian head, the ``phase1 =
   "local"`` baseline (same loss and flow, no FedAvg), ``local`` + ``pretrained`` (frozen
@@ -28,25 +28,25 @@ the pooled metric is the mean over clients (the papers' convention).
   phase 1 switched off (``lr = 1e-9``: the heads on the seeded, untrained encoder), which
   says how much of the result the federated training contributes.
 
-Issue 28 (2026-11-26), registered before the runs they name:
+Registered before the runs they name (2026-11-26):
 
 * ``dev``: the development federation, the only one anything was chosen on: Fashion-MNIST
-  one-vs-rest as in ``fashion``, ``--first-seed 100 --seeds 1``, 8 rounds (the issue's
-  run): the ``efficientnet`` trunk (flow and Gaussian heads; phase 1 off, ``lr = 1e-9``;
-  ``phase1 = "local"``), the CNN trunk with today's defaults, ``local`` + ``pretrained``
-  and ``fedavg`` + ``deepsvdd`` beside them, wall time of each in the same run.
+  one-vs-rest as in ``fashion``, ``--first-seed 100 --seeds 1``, 8 rounds (as an
+  earlier reported run): the ``efficientnet`` trunk (flow and Gaussian heads; phase 1 off,
+  ``lr = 1e-9``; ``phase1 = "local"``), the CNN trunk with today's defaults, ``local`` +
+  ``pretrained`` and ``fedavg`` + ``deepsvdd`` beside them, wall time of each in the same run.
 * ``eval``: the evaluation, run once after the choices were made on ``dev``: the same
-  federation at seeds 0-4 (``--seeds 5``, 8 rounds, default params; seed 0 is the issue's
-  own report, where no choice of ours was made), ``protofl`` with its defaults and the
+  federation at seeds 0-4 (``--seeds 5``, 8 rounds, default params; seed 0 is an earlier
+  reported run's, where no choice of ours was made), ``protofl`` with its defaults and the
   ``efficientnet`` trunk's ablation (phase 1 off, local training only) beside ``local`` +
-  ``pretrained`` and ``fedavg`` + ``deepsvdd``. The criteria (issue 28): mean per-client
+  ``pretrained`` and ``fedavg`` + ``deepsvdd``. The criteria: mean per-client
   AUROC >= 0.94, >= ``local`` + ``pretrained``, >= ``fedavg`` + ``deepsvdd`` + 0.05, in at
   most 8x the seconds of ``fedavg`` + ``deepsvdd`` (metrics.json's ``seconds``: a method's
   whole cost, measured in the same run).
 * ``odds``: ProtoFL on a table with the MLP trunk beside the generic baselines: ODDS
   satellite, ``scheme = "iid"``, 5 clients, 10 rounds, seeds 0-4, default params.
 
-Issue 28, seventh session (2026-11-26), registered before it runs:
+Registered before it runs, after the heads changed (2026-11-26):
 
 * ``heads``: the development federation of ``dev`` (seed 100, 8 rounds) after the heads
   changed (the Gaussian head centred, not standardised; ``normalize = "auto"``: L2 for the
@@ -62,13 +62,13 @@ Issue 28, seventh session (2026-11-26), registered before it runs:
 * ``eval2``: after ``heads`` (its rule kept the defaults: the federated row lost 0.033 to
   the untrained one), the same federation at seeds 0-4 (8 rounds) with today's heads: the
   ``efficientnet`` trunk with the Gaussian head untrained, at the paper's optimiser and at
-  the default one, beside ``local`` + ``pretrained`` (k-NN, the issue's reference), the
+  the default one, beside ``local`` + ``pretrained`` (k-NN, the criteria's reference), the
   same frozen features with that detector's Gaussian score (``score = "gaussian"``: what a
   purely local Gaussian on the off-the-shelf features gives, to separate the head's gain
   from anything the federation adds) and ``fedavg`` + ``deepsvdd``. ``protofl``'s defaults
   (the CNN trunk and the flow: unchanged by the head change) are in ``eval``.
 
-Eleventh session (2026-11-27), registered before it runs:
+Registered before it runs (2026-11-27):
 
 * ``tables``: ProtoFL's MLP trunk on tables with and without its group norm
   (``vector_norm``). Found by an edge-case sweep of every method with no params: on

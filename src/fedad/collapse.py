@@ -4,7 +4,7 @@ A contrastive (InfoNCE-type) loss whose representations all point the same way t
 value whatever the weights: :math:`\\log(N - 1)` for SimCLR's pairs, in general the mean
 over the anchors of :math:`\\log(P_a + N_a)` (``fedad.components.losses.collapsed_loss``).
 A loss that stays there means the encoder is not learning, whatever the AUROC says
-(FADngs's group-norm encoder sat there for a whole run before issue 27).
+(FADngs's earlier group-norm encoder, with no norm in its head, sat there for a whole run).
 
 Methods that train such a loss log three columns per round in their history (the
 convention this module reads; nothing else needs to change for a new method):

@@ -121,7 +121,7 @@ class ProjectionHead(nn.Module):
     linear - BN - ReLU - linear as in SimCLR (Chen et al. 2020, its code's head) with
     ``norm = "batch"``, linear - ReLU - linear with ``norm = "none"``.
 
-    Why the batch norm (``"batch"``, FADngs's default since issue 27). Group norm in the
+    Why the batch norm (``"batch"``, FADngs's default; the older head had none). Group norm in the
     backbone centres no feature across samples: after the last ReLU and the average pooling
     every image shares one large common vector (on Fashion-MNIST at initialisation: mean
     feature norm 9.6 against a per-dimension spread of 0.055), so every :math:`z` points the

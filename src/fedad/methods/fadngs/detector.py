@@ -81,14 +81,14 @@ class FADngsDetectorParams(DetectorParams):
     @model_validator(mode="before")
     @classmethod
     def _before_head_norm(cls, data: Any) -> Any:
-        """A checkpoint written before ``head_norm`` existed (issue 27) has a head without
-        a norm, and one written before ``stem_stride`` a stem at stride 1: read their
-        absence so, so that such runs still load and score as they did."""
+        """A checkpoint written before ``head_norm`` existed has a head without a norm, and
+        one written before ``stem_stride`` a stem at stride 1: read their absence so, so that
+        such runs still load and score as they did."""
         if isinstance(data, dict) and "head_norm" not in data and "input_shape" in data:
             data = {**data, "head_norm": "none"}
         if isinstance(data, dict) and "stem_stride" not in data and "input_shape" in data:
-            # written before ``stem_stride`` existed (issue 27, sixth session): its encoder
-            # ran the stem at stride 1; the weights alone cannot tell
+            # written before ``stem_stride`` existed: its encoder ran the stem at stride 1;
+            # the weights alone cannot tell
             data = {**data, "stem_stride": 1}
         return data
 

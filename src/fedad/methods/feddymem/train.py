@@ -49,8 +49,8 @@ def feature_scale(memories: np.ndarray) -> float:
 def cosine_factor(t: int, rounds: int) -> float:
     """Round ``t``'s (1-based) multiplier of the learning rate under a cosine schedule over
     ``rounds`` rounds, ``(1 + cos(pi (t - 1) / rounds)) / 2``: 1 in round 1, falling to
-    ``(1 + cos(pi (rounds - 1) / rounds)) / 2 > 0`` in the last (not in the paper; issue 29:
-    the networks keep moving after the detection has peaked)."""
+    ``(1 + cos(pi (rounds - 1) / rounds)) / 2 > 0`` in the last (not in the paper: without
+    it the networks keep moving after the detection has peaked)."""
     if rounds < 1 or not 1 <= t <= rounds:
         raise ValueError(f"round {t} is outside 1..{rounds}")
     return 0.5 * (1.0 + float(np.cos(np.pi * (t - 1) / rounds)))

@@ -2,7 +2,7 @@
 
 Paper label ``FedUV``: Hosseini, Park, Yun, Louizos, Soriaga, Welling, *Federated Learning of
 User Verification Models Without Sharing Embeddings* (ICML 2021, arXiv:2104.08776). A
-baseline of ProtoFL (issue 10, item 8). Each client holds one user's data (one class) and a
+baseline of ProtoFL (its reference [17]). Each client holds one user's data (one class) and a
 secret code; the shared network is trained so that each client's outputs correlate with its
 own code, with a positive loss only, so no client or server needs anyone's embeddings or
 code. The paper's text is not in the repository: the reduction below follows its

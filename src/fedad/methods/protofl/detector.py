@@ -117,10 +117,9 @@ class ProtoFLDetectorParams(DetectorParams):
     @model_validator(mode="before")
     @classmethod
     def _older_checkpoint(cls, data: Any) -> Any:
-        """A checkpoint written before ``normalize`` existed (issue 28, seventh session) fit
-        its head on unnormalised representations, and one written before ``vector_norm``
-        has group norm in its MLP trunk: read their absence so, so that it scores as it
-        did."""
+        """A checkpoint written before ``normalize`` existed fit its head on unnormalised
+        representations, and one written before ``vector_norm`` has group norm in its MLP
+        trunk: read their absence so, so that it scores as it did."""
         if isinstance(data, dict) and "normalize" not in data and "input_shape" in data:
             data = {**data, "normalize": "none"}
         if isinstance(data, dict) and "vector_norm" not in data and "input_shape" in data:
@@ -584,4 +583,3 @@ class ProtoFLDetector(BaseDetector):
         """Everything but the trunk (what a client keeps of its own after phase 2)."""
         return {k: v for k, v in self.get_arrays().items()
                 if not k.startswith("trunk.") and k != "threshold_"}  # fmt: skip
-
