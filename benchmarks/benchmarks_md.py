@@ -30,7 +30,13 @@ def _mean(rows: list[dict[str, Any]], key: str) -> tuple[float, float] | None:
     return statistics.fmean(vals), statistics.pstdev(vals)
 
 
-def family_section(rows: list[dict[str, Any]]) -> str:
+def _paused(folder: Path) -> set[tuple[str, str, int]]:
+    f = folder / "paused.json"
+    rows = json.loads(f.read_text()) if f.exists() else []
+    return {(r["federation"], r["label"], int(r["seed"])) for r in rows}
+
+
+def family_section(rows: list[dict[str, Any]], paused: set[tuple[str, str, int]]) -> str:
     out = []
     for kr in rank_kinds(rows):
         mine = [r for r in rows if r.get("kind") == kr.kind]
@@ -39,7 +45,8 @@ def family_section(rows: list[dict[str, Any]]) -> str:
         out.append("|---:|---|---:|---:|---:|---:|")
         for i, lab in enumerate(kr.labels, 1):
             rs = [r for r in mine if r["label"] == lab]
-            q, t, m = _mean(rs, "auroc"), _mean(rs, "seconds"), _mean(rs, "peak_mb")
+            timed = [r for r in rs if (r["federation"], lab, int(r["seed"])) not in paused]
+            q, t, m = _mean(rs, "auroc"), _mean(timed, "seconds"), _mean(rs, "peak_mb")
             out.append(
                 f"| {i} | {lab} | {kr.mean_rank[lab]:.2f} | "
                 f"{q[0]:.3f} ± {q[1]:.3f} | {t[0]:.1f} | {m[0]:.0f} |"
@@ -69,7 +76,7 @@ def main() -> None:
         rows = read_results(folder / "results.csv")
         seeds = ", ".join(str(s) for s in meta.get("seeds", []))
         parts.append(f"## {meta.get('suite')} (seeds {seeds}, {len(rows)} rows)\n")
-        parts.append(family_section(rows))
+        parts.append(family_section(rows, _paused(folder)))
     sys.stdout.write("\n".join(parts))
 
 
