@@ -71,7 +71,7 @@ class FGADParams(Params):
     """``[methods.params]`` of ``fgad``; every default works on any data set size."""
 
     local_epochs: int = Field(default=1, ge=1, le=10_000, description="eq. 13 epochs per round")
-    pretrain_epochs: int = Field(default=10, ge=0, le=10_000, description="eq. 10, once")
+    pretrain_epochs: int = shared_field(FGADDetectorParams, "pretrain_epochs", "eq. 10, once")
     batch_size: int = shared_field(FGADDetectorParams, "batch_size")
     lr: float = shared_field(FGADDetectorParams, "lr", description="Adam")
     weight_decay: float = shared_field(FGADDetectorParams, "weight_decay")
