@@ -68,3 +68,18 @@ def test_a_target_that_is_neither_is_one_line(tmp_path: Path) -> None:
     bad.write_text('seed = 0\n[data]\nname = "breast_cancer"\nrounds_typo = 3\n')
     with pytest.raises(ConfigError):
         load_target(str(bad), [])
+
+
+def test_a_top_level_table_in_a_suite_file_is_refused_not_ignored(tmp_path: Path) -> None:
+    """`--set engine.device=cuda` on a suite file (or an [engine] table beside [suite])
+    would apply to no federation: one line saying where it goes; per federation it works."""
+    suite = tmp_path / "mine.toml"
+    suite.write_text(
+        '[suite]\nseeds = [0]\n[[federations]]\nname = "a"\n'
+        '[federations.data]\nname = "breast_cancer"\n'
+        '[federations.partition]\nscheme = "iid"\nclients = 2\n'
+    )
+    with pytest.raises(ConfigError, match=r"'engine' at the top level applies to no federation"):
+        load_target(str(suite), ["engine.device=cuda"])
+    one = load_target(str(suite), ["federations.0.engine.device=cpu"])
+    assert one.federations[0].raw["engine"]["device"] == "cpu"

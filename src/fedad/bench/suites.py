@@ -109,6 +109,12 @@ def _federation(raw: Any, where: str, default_name: str) -> Federation:
 
 def parse_suite(raw: dict[str, Any], name: str, source: str = "") -> Suite:
     """A suite from its TOML tables; a problem is a one-line :class:`ConfigError`."""
+    stray_tables = sorted(set(raw) - {"suite", "federations"})
+    if stray_tables:
+        raise ConfigError(
+            f"suite '{name}': {stray_tables[0]!r} at the top level applies to no federation",
+            f"put it in each [[federations]] table (--set federations.N.{stray_tables[0]}...)",
+        )
     head = raw.get("suite", {})
     if not isinstance(head, dict) or set(head) - _SUITE_KEYS:
         stray = sorted(set(head) - _SUITE_KEYS) if isinstance(head, dict) else ["suite"]
