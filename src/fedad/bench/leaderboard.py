@@ -152,7 +152,9 @@ def _cost_figure(kr: KindRanks, rows: Sequence[dict[str, Any]]) -> str:
     )
 
 
-def _kind_section(kr: KindRanks, rows: Sequence[dict[str, Any]]) -> str:
+def _kind_section(kr: KindRanks, rows: Sequence[dict[str, Any]], note: bool = True) -> str:
+    """One family's ranks, test and cost figure; ``note = False`` leaves out its sentence
+    (a page of one family already has it at the top)."""
     by_label = _by(rows, "label")
     lines = []
     for i, lab in enumerate(kr.labels, 1):
@@ -178,7 +180,9 @@ def _kind_section(kr: KindRanks, rows: Sequence[dict[str, Any]]) -> str:
         else ""
     )
     return (
-        f"<h2>{esc(kr.kind)} data</h2><p class='note'>{esc(kr.note)}</p>{test}"
+        f"<h2>{esc(kr.kind)} data</h2>"
+        + (f"<p class='note'>{esc(kr.note)}</p>" if note else "")
+        + f"{test}"
         "<table><tr><th>rank</th><th>method</th><th>average rank</th><th>mean AUROC</th>"
         f"<th>mean seconds</th></tr>{''.join(lines)}</table>{left}{_cost_figure(kr, rows)}"
     )
@@ -209,7 +213,8 @@ def render_leaderboard(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "federation × seed; mean ± std over seeds.</p>"
     )
     kind_html = "".join(
-        _kind_section(kinds[k], [r for r in rows if str(r.get("kind")) == k]) for k in kinds
+        _kind_section(kinds[k], [r for r in rows if str(r.get("kind")) == k], len(kinds) > 1)
+        for k in kinds
     )
     feds = _by(rows, "federation")
     fed_html = "".join(_federation_table(name, rs) for name, rs in feds.items())
