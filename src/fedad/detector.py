@@ -74,10 +74,13 @@ class ContaminationParams(DetectorParams):
 
 
 def shared_field(model: type[BaseModel], name: str, description: str | None = None) -> Any:
-    """A copy of field ``name`` of ``model`` (its default, bounds and description), with
-    its own ``description`` where given: a method's params declare ``hidden: int =
-    shared_field(FGADDetectorParams, "hidden")`` and so take the detector's declaration
-    instead of writing it again (the contract test checks that the types agree)."""
+    """A copy of field ``name`` of ``model`` (its default, bounds, description and the
+    validators of its ``Annotated`` type), with its own ``description`` where given: a
+    method's params declare ``hidden: int = shared_field(FGADDetectorParams, "hidden")``
+    and so take the detector's declaration instead of writing it again (the contract test
+    checks that the types agree). A ``field_validator`` of ``model`` is not part of the
+    field: write such a check into the field's type (``Annotated[int,
+    AfterValidator(f)]``) so that it travels with the copy."""
     info = copy.deepcopy(model.model_fields[name])
     if description is not None:
         info.description = description

@@ -231,3 +231,18 @@ def test_a_crafted_lr_scale_is_refused() -> None:
     msg = Message("train", {"bank": bank}, {"round": 2, "lr_scale": 1e6})
     with pytest.raises(ValueError, match="lr_scale"):
         algo.client_train(out.client_states[0], fed.clients[0], msg)
+
+
+@pytest.mark.parametrize("side", [0, 2, 4])
+def test_the_methods_neighbourhood_is_checked_as_the_detectors(side: int) -> None:
+    """The method's field is the detector's (shared_field) and so is its check: an even
+    window has no centre."""
+    from pydantic import ValidationError
+
+    from fedad.methods.feddymem.detector import FedDyMemDetectorParams
+    from fedad.methods.feddymem.federated import FedDyMemParams
+
+    for model in (FedDyMemParams, FedDyMemDetectorParams):
+        with pytest.raises(ValidationError):
+            model(neighbourhood=side)
+        assert model(neighbourhood=side + 1).neighbourhood == side + 1

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from fedad.components.nn.patchscore import anomaly_maps, image_scores
 from fedad.detector import (
@@ -71,6 +71,17 @@ stride 4 makes it, and every upload, 4 times larger (1,024 entries at 128 pixels
 Backbone = Literal["efficientnet-lite0", "wide_resnet50_2"]
 
 
+def _odd_side(v: int) -> int:
+    if v % 2 != 1:
+        raise ValueError("neighbourhood must be an odd side (1: none, 3: 3 x 3)")
+    return v
+
+
+OddSide = Annotated[int, AfterValidator(_odd_side)]
+"""A window's side: odd, so that it has a centre. Part of the type, so that a method's
+params that share the field (:func:`fedad.detector.shared_field`) check it too."""
+
+
 class FedDyMemDetectorParams(DetectorParams):
     """The ``__init__`` arguments of :class:`FedDyMemDetector`, as a checkpoint may give them."""
 
@@ -94,16 +105,9 @@ class FedDyMemDetectorParams(DetectorParams):
     score_norm: ScoreNorm = "none"
     feature_norm: FeatureNorm = "none"
     keep_scale: float = Field(default=0.0, ge=0.0, le=1e6)
-    neighbourhood: int = Field(default=1, ge=1, le=7)
+    neighbourhood: OddSide = Field(default=1, ge=1, le=7)
     contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
-
-    @field_validator("neighbourhood")
-    @classmethod
-    def _odd(cls, v: int) -> int:
-        if v % 2 != 1:
-            raise ValueError("neighbourhood must be an odd side (1: none, 3: 3 x 3)")
-        return v
 
     @field_validator("stages")
     @classmethod

@@ -150,13 +150,6 @@ class FedDyMemParams(Params):
         default="matched", description="how k-means centres are placed on the H x W map"
     )
 
-    @field_validator("neighbourhood")
-    @classmethod
-    def _odd(cls, v: int) -> int:
-        if v % 2 != 1:
-            raise ValueError("neighbourhood must be an odd side (1: none, 3: 3 x 3)")
-        return v
-
     @field_validator("stages")
     @classmethod
     def _stages_of_backbone(cls, v: list[int] | None, info: ValidationInfo) -> list[int] | None:
