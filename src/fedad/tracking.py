@@ -136,7 +136,7 @@ def _outside(target: str, out: Path) -> None:
     if where == run or run in where.parents:
         raise FedadError(
             f"[tracking] mlflow {target!r} lies inside the run's folder '{out}'",
-            "give a store outside --out, e.g. mlflow = \"mlruns\"",
+            'give a store outside --out, e.g. mlflow = "mlruns"',
         )
 
 

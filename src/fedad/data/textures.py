@@ -87,7 +87,7 @@ def _eval_sources(pattern_dir: Path) -> list[tuple[str, np.ndarray, bool]]:
     missing = [rel for _, rel in EVAL_TYPES if not (pattern_dir / rel).is_file()]
     if missing:
         raise DataError(
-            f"textures: data.part = \"eval\" needs gimp-data's patterns, and {missing[0]} is "
+            f'textures: data.part = "eval" needs gimp-data\'s patterns, and {missing[0]} is '
             f"not in {pattern_dir}",
             "install Debian's gimp-data (scripts/setup.sh does), or give data.path",
         )
