@@ -9,6 +9,7 @@ quickstart: setup
 
 test: setup
 	.venv/bin/ruff check src tests benchmarks
+	.venv/bin/ruff format --check src tests benchmarks
 	.venv/bin/mypy
 	.venv/bin/pytest
 
