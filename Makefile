@@ -11,6 +11,7 @@ test: setup
 	.venv/bin/ruff check src tests benchmarks
 	.venv/bin/ruff format --check src tests benchmarks
 	.venv/bin/mypy
+	.venv/bin/lint-imports --no-cache
 	.venv/bin/pytest
 
 test-slow: setup
