@@ -291,8 +291,11 @@ def client_level_guarantee(
         }
         return out
     if t == 0:
-        out |= {"epsilon": None, "dp": False,
-                "note": "the method sent no model update for [privacy] to noise"}  # fmt: skip
+        out |= {
+            "epsilon": None,
+            "dp": False,
+            "note": "the method sent no model update for [privacy] to noise",
+        }
         return out
     eps, used = accounted_epsilon(noise_multiplier, k, num_clients, t, delta, accountant)
     server = eps if k == num_clients else dp_epsilon(noise_multiplier, 1, 1, t, delta, accountant)

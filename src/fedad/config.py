@@ -108,8 +108,15 @@ class DataConfig(_Strict):
 
     def loader_options(self) -> dict[str, Any]:
         """The extra keys a loader may take (``None``: not set); see ``load_dataset``."""
-        keys = ("label_column", "client_column", "features", "drop_columns", "split_column",
-                "channels", "skip_bad_files")  # fmt: skip
+        keys = (
+            "label_column",
+            "client_column",
+            "features",
+            "drop_columns",
+            "split_column",
+            "channels",
+            "skip_bad_files",
+        )
         return {k: getattr(self, k) for k in keys}
 
 
@@ -271,9 +278,11 @@ class TrackingConfig(_Strict):
         default="fedad", min_length=1, max_length=256, description="MLflow experiment name"
     )
     run_name: str | None = Field(
-        default=None, min_length=1, max_length=256,
+        default=None,
+        min_length=1,
+        max_length=256,
         description="MLflow run name (default: the output folder's name)",
-    )  # fmt: skip
+    )
 
 
 class MethodConfig(_Strict):

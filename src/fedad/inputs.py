@@ -144,8 +144,10 @@ class Inputs:
         absent = [c for c in self.columns if c not in frame.columns]
         if absent:
             more = f" and {len(absent) - 1} more" if len(absent) > 1 else ""
-            raise FedadError(f"{where} lacks the feature column '{absent[0]}'{more}",
-                             "give every feature column the run was trained on")  # fmt: skip
+            raise FedadError(
+                f"{where} lacks the feature column '{absent[0]}'{more}",
+                "give every feature column the run was trained on",
+            )
         cols: list[np.ndarray] = []
         index = {c: j for j, c in enumerate(self.columns)}
         cat_idx = {index[c]: v for c, v in self.categories.items() if c in index}

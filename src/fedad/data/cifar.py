@@ -30,8 +30,17 @@ from fedad.errors import DataError
 __all__ = ["CIFAR10_CLASSES", "load_cifar10", "read_cifar_batch"]
 
 CIFAR10_CLASSES = (
-    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
-)  # fmt: skip
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+)
 TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_BATCH = "test_batch"
 SUBFOLDER = "cifar-10-batches-py"

@@ -286,11 +286,23 @@ def _register(name: str, description: str) -> None:
     register_dataset(name, description=description, kind="graph", parts="loader")(load)
 
 
-_register("graphs_molecules", "synthetic molecules: ring-and-chain graphs, 7 atom types; "
-          "anomalies rewired / 4-clique / uniform atoms (classes 1-3)")  # fmt: skip
-_register("graphs_proteins", "synthetic proteins: 30-76-residue chains, helix/strand/coil; "
-          "anomalies rewired / 6-clique / no contacts (classes 1-3)")  # fmt: skip
-_register("graphs_social", "synthetic ego networks with communities, degree features; "
-          "anomalies rewired / 8-clique / second hub (classes 1-3)")  # fmt: skip
-_register("graphs_grids", "synthetic lattices with defects, position features; "
-          "anomalies long-range links / 5-clique / triangulated (classes 1-3)")  # fmt: skip
+_register(
+    "graphs_molecules",
+    "synthetic molecules: ring-and-chain graphs, 7 atom types; "
+    "anomalies rewired / 4-clique / uniform atoms (classes 1-3)",
+)
+_register(
+    "graphs_proteins",
+    "synthetic proteins: 30-76-residue chains, helix/strand/coil; "
+    "anomalies rewired / 6-clique / no contacts (classes 1-3)",
+)
+_register(
+    "graphs_social",
+    "synthetic ego networks with communities, degree features; "
+    "anomalies rewired / 8-clique / second hub (classes 1-3)",
+)
+_register(
+    "graphs_grids",
+    "synthetic lattices with defects, position features; "
+    "anomalies long-range links / 5-clique / triangulated (classes 1-3)",
+)

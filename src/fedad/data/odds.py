@@ -115,9 +115,14 @@ def _numeric(frame: Any, where: str) -> np.ndarray:
 
 def _dataset(name: str, x: np.ndarray, anomaly: np.ndarray, columns: Any = ()) -> Dataset:
     return Dataset(
-        name, np.ascontiguousarray(x), anomaly.astype(np.int64), "vector", _CLASSES,
-        fixed_split=True, columns=tuple(str(c) for c in columns),
-    )  # fmt: skip
+        name,
+        np.ascontiguousarray(x),
+        anomaly.astype(np.int64),
+        "vector",
+        _CLASSES,
+        fixed_split=True,
+        columns=tuple(str(c) for c in columns),
+    )
 
 
 def _table(filename: str, path: str | None, name: str, columns: list[str]) -> Any:

@@ -232,9 +232,11 @@ def _round_robin(
         for k, piece in zip(members, np.array_split(pool, max(len(members), 1)), strict=False):
             parts[k] = np.asarray(piece, dtype=np.int64)
     _check_sizes(
-        parts, min_per_client, scheme,
+        parts,
+        min_per_client,
+        scheme,
         "lower partition.clients so that fewer clients share a group, or use more data",
-    )  # fmt: skip
+    )
     return parts
 
 
@@ -294,9 +296,13 @@ def partition(
         return dirichlet(labels, num_clients, rng, alpha=alpha, min_per_client=min_per_client)
     if scheme == "dominant":
         return dominant(
-            labels, num_clients, rng, dominant_fraction=dominant_fraction, classes=classes,
+            labels,
+            num_clients,
+            rng,
+            dominant_fraction=dominant_fraction,
+            classes=classes,
             min_per_client=min_per_client,
-        )  # fmt: skip
+        )
     if scheme in ("one-class", "one-vs-rest"):  # the same training split; tests differ
         return one_class(labels, num_clients, rng, classes=classes, min_per_client=min_per_client)
     if scheme == "by-source":

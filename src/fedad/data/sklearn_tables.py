@@ -52,9 +52,14 @@ def load_breast_cancer(path: str | None = None, size: int | None = None) -> Data
     x, columns, target = _features("breast_cancer")
     anomaly = (target == 0).astype(np.int64)
     return Dataset(
-        "breast_cancer", x, anomaly, "vector", ("normal", "anomaly"),
-        fixed_split=True, columns=columns,
-    )  # fmt: skip
+        "breast_cancer",
+        x,
+        anomaly,
+        "vector",
+        ("normal", "anomaly"),
+        fixed_split=True,
+        columns=columns,
+    )
 
 
 def _classes(name: str) -> Dataset:

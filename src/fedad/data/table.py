@@ -312,8 +312,10 @@ def _load_cached(file: str, size: int, mtime_ns: int, spec: TableSpec) -> Datase
             "set it to the column that holds each row's label (1 = anomaly, or class values)",
         )
     _need(frame, spec.label_column, "data.label_column", path)
-    for key, col in (("data.client_column", spec.client_column),
-                     ("data.split_column", spec.split_column)):  # fmt: skip
+    for key, col in (
+        ("data.client_column", spec.client_column),
+        ("data.split_column", spec.split_column),
+    ):
         if col is not None:
             _need(frame, col, key, path)
     labels = label_values(frame[spec.label_column], "data.label_column", path)
@@ -331,9 +333,16 @@ def _load_cached(file: str, size: int, mtime_ns: int, spec: TableSpec) -> Datase
         group = label_values(frame[spec.client_column], "data.client_column", path)
     if spec.split_column is None:
         return Dataset(
-            "table", x, y, "vector", classes, columns=names, by_value=True, group=group,
+            "table",
+            x,
+            y,
+            "vector",
+            classes,
+            columns=names,
+            by_value=True,
+            group=group,
             categorical=categorical,
-        )  # fmt: skip
+        )
     test = _split(frame, spec.split_column, path)
     return Dataset(
         "table",

@@ -260,12 +260,18 @@ def _build(size: int, pattern_dir: str, part: Part = "all", seed: int = 0) -> Da
         dt.append(np.r_[np.zeros(N_TEST, bool), np.ones(N_DEFECT, bool)])
     x = np.concatenate(xs)
     return Dataset(
-        "textures", x, np.concatenate(ys).astype(np.int64), "image",
-        tuple(name for name, _, _ in sources), x_test=np.concatenate(xt),
+        "textures",
+        x,
+        np.concatenate(ys).astype(np.int64),
+        "image",
+        tuple(name for name, _, _ in sources),
+        x_test=np.concatenate(xt),
         y_test=np.concatenate(yt).astype(np.int64),
-        mask=np.zeros((len(x), size, size), np.uint8), mask_test=np.concatenate(mt),
-        defect=np.zeros(len(x), bool), defect_test=np.concatenate(dt),
-    )  # fmt: skip
+        mask=np.zeros((len(x), size, size), np.uint8),
+        mask_test=np.concatenate(mt),
+        defect=np.zeros(len(x), bool),
+        defect_test=np.concatenate(dt),
+    )
 
 
 @register_dataset(

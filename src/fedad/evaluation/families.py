@@ -387,8 +387,7 @@ def evaluate_replies(
             per = [r[key] for r in out if key in r]
             if not per:
                 continue
-            finite = [float(v) for v in per
-                      if isinstance(v, int | float) and math.isfinite(v)]  # fmt: skip
+            finite = [float(v) for v in per if isinstance(v, int | float) and math.isfinite(v)]
             pooled[key] = float(np.mean(finite)) if finite else None
     return pooled, out
 

@@ -147,9 +147,16 @@ def _one(
         )
     blob = model.SerializeToString()
     entry = ModelEntry(
-        name, members, thresholds, hashlib.sha256(blob).hexdigest(), core.score_dtype,
-        core.maps, check, core.note, core.scale,
-    )  # fmt: skip
+        name,
+        members,
+        thresholds,
+        hashlib.sha256(blob).hexdigest(),
+        core.score_dtype,
+        core.maps,
+        check,
+        core.note,
+        core.scale,
+    )
     return blob, entry, preprocessing(inputs).described
 
 
@@ -248,8 +255,9 @@ def _check_out(out: Path, force: bool) -> None:
             f"--out '{out}' is not empty",
             "choose a new folder, or add --force to replace a previous export there",
         )
-    odd = [e.name for e in entries if not _OURS.fullmatch(e.name) or e.is_symlink()
-           or not e.is_file()]  # fmt: skip
+    odd = [
+        e.name for e in entries if not _OURS.fullmatch(e.name) or e.is_symlink() or not e.is_file()
+    ]
     if odd or not (out / SIDECAR).is_file():
         shown = odd[0] if odd else SIDECAR + " (missing)"
         raise FedadError(

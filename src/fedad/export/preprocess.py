@@ -41,9 +41,26 @@ if TYPE_CHECKING:
 __all__ = ["MISSING_TEXT", "ML_OPSET", "OUTPUT_NAMES", "Preprocessing", "preprocessing"]
 
 MISSING_TEXT: tuple[str, ...] = (
-    "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND",
-    "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null",
-)  # fmt: skip
+    "",
+    "#N/A",
+    "#N/A N/A",
+    "#NA",
+    "-1.#IND",
+    "-1.#QNAN",
+    "-NaN",
+    "-nan",
+    "1.#IND",
+    "1.#QNAN",
+    "<NA>",
+    "N/A",
+    "NA",
+    "NULL",
+    "NaN",
+    "None",
+    "n/a",
+    "nan",
+    "null",
+)
 """The cells pandas reads as missing in a CSV by default (``pandas._libs.parsers.
 STR_NA_VALUES`` of pandas 2 and 3), which is how fedad reads a table file."""
 OUTPUT_NAMES = ("score", "anomaly", "map", "client")
@@ -110,10 +127,15 @@ def preprocessing(inputs: Inputs) -> Preprocessing:
     dims = ["N", *inputs.feature_shape] if inputs.kind == "image" else ["N", width]
     p.inputs.append(onnx.helper.make_tensor_value_info(name, tp.FLOAT, dims))
     p.described.append(
-        {"name": name, "type": "float32", "shape": dims,
-         "what": "images in [0, 1] at the training size" if inputs.kind == "image"
-         else "model inputs, as the detector's score takes them"}
-    )  # fmt: skip
+        {
+            "name": name,
+            "type": "float32",
+            "shape": dims,
+            "what": "images in [0, 1] at the training size"
+            if inputs.kind == "image"
+            else "model inputs, as the detector's score takes them",
+        }
+    )
     p.node("Reshape", [name, p.const("feature_shape", shape)], X)
     return p
 
@@ -137,15 +159,26 @@ def _table(p: Preprocessing, inputs: Inputs) -> str:
         cats = inputs.categories.get(column)
         if cats is None:
             p.inputs.append(onnx.helper.make_tensor_value_info(column, tp.FLOAT, ["N", 1]))
-            p.described.append({"name": column, "type": "float32", "shape": ["N", 1],
-                                "what": "numbers; NaN or infinite = missing"})  # fmt: skip
+            p.described.append(
+                {
+                    "name": column,
+                    "type": "float32",
+                    "shape": ["N", 1],
+                    "what": "numbers; NaN or infinite = missing",
+                }
+            )
             parts.append(column)
             continue
         p.inputs.append(onnx.helper.make_tensor_value_info(column, tp.STRING, ["N", 1]))
         p.described.append(
-            {"name": column, "type": "string", "shape": ["N", 1], "categories": list(cats),
-             "what": "text, stripped; a category not listed encodes as all zeros"}
-        )  # fmt: skip
+            {
+                "name": column,
+                "type": "string",
+                "shape": ["N", 1],
+                "categories": list(cats),
+                "what": "text, stripped; a category not listed encodes as all zeros",
+            }
+        )
         parts.append(_one_hot(p, j, column, cats))
     return p.node("Concat", parts, "encoded", axis=1) if len(parts) > 1 else parts[0]
 
@@ -157,13 +190,23 @@ def _one_hot(p: Preprocessing, j: int, column: str, cats: tuple[str, ...]) -> st
     keys = list(cats) + [m for m in MISSING_TEXT if m not in cats]
     values = list(range(len(cats))) + [MISSING] * (len(keys) - len(cats))
     idx = p.node(
-        "LabelEncoder", [column], f"c{j}/index",
-        keys_strings=keys, values_int64s=values, default_int64=UNKNOWN,
-    )  # fmt: skip
+        "LabelEncoder",
+        [column],
+        f"c{j}/index",
+        keys_strings=keys,
+        values_int64s=values,
+        default_int64=UNKNOWN,
+    )
     if not cats:  # no category kept: no columns (a missing cell then has none to mark)
-        return p.node("Slice", [p.const(f"c{j}/none", np.zeros((1, 0), np.float32)),
-                                p.const(f"c{j}/z", np.array([0])),
-                                p.const(f"c{j}/z2", np.array([0]))], f"c{j}/empty")  # fmt: skip
+        return p.node(
+            "Slice",
+            [
+                p.const(f"c{j}/none", np.zeros((1, 0), np.float32)),
+                p.const(f"c{j}/z", np.array([0])),
+                p.const(f"c{j}/z2", np.array([0])),
+            ],
+            f"c{j}/empty",
+        )
     ids = p.const(f"c{j}/ids", np.arange(len(cats), dtype=np.int64)[None, :])
     hot = p.node("Cast", [p.node("Equal", [idx, ids], f"c{j}/eq")], f"c{j}/hot", to=1)
     gone = p.node("Equal", [idx, p.const(f"c{j}/missing", np.array([[MISSING]]))], f"c{j}/na")

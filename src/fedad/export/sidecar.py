@@ -86,12 +86,22 @@ def sidecar(
         models.append(m)
     outputs = [
         {"name": "score", "type": "float32", "shape": ["N"], "what": "higher = more anomalous"},
-        {"name": "anomaly", "type": "int64", "shape": ["N"],
-         "what": "1 when the score is above the client's threshold (or NaN), else 0"},
-    ]  # fmt: skip
+        {
+            "name": "anomaly",
+            "type": "int64",
+            "shape": ["N"],
+            "what": "1 when the score is above the client's threshold (or NaN), else 0",
+        },
+    ]
     if any(e.maps for e in entries):
-        outputs.append({"name": "map", "type": "float32", "shape": ["N", "H", "W"],
-                        "what": "per-pixel anomaly maps, higher = more anomalous"})  # fmt: skip
+        outputs.append(
+            {
+                "name": "map",
+                "type": "float32",
+                "shape": ["N", "H", "W"],
+                "what": "per-pixel anomaly maps, higher = more anomalous",
+            }
+        )
     data = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,

@@ -83,8 +83,10 @@ class InProcessGrid:
             except (pickle.PicklingError, AttributeError, TypeError, RuntimeError) as err:
                 log.warning(
                     "engine.workers: %s cannot be sent to worker processes (%s); running its "
-                    "clients in this process", algorithm.name, str(err).splitlines()[0][:120],
-                )  # fmt: skip
+                    "clients in this process",
+                    algorithm.name,
+                    str(err).splitlines()[0][:120],
+                )
                 if self._own_pool and pool is not None:
                     pool.close()
         self.node_handlers = {
@@ -429,9 +431,15 @@ def run_inprocess(
     if secagg is not None:
         require_flwr_for_secagg()
     grid = InProcessGrid(
-        algorithm, federation, seed=seed, dropout=dropout, attack=attack, privacy=privacy,
-        workers=workers, pool=pool,
-    )  # fmt: skip
+        algorithm,
+        federation,
+        seed=seed,
+        dropout=dropout,
+        attack=attack,
+        privacy=privacy,
+        workers=workers,
+        pool=pool,
+    )
     try:
         outcome = drive(
             algorithm,

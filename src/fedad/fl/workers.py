@@ -100,10 +100,17 @@ def _serve(conn: Connection, setup: _Setup) -> None:
             try:
                 base = pickle.loads(order[1]).handlers()
                 handlers = {
-                    cid: node_handlers(base, cid, setup.num_clients, setup.seed, setup.attack,
-                                       setup.privacy, phases=order[2])
+                    cid: node_handlers(
+                        base,
+                        cid,
+                        setup.num_clients,
+                        setup.seed,
+                        setup.attack,
+                        setup.privacy,
+                        phases=order[2],
+                    )
                     for cid in clients
-                }  # fmt: skip
+                }
                 states = {cid: {} for cid in clients}
                 conn.send(None)
             except Exception as err:
@@ -142,10 +149,16 @@ class WorkerPool:
         by_id = {c.client_id: c for c in clients}
         threads = max(1, torch.get_num_threads() // self.workers)
         self._setups = [
-            _Setup(tuple(by_id[c] for c in ids if self.owner[c] == w), len(ids), seed, attack,
-                   privacy, threads)
+            _Setup(
+                tuple(by_id[c] for c in ids if self.owner[c] == w),
+                len(ids),
+                seed,
+                attack,
+                privacy,
+                threads,
+            )
             for w in range(self.workers)
-        ]  # fmt: skip
+        ]
         self._method: tuple[bytes, tuple[str, ...]] | None = None
         self._ctx = mp.get_context("spawn")
         self._procs: list[Any] = [None] * self.workers

@@ -100,8 +100,10 @@ def seed_methods(run: Path, seeds: Sequence[Any], notes: list[str]) -> dict[int,
     """``{seed: metrics.json's methods}`` of each readable ``seed-N/metrics.json``."""
     out: dict[int, dict[str, Any]] = {}
     if len(seeds) > MAX_SEEDS:
-        notes.append(f"metrics.json lists {len(seeds)} seeds, more than a run can have: "
-                     "the seeds' folders are not read")  # fmt: skip
+        notes.append(
+            f"metrics.json lists {len(seeds)} seeds, more than a run can have: "
+            "the seeds' folders are not read"
+        )
         return out
     for s in seeds:
         if isinstance(s, bool) or not isinstance(s, int):
@@ -297,7 +299,7 @@ def _table(ranked: Sequence[Standing], n_seeds: int, same: bool) -> str:
         '<div class="scroll"><table class="answer"><thead><tr><th>Label</th>'
         f"<th>Method / detector</th>{head}<th>Role</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></div>"
-    )  # fmt: skip
+    )
 
 
 def score_scales(entries: Mapping[str, Mapping[str, Any]]) -> str:

@@ -394,15 +394,29 @@ def _privacy_section(entries: Mapping[str, Mapping[str, Any]]) -> str:
             esc(shown),
             esc(str(p.get("note", ""))[:400]),
         ]
-        rows.append("<tr>" + "".join(
-            f'<td class="num">{c}</td>' if 0 < i < 6 else f"<td>{c}</td>"
-            for i, c in enumerate(cells)
-        ) + "</tr>")  # fmt: skip
+        rows.append(
+            "<tr>"
+            + "".join(
+                f'<td class="num">{c}</td>' if 0 < i < 6 else f"<td>{c}</td>"
+                for i, c in enumerate(cells)
+            )
+            + "</tr>"
+        )
     if not rows:
         return ""
-    head = "".join(f"<th>{h}</th>" for h in ("Label", "ε", "δ", "σ (noise multiplier)",
-                                             "q (sampling)", "releases", "noised phases",
-                                             "what it covers"))  # fmt: skip
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "Label",
+            "ε",
+            "δ",
+            "σ (noise multiplier)",
+            "q (sampling)",
+            "releases",
+            "noised phases",
+            "what it covers",
+        )
+    )
     return (
         "<h2>Privacy</h2>"
         '<p class="muted">Client-level differential privacy of the Gaussian mechanism on model '

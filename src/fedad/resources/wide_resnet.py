@@ -127,9 +127,12 @@ def load_wide_resnet50_2(path: str | Path) -> WideResNet50:
     wrong = sorted(k for k in set(ours) & set(state) if ours[k].shape != state[k].shape)
     if missing or extra or wrong:
         what = (
-            f"missing {missing[0]}" if missing else f"unexpected {extra[0]}" if extra
+            f"missing {missing[0]}"
+            if missing
+            else f"unexpected {extra[0]}"
+            if extra
             else f"{wrong[0]} has shape {tuple(state[wrong[0]].shape)}"
-        )  # fmt: skip
+        )
         raise ConfigError(
             f"{p} is not a wide_resnet50_2 state dict ({what})",
             "use torchvision's wide_resnet50_2 weights file",

@@ -147,21 +147,29 @@ class PatchCoreOptions(BaseModel):
         default=None, description="frozen feature extractor (default efficientnet-lite0)"
     )
     backbone_path: str | None = Field(
-        default=None, min_length=1, max_length=4096,
+        default=None,
+        min_length=1,
+        max_length=4096,
         description="torchvision weights file of wide_resnet50_2",
-    )  # fmt: skip
+    )
     coreset: float | None = Field(
-        default=None, gt=0.0, le=1.0,
+        default=None,
+        gt=0.0,
+        le=1.0,
         description=f"share of training patches kept in the bank (default {DEFAULT_CORESET})",
-    )  # fmt: skip
+    )
     stages: list[int] | None = Field(
-        default=None, min_length=1, max_length=7,
+        default=None,
+        min_length=1,
+        max_length=7,
         description="backbone stages fused (default: stride 8 and 16; [2, 3, 5]: stride 4)",
-    )  # fmt: skip
+    )
     image_size: int | None = Field(
-        default=None, ge=MIN_IMAGE_SIZE, le=MAX_IMAGE_SIZE,
+        default=None,
+        ge=MIN_IMAGE_SIZE,
+        le=MAX_IMAGE_SIZE,
         description="backbone input side (default: the images' side kept within [64, 224])",
-    )  # fmt: skip
+    )
 
 
 PATCHCORE_OPTIONS = tuple(PatchCoreOptions.model_fields)

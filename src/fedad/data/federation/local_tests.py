@@ -80,9 +80,10 @@ def _deal_normals(
         if len(donors) == 0:
             break
         held = [
-            int(c) for c in np.unique(test_classes[donors])
+            int(c)
+            for c in np.unique(test_classes[donors])
             if int(c) in counts and counts[int(c)][k] > 0
-        ]  # fmt: skip
+        ]
         preferred = donors[np.isin(test_classes[donors], held)] if held else donors
         owner[rng.choice(preferred if len(preferred) else donors)] = k
     return [test_normals[owner == k] for k in range(num_clients)], uniform

@@ -100,16 +100,19 @@ def materialize(plan: FederationPlan) -> Federation:
 
 
 def _encode(
-    plan: FederationPlan, clients: list[ClientData], server: Features | None,
+    plan: FederationPlan,
+    clients: list[ClientData],
+    server: Features | None,
     notes: dict[str, object],
-) -> tuple[tuple[int, ...], np.ndarray | None, Features | None]:  # fmt: skip
+) -> tuple[tuple[int, ...], np.ndarray | None, Features | None]:
     """One-hot encode a table's text columns (categories of the clients' training rows);
     returns the feature shape, the one-hot column mask and the server data."""
     if not plan.categorical:
         return plan.feature_shape, None, server
     raw = dict(plan.categorical)
-    enc = Encoding(plan.columns, seen_categories([dense(c.x_train) for c in clients],
-                                                 plan.categorical))  # fmt: skip
+    enc = Encoding(
+        plan.columns, seen_categories([dense(c.x_train) for c in clients], plan.categorical)
+    )
     for c in clients:
         c.x_train = enc.apply(dense(c.x_train), raw)
         c.x_test = enc.apply(dense(c.x_test), raw)
@@ -138,9 +141,11 @@ def _impute(
 
 
 def _standardize(
-    clients: list[ClientData], server: Features | None, one_hot: np.ndarray | None,
+    clients: list[ClientData],
+    server: Features | None,
+    one_hot: np.ndarray | None,
     notes: dict[str, object],
-) -> Features | None:  # fmt: skip
+) -> Features | None:
     """z-score with the pooled statistics of the clients' training data (one-hot columns
     stay 0/1)."""
     mean, std = pooled_mean_std([dense(c.x_train) for c in clients])

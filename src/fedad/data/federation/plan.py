@@ -168,9 +168,12 @@ def _group_codes(group: np.ndarray | None, n: int, names: list[str]) -> np.ndarr
 
 
 def _split(
-    d: DataSection, p: PartitionSpec, scheme: Scheme, members: list[Member],
+    d: DataSection,
+    p: PartitionSpec,
+    scheme: Scheme,
+    members: list[Member],
     rng: np.random.Generator,
-) -> Draft:  # fmt: skip
+) -> Draft:
     """Steps 1-3a: the clients, the catalog of all samples and the test hold-out."""
     catalog = Catalog()
     normal_classes: list[int] = []
@@ -205,12 +208,18 @@ def _split(
     train_all, test_all = np.concatenate(train_parts), np.concatenate(test_parts)
     classes = catalog.classes
     return Draft(
-        members, catalog, client_names, k_clients, normal_classes, anomaly_classes,
-        split_notes, np.concatenate(group_blocks),
+        members,
+        catalog,
+        client_names,
+        k_clients,
+        normal_classes,
+        anomaly_classes,
+        split_notes,
+        np.concatenate(group_blocks),
         test_all[np.isin(classes[test_all], np.asarray(normal_classes, dtype=np.int64))],
         test_all[np.isin(classes[test_all], np.asarray(anomaly_classes, dtype=np.int64))],
         train_all,
-    )  # fmt: skip
+    )
 
 
 def _pooled_test(
@@ -237,9 +246,13 @@ def _pooled_test(
 
 
 def _server(
-    d: DataSection, p: PartitionSpec, scheme: Scheme, draft: Draft, normal_pool: np.ndarray,
+    d: DataSection,
+    p: PartitionSpec,
+    scheme: Scheme,
+    draft: Draft,
+    normal_pool: np.ndarray,
     rng: np.random.Generator,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray]:
     """Step 4: ``data.server_normal`` normal training samples for the server; returns them
     and the normal pool left for the clients."""
     k_clients = draft.k_clients
@@ -264,9 +277,13 @@ def _server(
 
 
 def _partition(
-    d: DataSection, p: PartitionSpec, scheme: Scheme, draft: Draft, normal_pool: np.ndarray,
+    d: DataSection,
+    p: PartitionSpec,
+    scheme: Scheme,
+    draft: Draft,
+    normal_pool: np.ndarray,
     rngs: dict[str, np.random.Generator],
-) -> list[np.ndarray]:  # fmt: skip
+) -> list[np.ndarray]:
     """Step 5: the normal pool over the clients, each capped at ``max_train_per_client``."""
     k_clients = draft.k_clients
     if len(normal_pool) < k_clients * p.min_per_client:
@@ -307,12 +324,15 @@ def _partition(
 
 
 def _contaminate(
-    p: PartitionSpec, scheme: Scheme, draft: Draft, train_normals: list[np.ndarray],
-    anomaly_pool: np.ndarray, rng: np.random.Generator,
-) -> Training:  # fmt: skip
+    p: PartitionSpec,
+    scheme: Scheme,
+    draft: Draft,
+    train_normals: list[np.ndarray],
+    anomaly_pool: np.ndarray,
+    rng: np.random.Generator,
+) -> Training:
     """Step 6: contamination, and each client's training count of each normal class."""
-    ids, flags, n_bad = scheme.contaminate(draft, train_normals, anomaly_pool,
-                                           p.contamination, rng)  # fmt: skip
+    ids, flags, n_bad = scheme.contaminate(draft, train_normals, anomaly_pool, p.contamination, rng)
     classes = draft.classes
     counts = {
         c: np.array([int(np.sum(classes[i[f == 0]] == c)) for i, f in zip(ids, flags, strict=True)])
@@ -322,10 +342,18 @@ def _contaminate(
 
 
 def _notes(
-    d: DataSection, p: PartitionSpec, scheme: Scheme, draft: Draft, train: Training,
-    local: LocalTests, n_test_before: int, normal_pool: np.ndarray, anomaly_pool: np.ndarray,
-    train_normals: list[np.ndarray], server_ids: np.ndarray,
-) -> dict[str, object]:  # fmt: skip
+    d: DataSection,
+    p: PartitionSpec,
+    scheme: Scheme,
+    draft: Draft,
+    train: Training,
+    local: LocalTests,
+    n_test_before: int,
+    normal_pool: np.ndarray,
+    anomaly_pool: np.ndarray,
+    train_normals: list[np.ndarray],
+    server_ids: np.ndarray,
+) -> dict[str, object]:
     """``Federation.notes``: sizes and counts (plain ints, floats, strings, lists, dicts)."""
     members, k_clients, counts = draft.members, draft.k_clients, train.counts
     names = _class_names(members)

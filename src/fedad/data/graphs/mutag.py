@@ -127,15 +127,43 @@ _ALLOWED: dict[tuple[str, str], object] = {
 }
 _OPCODES = frozenset(
     {
-        "PROTO", "STOP", "MARK", "GLOBAL", "REDUCE", "BUILD",
-        "BINPUT", "LONG_BINPUT", "BINGET", "LONG_BINGET",
-        "NONE", "NEWTRUE", "NEWFALSE", "BININT", "BININT1", "BININT2", "LONG1", "BINFLOAT",
-        "SHORT_BINSTRING", "BINSTRING", "SHORT_BINUNICODE", "BINUNICODE",
-        "SHORT_BINBYTES", "BINBYTES",
-        "EMPTY_TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "TUPLE",
-        "EMPTY_LIST", "APPEND", "APPENDS", "EMPTY_DICT", "SETITEM", "SETITEMS",
+        "PROTO",
+        "STOP",
+        "MARK",
+        "GLOBAL",
+        "REDUCE",
+        "BUILD",
+        "BINPUT",
+        "LONG_BINPUT",
+        "BINGET",
+        "LONG_BINGET",
+        "NONE",
+        "NEWTRUE",
+        "NEWFALSE",
+        "BININT",
+        "BININT1",
+        "BININT2",
+        "LONG1",
+        "BINFLOAT",
+        "SHORT_BINSTRING",
+        "BINSTRING",
+        "SHORT_BINUNICODE",
+        "BINUNICODE",
+        "SHORT_BINBYTES",
+        "BINBYTES",
+        "EMPTY_TUPLE",
+        "TUPLE1",
+        "TUPLE2",
+        "TUPLE3",
+        "TUPLE",
+        "EMPTY_LIST",
+        "APPEND",
+        "APPENDS",
+        "EMPTY_DICT",
+        "SETITEM",
+        "SETITEMS",
     }
-)  # fmt: skip
+)
 """The opcodes of data.mutag's pickle (protocol 2): containers, numbers, strings, globals."""
 
 

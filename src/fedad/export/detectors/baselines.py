@@ -33,8 +33,9 @@ from fedad.export.registry import Core, NotExportable, register_exporter
 def _network(det: TorchDetector) -> nn.Module:
     """A CPU copy of the detector's network in eval mode (the detector is left alone)."""
     if det.params.kind == "graph":
-        raise NotExportable(f"the '{det.registry_name}' detector on graphs cannot be exported "
-                            f"to ONNX: {GRAPHS}")  # fmt: skip
+        raise NotExportable(
+            f"the '{det.registry_name}' detector on graphs cannot be exported to ONNX: {GRAPHS}"
+        )
     det._ensure_built()
     return copy.deepcopy(det.model_).cpu().eval()
 

@@ -51,8 +51,9 @@ def resize_matrices(
                 basis[torch.arange(len(idx)), 0, idx, :] = 1.0
             else:
                 basis[torch.arange(len(idx)), 0, :, idx] = 1.0
-            out = F.interpolate(basis, size=(side, side), mode="bilinear",
-                                align_corners=False, antialias=antialias)  # fmt: skip
+            out = F.interpolate(
+                basis, size=(side, side), mode="bilinear", align_corners=False, antialias=antialias
+            )
             cols.append(out[:, 0, :, 0] if rows else out[:, 0, 0, :])
         return torch.cat(cols).T.contiguous()
 

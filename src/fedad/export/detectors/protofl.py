@@ -65,8 +65,7 @@ class RealNVPNLL(nn.Module):
     def forward(self, r: torch.Tensor) -> torch.Tensor:
         x = r
         acc = torch.zeros((), dtype=r.dtype)
-        for hyper, a, b, order in zip(self.hypers, self.idx_a, self.idx_b, self.order,
-                                      strict=True):  # fmt: skip
+        for hyper, a, b, order in zip(self.hypers, self.idx_a, self.idx_b, self.order, strict=True):
             x_a, x_b = x[:, a], x[:, b]
             phi = hyper(x_a).unflatten(-1, (-1, 2))
             shift, scale = phi[..., 0], phi[..., 1]

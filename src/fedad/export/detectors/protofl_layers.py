@@ -50,8 +50,12 @@ class Conv64(nn.Module):
         out = self.bias
         for u in range(self.k[0]):
             for v in range(self.k[1]):
-                part = xp[:, :, u : u + self.stride[0] * (ho - 1) + 1 : self.stride[0],
-                          v : v + self.stride[1] * (wo - 1) + 1 : self.stride[1]]  # fmt: skip
+                part = xp[
+                    :,
+                    :,
+                    u : u + self.stride[0] * (ho - 1) + 1 : self.stride[0],
+                    v : v + self.stride[1] * (wo - 1) + 1 : self.stride[1],
+                ]
                 out = out + torch.einsum("oc,nchw->nohw", self.weight[:, :, u, v], part)
         return out
 

@@ -226,15 +226,29 @@ class FADngsDetector(BaseDetector):
         rng = seeded_rng(self.params.seed, 0xFAD)
         p = self.params
         kw: dict[str, Any] = dict(
-            batch_size=p.batch_size, lr=p.lr, rng=rng, n_plus=p.n_plus,
-            temperature=p.temperature, form=p.con_form, crop_min=p.crop_min, jitter=p.jitter,
-        )  # fmt: skip
+            batch_size=p.batch_size,
+            lr=p.lr,
+            rng=rng,
+            n_plus=p.n_plus,
+            temperature=p.temperature,
+            form=p.con_form,
+            crop_min=p.crop_min,
+            jitter=p.jitter,
+        )
         if self.params.warmup_epochs:
             local_update(self.encoder_, xs, epochs=self.params.warmup_epochs, loss="simclr", **kw)
         for _ in range(self.params.epochs):
             means, covs = self.own_density(xs, rng)
-            local_update(self.encoder_, xs, epochs=1, loss=self.params.loss, means=means, covs=covs,
-                         quantile=self.params.quantile, **kw)  # fmt: skip
+            local_update(
+                self.encoder_,
+                xs,
+                epochs=1,
+                loss=self.params.loss,
+                means=means,
+                covs=covs,
+                quantile=self.params.quantile,
+                **kw,
+            )
         self.set_density(*self.own_density(xs, rng))
         return self.set_threshold(xs)
 

@@ -178,9 +178,12 @@ class FedDyMemDetector(BaseDetector):
     # -- frozen features ---------------------------------------------------------------------
     def extractor(self) -> MultiLevelFeatures:
         return MultiLevelFeatures(
-            self.params.backbone, self.stages, self.params.image_size, self.params.backbone_path,
+            self.params.backbone,
+            self.stages,
+            self.params.image_size,
+            self.params.backbone_path,
             resolve_device(self.device),
-        )  # fmt: skip
+        )
 
     @property
     def bank_size(self) -> int:
@@ -270,10 +273,18 @@ class FedDyMemDetector(BaseDetector):
             self.scale_ref_ = feature_scale(self.memories(features))
         for _ in range(epochs):
             loss = train_epoch(
-                self.net_, opt, features, self.bank_, k=self.params.k, th=self.params.th,
-                batch_size=self.params.batch_size, keep_scale=self.params.keep_scale,
-                scale_ref=self.scale_ref_, rng=rng, device=self._dev(),
-            )  # fmt: skip
+                self.net_,
+                opt,
+                features,
+                self.bank_,
+                k=self.params.k,
+                th=self.params.th,
+                batch_size=self.params.batch_size,
+                keep_scale=self.params.keep_scale,
+                scale_ref=self.scale_ref_,
+                rng=rng,
+                device=self._dev(),
+            )
         return loss
 
     def _set_spread(self, features: np.ndarray) -> tuple[np.ndarray, torch.Tensor] | None:
@@ -391,8 +402,9 @@ class FedDyMemDetector(BaseDetector):
             gap = sorted(set(state) ^ set(given))
             raise KeyError(f"FedDyMem detector arrays: missing or unknown tensor 'net.{gap[0]}'")
         spread = given.get("spread")
-        if spread is not None and not (np.size(spread) == 1 and np.all(np.isfinite(spread))
-                                       and np.all(np.asarray(spread) > 0)):  # fmt: skip
+        if spread is not None and not (
+            np.size(spread) == 1 and np.all(np.isfinite(spread)) and np.all(np.asarray(spread) > 0)
+        ):
             raise ValueError("tensor 'net.spread' must be one finite number > 0")
         for key, value in given.items():
             t = torch.as_tensor(np.asarray(value, dtype=np.float32))

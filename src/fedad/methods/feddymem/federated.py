@@ -195,10 +195,14 @@ class FedDyMem(Algorithm):
     def make_detector(self, seed: int | None = None) -> FedDyMemDetector:
         p = self.params
         return FedDyMemDetector.configured(
-            p, stages=tuple(p.stages) if p.stages else None, image_size=self.image_size(),
-            epochs=p.local_epochs, contamination=self.contamination,
-            seed=self.setup.seed if seed is None else seed, device=self.setup.device,
-        )  # fmt: skip
+            p,
+            stages=tuple(p.stages) if p.stages else None,
+            image_size=self.image_size(),
+            epochs=p.local_epochs,
+            contamination=self.contamination,
+            seed=self.setup.seed if seed is None else seed,
+            device=self.setup.device,
+        )
 
     def bank_spec(self) -> dict[str, ArraySpec]:
         det = self.make_detector()
@@ -332,8 +336,9 @@ class FedDyMem(Algorithm):
             if bank is None:  # Algorithm 4 (repeated next round if nobody answered)
                 init = ctx.send(
                     {i: Message(INIT, {}, {}) for i in ctx.sample()},
-                    arrays=spec, scalars=["num_examples"],
-                )  # fmt: skip
+                    arrays=spec,
+                    scalars=["num_examples"],
+                )
                 if not init:
                     ctx.event("no valid init replies; initialisation is repeated next round")
                     ctx.end_round(r)

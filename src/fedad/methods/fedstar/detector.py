@@ -133,9 +133,15 @@ class FedStarDetector(BaseDetector):
         x = self._graphs(x)
         p = self.params
         return train_epochs(
-            self.model_, self._loss, x, epochs=epochs, batch_size=p.batch_size, lr=p.lr,
-            rng=rng, weight_decay=p.weight_decay,
-        )  # fmt: skip
+            self.model_,
+            self._loss,
+            x,
+            epochs=epochs,
+            batch_size=p.batch_size,
+            lr=p.lr,
+            rng=rng,
+            weight_decay=p.weight_decay,
+        )
 
     def fit(self, x: np.ndarray) -> Self:
         self.build(graph_width(x))

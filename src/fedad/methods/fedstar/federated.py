@@ -97,9 +97,13 @@ class FedStar(Algorithm):
         p = self.params
         width = self.setup.feature_shape[-1] if self.setup.feature_shape else 1
         return FedStarDetector.configured(
-            p, width=max(int(width), 1), epochs=p.local_epochs, contamination=self.contamination,
-            seed=self.setup.seed, device=self.setup.device,
-        )  # fmt: skip
+            p,
+            width=max(int(width), 1),
+            epochs=p.local_epochs,
+            contamination=self.contamination,
+            seed=self.setup.seed,
+            device=self.setup.device,
+        )
 
     # -- client -----------------------------------------------------------------------------
     def handlers(self) -> dict[str, Handler]:

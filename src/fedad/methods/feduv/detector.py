@@ -133,9 +133,14 @@ class FedUVDetector(BaseDetector):
         self._ensure_built()
         self._code()
         return train_epochs(
-            self.model_, self.loss, x, epochs=epochs, batch_size=self.params.batch_size,
-            lr=self.params.lr, rng=rng,
-        )  # fmt: skip
+            self.model_,
+            self.loss,
+            x,
+            epochs=epochs,
+            batch_size=self.params.batch_size,
+            lr=self.params.lr,
+            rng=rng,
+        )
 
     def fit(self, x: np.ndarray) -> Self:
         """Stand-alone training (one party): draws a code from the seed if none was set."""

@@ -101,9 +101,13 @@ class FGADDetector(BaseDetector):
         with torch_seeded(p.seed):
             net = FGADNet(p.in_dim, p.hidden, p.layers)
             gen = Generator(
-                p.in_dim, p.gen_hidden, p.gen_layers, output=p.gen_output,
-                logit_bias=p.decoder_bias, scaled=p.decoder == "scaled",
-            )  # fmt: skip
+                p.in_dim,
+                p.gen_hidden,
+                p.gen_layers,
+                output=p.gen_output,
+                logit_bias=p.decoder_bias,
+                scaled=p.decoder == "scaled",
+            )
         self.net_ = net.to(dev).eval()
         self.gen_ = gen.to(dev).eval()
         return self
@@ -176,8 +180,13 @@ class FGADDetector(BaseDetector):
                 raise ValueError(f"optimizer state lacks {exc.args[0]}") from None
             if m.shape != tuple(p.shape) or v.shape != tuple(p.shape) or step.shape != ():
                 raise ValueError(f"optimizer state of parameter {i} does not fit its shape")
-            if not (np.isfinite(step) and step >= 0 and np.all(np.isfinite(m))
-                    and np.all(np.isfinite(v)) and np.all(v >= 0)):  # fmt: skip
+            if not (
+                np.isfinite(step)
+                and step >= 0
+                and np.all(np.isfinite(m))
+                and np.all(np.isfinite(v))
+                and np.all(v >= 0)
+            ):
                 raise ValueError(f"optimizer state of parameter {i} is not finite")
             state[i] = {
                 "step": torch.tensor(float(step)),
@@ -204,13 +213,24 @@ class FGADDetector(BaseDetector):
         last: dict[str, float] = {}
         for _ in range(epochs):
             last = train_epoch(
-                self.net_, self.gen_, graphs, opt, batch_size=p.batch_size, rng=rng,
-                lam=p.lam, gamma=p.gamma, tau=p.tau, kl_weight=p.kl_weight,
-                distill=distill, distill_on=p.distill_on,
-                reconstruction=p.reconstruction, fake_graphs=p.fake_graphs,
-                fake_degree_cap=cap, student_ad=p.student_ad,
+                self.net_,
+                self.gen_,
+                graphs,
+                opt,
+                batch_size=p.batch_size,
+                rng=rng,
+                lam=p.lam,
+                gamma=p.gamma,
+                tau=p.tau,
+                kl_weight=p.kl_weight,
+                distill=distill,
+                distill_on=p.distill_on,
+                reconstruction=p.reconstruction,
+                fake_graphs=p.fake_graphs,
+                fake_degree_cap=cap,
+                student_ad=p.student_ad,
                 device=next(self.net_.parameters()).device,
-            )  # fmt: skip
+            )
         self.net_.eval()
         self.gen_.eval()
         return last

@@ -169,11 +169,14 @@ class FGAD(Algorithm):
     def make_detector(self, seed: int | None = None) -> FGADDetector:
         width = self.setup.feature_shape[-1] if self.setup.feature_shape else 1
         return FGADDetector.configured(
-            self.params, in_dim=max(int(width), 1), epochs=self.params.local_epochs,
+            self.params,
+            in_dim=max(int(width), 1),
+            epochs=self.params.local_epochs,
             head="student" if self.params.distill else "teacher",
-            contamination=self.contamination, device=self.setup.device,
+            contamination=self.contamination,
+            device=self.setup.device,
             seed=self.setup.seed if seed is None else seed,
-        )  # fmt: skip
+        )
 
     def shared_arrays(self, det: FGADDetector) -> dict[str, np.ndarray]:
         """What a client sends and the server averages."""
@@ -285,9 +288,11 @@ class FGADPlusParams(FGADParams):
         "node features are one-hot degrees",
     )
     student_ad: float = Field(
-        default=1.0, ge=0.0, le=1e6,
+        default=1.0,
+        ge=0.0,
+        le=1e6,
         description="weight of eq. 9 on the student head beside eq. 12",
-    )  # fmt: skip
+    )
 
 
 @register

@@ -75,11 +75,16 @@ def validation_federation(
         held[c.client_id] = val
         clients.append(
             replace(
-                c, x_train=c.x_train[tr], y_train=c.y_train[tr], c_train=c.c_train[tr],
-                x_test=val, y_test=np.zeros(len(val), dtype=np.int64),
-                mask_train=None, mask_test=None,
+                c,
+                x_train=c.x_train[tr],
+                y_train=c.y_train[tr],
+                c_train=c.c_train[tr],
+                x_test=val,
+                y_test=np.zeros(len(val), dtype=np.int64),
+                mask_train=None,
+                mask_test=None,
             )
-        )  # fmt: skip
+        )
     return replace(fed, clients=clients), held
 
 
@@ -139,8 +144,14 @@ def _train(
     from fedad.fl.engine import run_inprocess
     from fedad.fl.messages import Message
 
-    setup = Setup("graph", fed.feature_shape, rounds=rounds, seed=seed, contamination=0.0,
-                  num_clients=len(fed.clients))  # fmt: skip
+    setup = Setup(
+        "graph",
+        fed.feature_shape,
+        rounds=rounds,
+        seed=seed,
+        contamination=0.0,
+        num_clients=len(fed.clients),
+    )
     algo = build_algorithm(name, dict(params), setup)
     with one_blas_thread():
         run = run_inprocess(algo, fed, rounds=rounds, seed=seed)

@@ -316,11 +316,17 @@ class ProtoFL(Algorithm):
     def make_detector(self) -> ProtoFLDetector:
         p = self.params
         return ProtoFLDetector.configured(
-            p, kind=self.setup.kind, input_shape=list(self.setup.feature_shape),
-            epochs=p.local_epochs, contamination=self.contamination, seed=self.setup.seed,
-            trunk_input="raw" if self.trunk == "cnn" else self.trunk, feature_size=p.trunk_size,
-            feature_views=p.trunk_views, device=resolve_device(self.setup.device),
-        )  # fmt: skip
+            p,
+            kind=self.setup.kind,
+            input_shape=list(self.setup.feature_shape),
+            epochs=p.local_epochs,
+            contamination=self.contamination,
+            seed=self.setup.seed,
+            trunk_input="raw" if self.trunk == "cnn" else self.trunk,
+            feature_size=p.trunk_size,
+            feature_views=p.trunk_views,
+            device=resolve_device(self.setup.device),
+        )
 
     def _encoder_from(self, arrays: dict[str, np.ndarray]) -> Encoder:
         import torch
@@ -406,10 +412,24 @@ class ProtoFL(Algorithm):
         flip, crop = det.augmentation()
         with one_thread_below_grain(det.step_elements(p.batch_size)):
             losses = train_encoder(
-                enc, dense(data.x_train, self.name), self._targets(state, data), p.local_epochs,
-                p.batch_size, p.lr, rng, p.alpha, p.temperature, p.weight_decay, flip, p.noise,
-                p.optimizer, self._views(state, data), crop, p.contrast, p.max_samples,
-            )  # fmt: skip
+                enc,
+                dense(data.x_train, self.name),
+                self._targets(state, data),
+                p.local_epochs,
+                p.batch_size,
+                p.lr,
+                rng,
+                p.alpha,
+                p.temperature,
+                p.weight_decay,
+                flip,
+                p.noise,
+                p.optimizer,
+                self._views(state, data),
+                crop,
+                p.contrast,
+                p.max_samples,
+            )
         if local:  # kept at home; only the losses are reported
             state.update(prefixed(self._arrays(enc), "own"))
             return Message(TRAIN, {}, {"num_examples": data.n_train, **losses})
@@ -471,8 +491,10 @@ class ProtoFL(Algorithm):
             raise RunError("protofl: no public set reached the server", "see `requirements`")
         protos = self.prototypes(ctx.public, len(joined))
         mine = {i: protos[j] for j, i in enumerate(joined)}
-        acks = ctx.send({i: Message(PROTOTYPE, {"prototype": mine[i]}) for i in joined},
-                        scalars=["num_examples"])  # fmt: skip
+        acks = ctx.send(
+            {i: Message(PROTOTYPE, {"prototype": mine[i]}) for i in joined},
+            scalars=["num_examples"],
+        )
         have = set(acks)
         ctx.log(clients_new=len(new))
         ctx.end_round(0)

@@ -293,8 +293,10 @@ def _mean_nll(flow: nn.Module, h: torch.Tensor, batch_size: int = 1024) -> float
     """Mean negative log-likelihood [ProtoFL eq. 9] of the rows of ``h`` under ``flow``."""
     device = _device(flow)
     flow.eval()
-    total = sum(float(flow_nll(flow, h[i : i + batch_size].to(device)).sum())
-                for i in range(0, len(h), batch_size))  # fmt: skip
+    total = sum(
+        float(flow_nll(flow, h[i : i + batch_size].to(device)).sum())
+        for i in range(0, len(h), batch_size)
+    )
     return total / max(len(h), 1)
 
 

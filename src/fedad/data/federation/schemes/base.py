@@ -128,9 +128,13 @@ class Scheme:
 
     # -- steps 6-7: contamination and local tests -------------------------------------------
     def contaminate(
-        self, draft: Draft, train_normals: list[np.ndarray], pool: np.ndarray,
-        contamination: float, rng: np.random.Generator,
-    ) -> tuple[list[np.ndarray], list[np.ndarray], list[int]]:  # fmt: skip
+        self,
+        draft: Draft,
+        train_normals: list[np.ndarray],
+        pool: np.ndarray,
+        contamination: float,
+        rng: np.random.Generator,
+    ) -> tuple[list[np.ndarray], list[np.ndarray], list[int]]:
         """Replace a ``contamination`` share of each client's normals by anomalies."""
         return contaminate(train_normals, pool, contamination, rng)
 
@@ -144,9 +148,14 @@ class Scheme:
             parent = [parent_of.get(int(c), -1) for c in classes[draft.test_anomalies]]
             parents = {"anomaly_parent": np.array(parent)}
         return assign_local_tests(
-            draft.test_normals, draft.test_anomalies, classes, train.counts, draft.k_clients,
-            rng, **parents,
-        )  # fmt: skip
+            draft.test_normals,
+            draft.test_anomalies,
+            classes,
+            train.counts,
+            draft.k_clients,
+            rng,
+            **parents,
+        )
 
     # -- the plan ---------------------------------------------------------------------------
     def anomaly_classes(self, draft: Draft) -> list[int]:

@@ -26,11 +26,18 @@ class BySource(Scheme):
         (dealt among that source's clients)."""
         source_of = draft.source_of
         client_group = np.array(
-            [int(source_of[ids[flag == 0]][0]) if np.any(flag == 0) else -1
-             for ids, flag in zip(train.ids, train.anomaly, strict=True)]
-        )  # fmt: skip
+            [
+                int(source_of[ids[flag == 0]][0]) if np.any(flag == 0) else -1
+                for ids, flag in zip(train.ids, train.anomaly, strict=True)
+            ]
+        )
         return assign_local_tests(
-            draft.test_normals, draft.test_anomalies, draft.classes, train.counts,
-            draft.k_clients, rng, anomaly_group=source_of[draft.test_anomalies],
+            draft.test_normals,
+            draft.test_anomalies,
+            draft.classes,
+            train.counts,
+            draft.k_clients,
+            rng,
+            anomaly_group=source_of[draft.test_anomalies],
             client_group=client_group,
-        )  # fmt: skip
+        )

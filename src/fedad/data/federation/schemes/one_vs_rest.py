@@ -31,8 +31,11 @@ class OneVsRest(Scheme):
                 "has a fixed normal/anomaly definition",
                 "use another scheme",
             )
-        for key, value in (("anomaly", d.anomaly), ("anomaly_source", d.anomaly_source),
-                           ("test_anomaly_fraction", d.test_anomaly_fraction)):  # fmt: skip
+        for key, value in (
+            ("anomaly", d.anomaly),
+            ("anomaly_source", d.anomaly_source),
+            ("test_anomaly_fraction", d.test_anomaly_fraction),
+        ):
             if value:
                 raise ConfigError(
                     f"data.{key} must be omitted with partition.scheme = 'one-vs-rest': every "
@@ -79,9 +82,13 @@ class OneVsRest(Scheme):
         return np.sort(normal_pool)
 
     def contaminate(
-        self, draft: Draft, train_normals: list[np.ndarray], pool: np.ndarray,
-        contamination: float, rng: np.random.Generator,
-    ) -> tuple[list[np.ndarray], list[np.ndarray], list[int]]:  # fmt: skip
+        self,
+        draft: Draft,
+        train_normals: list[np.ndarray],
+        pool: np.ndarray,
+        contamination: float,
+        rng: np.random.Generator,
+    ) -> tuple[list[np.ndarray], list[np.ndarray], list[int]]:
         """Client ``k``'s anomalies are training samples of classes it does not hold (drawn
         without replacement over all clients; such a sample may also be another client's
         normal training data, never test data)."""
@@ -119,8 +126,9 @@ class OneVsRest(Scheme):
             if len(holders) == 0:
                 continue  # a listed class no client holds is an anomaly for everyone
             mine = rng.permutation(test_pool[test_classes == c])
-            for k, piece in zip(rng.permutation(holders), np.array_split(mine, len(holders)),
-                                strict=True):  # fmt: skip
+            for k, piece in zip(
+                rng.permutation(holders), np.array_split(mine, len(holders)), strict=True
+            ):
                 normals[int(k)].append(piece)
         out_n = [np.sort(np.concatenate([np.empty(0, np.int64), *n])) for n in normals]
         out_a = []

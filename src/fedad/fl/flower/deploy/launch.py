@@ -194,10 +194,13 @@ def tls_args_superlink(
         if not Path(str(p)).is_file():
             raise ConfigError(f"certificate file '{p}' does not exist")
     return [
-        "--ssl-certfile", str(certfile),
-        "--ssl-keyfile", str(keyfile),
-        "--ssl-ca-certfile", str(ca_certfile),
-    ]  # fmt: skip
+        "--ssl-certfile",
+        str(certfile),
+        "--ssl-keyfile",
+        str(keyfile),
+        "--ssl-ca-certfile",
+        str(ca_certfile),
+    ]
 
 
 def tls_args_client(root_certificates: str | None, insecure: bool) -> list[str]:
@@ -224,11 +227,14 @@ def superlink_argv(
         flower_bin("flower-superlink"),
         *(tls or ["--insecure"]),
         *(["--enable-supernode-auth"] if supernode_auth else []),
-        "--isolation", "process",
+        "--isolation",
+        "process",
         "--disable-runtime-dependency-installation",
-        "--host", host,
-        "--port", str(port),
-    ]  # fmt: skip
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
 
 
 def supernode_argv(
@@ -264,12 +270,16 @@ def supernode_argv(
         flower_bin("flower-supernode"),
         *(tls or ["--insecure"]),
         *(["--auth-supernode-private-key", auth_key] if auth_key else []),
-        "--superlink", superlink,
-        "--node-config", node_config,
+        "--superlink",
+        superlink,
+        "--node-config",
+        node_config,
         *isolation,
-        "--host", "127.0.0.1",
-        "--port", str(port),
-    ]  # fmt: skip
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
 
 
 def worker_argv(port: int, host: str = "127.0.0.1") -> list[str]:
@@ -277,10 +287,13 @@ def worker_argv(port: int, host: str = "127.0.0.1") -> list[str]:
     whose Runtime API listens on ``host:port`` (loopback, no TLS, as the SuperNode's own
     SuperExec reaches it)."""
     return [
-        sys.executable, "-m", "fedad.fl.flower.worker",
-        "--runtime-api-address", f"{host}:{port}",
+        sys.executable,
+        "-m",
+        "fedad.fl.flower.worker",
+        "--runtime-api-address",
+        f"{host}:{port}",
         "--insecure",
-    ]  # fmt: skip
+    ]
 
 
 def superexec_argv(superlink: str, tls: list[str] | None = None) -> list[str]:
@@ -288,9 +301,11 @@ def superexec_argv(superlink: str, tls: list[str] | None = None) -> list[str]:
     return [
         flower_bin("flower-superexec"),
         *(tls or ["--insecure"]),
-        "--runtime-api-address", superlink,
-        "--parent-pid", str(os.getpid()),
-    ]  # fmt: skip
+        "--runtime-api-address",
+        superlink,
+        "--parent-pid",
+        str(os.getpid()),
+    ]
 
 
 def write_app(app_dir: Path, spec: RunSpec) -> Path:

@@ -228,9 +228,14 @@ def run_deployment(
                 with LocalDeployment(w, nodes, models, cfg.engine.clientapp) as dep:
                     link = RemoteSuperLink(dep.address, insecure=True)
                     outcome = submit_and_wait(
-                        spec, link, w, dep.supervisor, on_round, ["superlink"],
+                        spec,
+                        link,
+                        w,
+                        dep.supervisor,
+                        on_round,
+                        ["superlink"],
                         tick=dep.check_nodes,
-                    )  # fmt: skip
+                    )
         ok = True
         return outcome
     except (KeyboardInterrupt, Interrupted):  # every process is stopped by now
