@@ -1,5 +1,6 @@
 """The shipped FGAD configs parse, build a federation and every method in them builds; the
-teacher-scored variant's config is the pre-registered variant and runs a round."""
+teacher-scored variant's config is the pre-registered variant and runs a round, and the
+suite that reproduces the pre-registered check runs that variant."""
 
 from __future__ import annotations
 
@@ -40,7 +41,20 @@ PRE_REGISTERED = {
     "reconstruction": "balanced", "fake_graphs": "sampled",
 }  # fmt: skip
 """The variant of docs/methods/fgad.md, "Pre-registered check of the teacher-scored variant"
-(benchmarks/fgad.py, row ``fgad-v3-vgae-sampled``): every other parameter at its default."""
+(benchmarks/suites/fgad-confirm.toml, row ``fgad-v3-vgae-sampled``): every other parameter at
+its default."""
+
+
+def test_the_confirm_suite_runs_the_pre_registered_variant() -> None:
+    import tomllib
+
+    suite = CONFIGS.parent / "benchmarks" / "suites" / "fgad-confirm.toml"
+    feds = tomllib.loads(suite.read_text(encoding="utf-8"))["federations"]
+    assert [f["name"] for f in feds] == ["multi", "mutag", "molecules", "social"]
+    for fed in feds:
+        rows = {m["label"]: m for m in fed["methods"]}
+        variant = rows["fgad-v3-vgae-sampled"]
+        assert (variant["name"], variant["params"]) == ("fgad", PRE_REGISTERED)
 
 
 def test_teacher_config_is_the_pre_registered_variant_and_runs_a_round() -> None:
