@@ -1,73 +1,119 @@
-"""Wall time per round: in-process vs Flower simulation vs Flower deployment, one run.
+"""Wall time per round: in-process vs Flower simulation vs Flower deployment, one run each.
 
 FedAvg with the autoencoder on digits (normal 0-4, anomalies 5-9), IID, 3 clients and
-3 rounds, on each engine; then 100 clients in-process and in Flower simulation. Seconds per
-round come from ``history.csv``; round 1 carries start-up costs (Ray, process spawns,
-first torch optimiser step), so the ratio uses rounds 2-3. Also checks that the metrics
-agree across engines.
+3 rounds, on each engine; then 100 clients in-process and in Flower simulation: one
+``fedad run`` per engine (``--clients``, ``--engines``: a subset). Seconds per round come
+from its ``history.csv``; round 1 carries start-up costs (Ray, process spawns, first torch
+optimiser step), so the ratio uses rounds 2-3. ``run s`` is the wall time of the whole
+``fedad run`` command (interpreter start-up, data, evaluation and report included). Also
+checks that the metrics agree across engines (the AUROC column).
 
 ``--secagg`` measures what Flower's SecAgg+ costs instead: the same runs with and without
 ``privacy.secagg``, seconds per round, bytes up per round (masked vectors) and the
-protocol's own bytes (``secagg_bytes``: keys, encrypted shares, stage configs).
+protocol's own bytes (``secagg_bytes`` in ``history.csv``: keys, encrypted shares, stage
+configs).
 
 ``--deployment`` measures a deployment round against the SuperNode's poll interval (Flower
 1.41: a fixed 3 s sleep between a SuperNode's polls of the SuperLink, read here from
 Flower's source): FedAvg with the autoencoder, 3 loopback SuperNodes, ``--rounds`` rounds,
 with a fresh ``flwr-clientapp`` process per message (``engine.clientapp = "per-message"``,
 Flower's own) and with one long-running ClientApp process per SuperNode (``"per-node"``,
-fedad's default), the two runs back to back. For the per-node run the ServerApp and the
-node processes write a timeline (``FEDAD_FLOWER_TIMELINE``, :mod:`fedad.fl.timeline`) that
-splits each steady round (from one round's messages to the next's) along the path of the
-node whose reply came last.
+fedad's default), the two runs back to back. Each run writes a timeline
+(``FEDAD_FLOWER_TIMELINE``, docs/deployment.md: one JSON object per line from the
+ServerApp and the node processes); the per-node run's timeline splits each steady round
+(from one round's messages to the next's) along the path of the node whose reply came
+last, and a method's start-up into its parts.
 
-    .venv/bin/python benchmarks/flower_engines.py [--secagg | --deployment [--rounds 8]]
+    .venv/bin/python benchmarks/flower_engines.py [--clients 3 100] [--engines ...]
+    .venv/bin/python benchmarks/flower_engines.py --secagg [--clients 3 100] [--engines ...]
+    .venv/bin/python benchmarks/flower_engines.py --deployment [--rounds 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import inspect
 import itertools
+import json
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from fedad.config import parse_config
-from fedad.runner import run_experiment
-
 ENGINES = ("inprocess", "flower-simulation", "flower-deployment")
+DEPLOYMENT_CLIENTS = 3
+"""flower-deployment starts a SuperNode process per client: it runs at 3 clients only."""
+
+CONFIG = """\
+seed = 0
+rounds = {rounds}
+
+[data]
+name = "digits"
+normal = [0, 1, 2, 3, 4]
+anomaly = [5, 6, 7, 8, 9]
+
+[partition]
+scheme = "iid"
+clients = {clients}
+
+[engine]
+name = "{engine}"
+progress = false
+clientapp = "{clientapp}"
+
+[privacy]
+secagg = {secagg}
+
+[[methods]]
+name = "fedavg"
+detector = "autoencoder"
+"""
 
 
 def history(
     engine: str,
     clients: int,
     rounds: int = 3,
-    privacy: dict[str, Any] | None = None,
+    secagg: bool = False,
     clientapp: str = "per-node",
+    timeline: Path | None = None,
 ) -> tuple[list[dict[str, str]], float, float]:
-    """(history rows, whole-run seconds, AUROC) of one run."""
-    cfg = parse_config(
-        {
-            "seed": 0,
-            "rounds": rounds,
-            "data": {"name": "digits", "normal": [0, 1, 2, 3, 4], "anomaly": [5, 6, 7, 8, 9]},
-            "partition": {"scheme": "iid", "clients": clients},
-            "engine": {"name": engine, "progress": False, "clientapp": clientapp},
-            "privacy": privacy or {},
-            "methods": [{"name": "fedavg", "detector": "autoencoder"}],
-        }
+    """(history rows, seconds of the whole ``fedad run``, AUROC) of one run; ``timeline``:
+    the file the run's Flower processes write their timeline to."""
+    text = CONFIG.format(
+        rounds=rounds,
+        clients=clients,
+        engine=engine,
+        clientapp=clientapp,
+        secagg="true" if secagg else "false",
     )
-    with tempfile.TemporaryDirectory() as tmp:
+    env = dict(os.environ)
+    if timeline is not None:
+        env["FEDAD_FLOWER_TIMELINE"] = str(timeline)
+    with tempfile.TemporaryDirectory(prefix="fedad-engines-") as tmp:
+        cfg, out = Path(tmp) / "config.toml", Path(tmp) / "run"
+        cfg.write_text(text, encoding="utf-8")
+        cmd = [sys.executable, "-m", "fedad.cli", "run", str(cfg), "--out", str(out)]
         t0 = time.perf_counter()
-        data: dict[str, Any] = run_experiment(cfg, Path(tmp))
+        done = subprocess.run([*cmd, "-q", "--force"], env=env, capture_output=True, text=True)
         total = time.perf_counter() - t0
-        lines = (Path(tmp) / "history.csv").read_text().splitlines()
-    header = lines[0].split(",")
-    rows = [dict(zip(header, line.split(","), strict=False)) for line in lines[1:]]
-    return rows, total, float(data["methods"]["fedavg"]["auroc"])
+        if done.returncode != 0:
+            raise SystemExit(f"fedad run exited {done.returncode}:\n{done.stderr}")
+        metrics = json.loads((out / "metrics.json").read_text("utf-8"))
+        with (out / "history.csv").open(encoding="utf-8", newline="") as fh:
+            rows = [r for r in csv.DictReader(fh) if r["method"] == "fedavg"]
+    return rows, total, float(metrics["methods"]["fedavg"]["auroc"])
+
+
+def run_engines(clients: int, engines: list[str]) -> list[str]:
+    """The engines of ``engines`` that run at ``clients`` clients."""
+    return [e for e in engines if e != "flower-deployment" or clients <= DEPLOYMENT_CLIENTS]
 
 
 def run(engine: str, clients: int, rounds: int = 3) -> tuple[list[float], float, float]:
@@ -76,18 +122,18 @@ def run(engine: str, clients: int, rounds: int = 3) -> tuple[list[float], float,
     return per_round, total, auroc
 
 
-def secagg() -> None:
+def secagg(clients_list: list[int], engines: list[str]) -> None:
     """Plain vs SecAgg+ on each engine: seconds and bytes per round (rounds 2-3)."""
     print(
         "| engine | clients | SecAgg+ | rounds 2-3 s (mean) | vs plain | bytes up / round | "
         "protocol bytes / round | AUROC |"
     )
     print("|---|---:|---|---:|---:|---:|---:|---:|")
-    for clients, engines in ((3, ENGINES), (100, ENGINES[:2])):
-        for engine in engines:
+    for clients in clients_list:
+        for engine in run_engines(clients, engines):
             base = None
             for on in (False, True):
-                rows, _, auroc = history(engine, clients, privacy={"secagg": on})
+                rows, _, auroc = history(engine, clients, secagg=on)
                 steady = [r for r in rows if int(r["round"]) >= 2]
                 s = sum(float(r["seconds"]) for r in steady) / len(steady)
                 up = sum(int(r["bytes_up"]) for r in steady) / len(steady)
@@ -95,8 +141,22 @@ def secagg() -> None:
                 base = s if base is None else base
                 print(
                     f"| {engine} | {clients} | {'on' if on else 'off'} | {s:.3f} | "
-                    f"{s / base:.1f}x | {up:,.0f} | {proto:,.0f} | {auroc:.6f} |"
+                    f"{s / base:.1f}x | {up:,.0f} | {proto:,.0f} | {auroc:.6f} |",
+                    flush=True,
                 )
+
+
+def read_timeline(path: Path) -> list[dict[str, Any]]:
+    """The events of a timeline file: one JSON object per line (other lines skipped)."""
+    out: list[dict[str, Any]] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            out.append(doc)
+    return out
 
 
 def supernode_poll_seconds() -> float:
@@ -189,16 +249,12 @@ def deployment(rounds: int) -> None:
     start: dict[str, float] = {}
     ref: float | None = None
     for mode in ("per-message", "per-node"):
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory(prefix="fedad-timeline-") as tmp:
             timeline = Path(tmp) / "timeline.jsonl"
-            os.environ["FEDAD_FLOWER_TIMELINE"] = str(timeline)
-            try:
-                rows, total, auroc = history("flower-deployment", 3, rounds, clientapp=mode)
-            finally:
-                del os.environ["FEDAD_FLOWER_TIMELINE"]
+            rows, total, auroc = history(
+                "flower-deployment", 3, rounds, clientapp=mode, timeline=timeline
+            )
             if mode == "per-node":
-                from fedad.fl.timeline import read_timeline
-
                 events = read_timeline(timeline)
                 parts, start = round_parts(events), start_parts(events)
         per_round = [float(r["seconds"]) for r in rows]
@@ -208,7 +264,8 @@ def deployment(rounds: int) -> None:
         assert abs(auroc - ref) < 1e-9, "the two modes must give the same model"
         print(
             f"| {mode} | {per_round[0]:.2f} | {mean:.2f} ({min(steady):.2f}-{max(steady):.2f}) "
-            f"| {mean / poll:.2f} | {total:.1f} | {auroc:.6f} |"
+            f"| {mean / poll:.2f} | {total:.1f} | {auroc:.6f} |",
+            flush=True,
         )
     if not parts:
         return
@@ -228,18 +285,19 @@ def deployment(rounds: int) -> None:
         print(f"| {name} | {what} | {start[name]:.2f} |")
 
 
-def main() -> None:
+def main(clients_list: list[int], engines: list[str]) -> None:
     print("| engine | clients | round 1 s | mean of rounds 2-3 s | vs in-process | run s | AUROC |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for clients, engines in ((3, ENGINES), (100, ENGINES[:2])):
+    for clients in clients_list:
         base = None
-        for engine in engines:
+        for engine in run_engines(clients, engines):
             per_round, total, auroc = run(engine, clients)
             steady = sum(per_round[1:]) / len(per_round[1:])
             base = steady if base is None else base
             print(
                 f"| {engine} | {clients} | {per_round[0]:.2f} | {steady:.3f} | "
-                f"{steady / base:.1f}x | {total:.1f} | {auroc:.6f} |"
+                f"{steady / base:.1f}x | {total:.1f} | {auroc:.6f} |",
+                flush=True,
             )
 
 
@@ -252,10 +310,20 @@ if __name__ == "__main__":
         help="deployment rounds per ClientApp mode, against the SuperNode's poll interval",
     )
     parser.add_argument("--rounds", type=int, default=8, help="rounds of --deployment")
+    parser.add_argument(
+        "--clients",
+        type=int,
+        nargs="+",
+        default=[3, 100],
+        help="federation sizes (flower-deployment runs at 3 only)",
+    )
+    parser.add_argument(
+        "--engines", nargs="+", choices=ENGINES, default=list(ENGINES), help="engines to run"
+    )
     args = parser.parse_args()
     if args.secagg:
-        secagg()
+        secagg(args.clients, args.engines)
     elif args.deployment:
         deployment(args.rounds)
     else:
-        main()
+        main(args.clients, args.engines)

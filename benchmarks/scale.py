@@ -2,14 +2,15 @@
 
 FedAvg with the autoencoder on Fashion-MNIST (normal 0-4, anomalies 5-9, IID, 30 training
 images per client, pooled test set capped at 2,000), ``--rounds`` rounds (default 3), on the
-in-process engine with ``workers`` 1 and 2 and on the Flower simulation engine, all in one
-run. Seconds per round are the mean of rounds 2.. from ``history.csv`` (round 1 carries
-start-up: worker or Ray processes, torch's first optimiser step). Peak memory is the largest
-sum of the resident set sizes of this process and all its descendants (workers, Ray's
-processes), sampled every 0.1 s by a thread (psutil) while the run goes. ``data MB`` is the
-federation's feature arrays (training + test); ``state MB`` the pickled size of the
-clients' states after the run (in-process, one process only), which is where the rest of the
-in-process memory goes.
+in-process engine with ``workers`` 1 and 2 and on the Flower simulation engine: one
+``fedad run`` per setting. Seconds per round are the mean of rounds 2.. from ``history.csv``
+(round 1 carries start-up: worker or Ray processes, torch's first optimiser step); ``run s``
+is the method's ``seconds`` in ``metrics.json`` (start-up, evaluation and metrics included).
+Peak memory is the largest sum of the resident set sizes of the ``fedad run`` process and all
+its descendants (workers, Ray's processes), sampled every 0.1 s by a thread (psutil) over the
+whole command (interpreter start-up, data loading and the report included). ``data MB`` is the
+federation's feature arrays (training + test, float32), from ``metrics.json``'s ``n_train``,
+``n_test`` and ``feature_shape``.
 
     .venv/bin/python benchmarks/scale.py [--rounds 3] [--clients 10 100 1000]
 """
@@ -17,36 +18,64 @@ in-process memory goes.
 from __future__ import annotations
 
 import argparse
+import csv
+import json
+import math
 import os
-import pickle
 import platform
+import subprocess
+import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 import torch
-from suites import fashion_fedavg
-
-from fedad.federation import build_federation
-from fedad.runner import build_algorithms, run_method
 
 SETTINGS = (("inprocess", 1), ("inprocess", 2), ("flower-simulation", 1))
 
+CONFIG = """\
+seed = 0
+rounds = {rounds}
+
+[data]
+name = "fashion_mnist"
+normal = [0, 1, 2, 3, 4]
+anomaly = [5, 6, 7, 8, 9]
+max_train_per_client = 30
+max_test = 2000
+
+[partition]
+scheme = "iid"
+clients = {clients}
+
+[engine]
+name = "{engine}"
+progress = false
+workers = {workers}
+
+[[methods]]
+name = "fedavg"
+detector = "autoencoder"
+"""
+
 
 class PeakRss:
-    """The peak RSS of this process tree, sampled in a thread."""
+    """The peak RSS of the process ``pid`` and its descendants, sampled in a thread."""
 
-    def __init__(self, every: float = 0.1) -> None:
+    def __init__(self, pid: int, every: float = 0.1) -> None:
         self.every, self.peak, self._stop = every, 0, threading.Event()
-        self._me = psutil.Process(os.getpid())
+        self._root = psutil.Process(pid)
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> int:
+        try:
+            procs = [self._root, *self._root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return 0
         total = 0
-        for p in [self._me, *self._me.children(recursive=True)]:
+        for p in procs:
             try:
                 total += p.memory_info().rss
             except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -68,24 +97,34 @@ class PeakRss:
 
 
 def measure(engine: str, workers: int, clients: int, rounds: int) -> dict[str, Any]:
-    cfg = fashion_fedavg(clients, rounds, 30, 2000, {"name": engine, "workers": workers})
-    fed = build_federation(cfg)
-    data_mb = sum(c.x_train.nbytes + c.x_test.nbytes for c in fed.clients) / 1e6  # type: ignore[union-attr]
-    (algo,) = build_algorithms(cfg, fed).values()
-    with tempfile.TemporaryDirectory() as tmp, PeakRss() as mem:
-        t0 = time.perf_counter()
-        out = run_method(cfg, algo, fed, workdir=Path(tmp))
-        total = time.perf_counter() - t0
-    steady = [float(r["seconds"]) for r in out.history if int(r["round"]) >= 2]
-    state_mb = len(pickle.dumps(out.client_states)) / 1e6 if out.client_states else None
+    """One ``fedad run`` of the setting: its round and run seconds, peak and data MB."""
+    text = CONFIG.format(rounds=rounds, clients=clients, engine=engine, workers=workers)
+    with tempfile.TemporaryDirectory(prefix="fedad-scale-") as tmp:
+        cfg, out = Path(tmp) / "config.toml", Path(tmp) / "run"
+        cfg.write_text(text, encoding="utf-8")
+        cmd = [sys.executable, "-m", "fedad.cli", "run", str(cfg), "--out", str(out)]
+        proc = subprocess.Popen(
+            [*cmd, "-q", "--force"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        with PeakRss(proc.pid) as mem:
+            _, err = proc.communicate()
+        if proc.returncode != 0:
+            raise SystemExit(f"fedad run exited {proc.returncode}:\n{err}")
+        metrics = json.loads((out / "metrics.json").read_text("utf-8"))
+        with (out / "history.csv").open(encoding="utf-8", newline="") as fh:
+            history = [r for r in csv.DictReader(fh) if r["method"] == "fedavg"]
+    m, facts = metrics["methods"]["fedavg"], metrics["experiment"]
+    steady = [float(r["seconds"]) for r in history if int(r["round"]) >= 2]
+    values = (facts["n_train"] + facts["n_test"]) * math.prod(facts["feature_shape"])
     return {
-        "round1": float(out.history[0]["seconds"]),
+        "round1": float(history[0]["seconds"]),
         "per_round": sum(steady) / len(steady) if steady else float("nan"),
-        "total": total,
+        "total": float(m["seconds"]),
         "peak_mb": mem.peak / 1e6,
-        "data_mb": data_mb,
-        "state_mb": state_mb,
-        "bytes_up": out.bytes_up,
+        "data_mb": values * 4 / 1e6,
     }
 
 
@@ -99,17 +138,15 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.rounds} rounds"
     )
     print(
-        "| clients | engine | workers | round 1 s | s / round (2..) | run s | peak MB "
-        "| data MB | client states MB |"
+        "| clients | engine | workers | round 1 s | s / round (2..) | run s | peak MB | data MB |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|")
     for clients in args.clients:
         for engine, workers in SETTINGS:
             r = measure(engine, workers, clients, args.rounds)
-            state = "–" if r["state_mb"] is None else f"{r['state_mb']:.1f}"
             print(
                 f"| {clients} | {engine} | {workers} | {r['round1']:.2f} | {r['per_round']:.2f} "
-                f"| {r['total']:.1f} | {r['peak_mb']:.0f} | {r['data_mb']:.1f} | {state} |",
+                f"| {r['total']:.1f} | {r['peak_mb']:.0f} | {r['data_mb']:.1f} |",
                 flush=True,
             )
 
