@@ -71,3 +71,48 @@ def test_a_run_imports_only_its_methods() -> None:
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
+
+
+def test_a_declared_method_takes_summary_kinds_and_detectors_from_its_declaration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The catalog entry is the one source: the class gets its values at registration, and a
+    declared class that writes its own is refused."""
+    import fedad.catalog as catalog
+    from fedad.fl import algorithm
+
+    monkeypatch.setattr(algorithm, "_REGISTRY", dict(algorithm._REGISTRY))
+    entry = catalog.MethodEntry("catalog-probe", __name__, "a probe", ("graph",), ("deepsvdd",))
+    monkeypatch.setitem(catalog._METHODS, entry.name, entry)
+
+    class Probe(algorithm.Algorithm):
+        name = "catalog-probe"
+
+    algorithm.register(Probe)
+    assert (Probe.summary, Probe.kinds, Probe.detectors) == ("a probe", ("graph",), ("deepsvdd",))
+
+    class Own(algorithm.Algorithm):
+        name = "catalog-probe"
+        summary = "written twice"
+
+    del algorithm._REGISTRY["catalog-probe"]
+    with pytest.raises(TypeError, match="sets summary itself"):
+        algorithm.register(Own)
+
+    class Undeclared(algorithm.Algorithm):
+        name = "catalog-undeclared"
+        summary = "its own"
+
+    algorithm.register(Undeclared)
+    assert Undeclared.summary == "its own"
+
+
+def test_no_method_base_class_writes_a_summary_or_kinds() -> None:
+    """(The registered classes themselves are held to it by ``register``, at import.)"""
+    registered = set(registry().values())
+    for name in method_entries():
+        cls = method_class(name)
+        assert cls is not None
+        for klass in cls.__mro__[1:]:
+            if klass.__module__.startswith("fedad.methods.") and klass not in registered:
+                assert not {"summary", "kinds"} & set(vars(klass)), klass

@@ -305,10 +305,30 @@ class Algorithm(ABC):
 _REGISTRY: dict[str, type[Algorithm]] = {}
 
 
+CATALOG_FIELDS = frozenset({"summary", "kinds", "detectors"})
+"""What a declared method's catalog entry says and its class does not."""
+
+
 def register(cls: type[Algorithm]) -> type[Algorithm]:
-    """Class decorator adding an algorithm to the registry under ``cls.name``."""
+    """Class decorator adding an algorithm to the registry under ``cls.name``.
+
+    A method declared in the catalog (:func:`fedad.catalog.declare_method`, its folder's
+    ``__init__.py``) takes its ``summary``, ``kinds`` and ``detectors`` from that
+    declaration, the one place they are written; such a class must not set them itself. A
+    class registered without a declaration (a test's, a user's) keeps its own."""
     if cls.name in _REGISTRY:
         raise ValueError(f"method '{cls.name}' registered twice")
+    entry = method_entries().get(cls.name)
+    if entry is not None and entry.module == cls.__module__:
+        own = sorted(CATALOG_FIELDS & set(vars(cls)))
+        if own:
+            raise TypeError(
+                f"method '{cls.name}' sets {', '.join(own)} itself: a declared method takes "
+                "them from its declaration (fedad.catalog.declare_method), written once"
+            )
+        cls.summary = entry.summary
+        cls.kinds = cast("tuple[DataKind, ...]", entry.kinds)
+        cls.detectors = entry.detectors
     _REGISTRY[cls.name] = cls
     return cls
 

@@ -76,20 +76,12 @@ from functools import partial
 import numpy as np
 from pydantic import Field
 
-from fedad.components.detectors.contrastive import CONTRASTIVE
 from fedad.components.detectors.neural import (
-    DETECTORS,
     TorchDetector,
 )
-from fedad.components.detectors.ocsvm import OCSVM
-from fedad.components.detectors.patchcore import (
-    PATCHCORE,
-)
 from fedad.components.detectors.pretrained import (
-    PRETRAINED,
     PretrainedOptions,
 )
-from fedad.components.detectors.pyod_reference import PYOD_DETECTORS
 from fedad.components.federated import (
     TORCH_DETECTORS,
     TRAIN,
@@ -130,8 +122,6 @@ class FedAvg(GlobalModel):
     """FedAvg (McMahan et al., 2017) over a baseline detector."""
 
     name = "fedavg"
-    summary = "FedAvg: example-weighted mean of client models each round"
-    kinds = ("vector", "image", "graph")
     ParamsModel = TrainParams
 
 
@@ -140,8 +130,6 @@ class FedProx(GlobalModel):
     """FedProx (Li et al., 2020): FedAvg plus a proximal term on the client side."""
 
     name = "fedprox"
-    summary = "FedProx: FedAvg with a proximal term mu/2 ||w - w_global||^2 on clients"
-    kinds = ("vector", "image", "graph")
     ParamsModel = ProxParams
     params: ProxParams
 
@@ -155,10 +143,7 @@ class Local(TorchBaseline):
     """Each client trains its own detector; no model is shared."""
 
     name = "local"
-    summary = "Local: each client trains alone (no federation), lower reference"
-    kinds = ("vector", "image", "graph")
     personalized = True
-    detectors = (*DETECTORS, CONTRASTIVE, PATCHCORE, PRETRAINED, OCSVM, *PYOD_DETECTORS)
     ParamsModel = BaselineParams
 
     def handlers(self) -> dict[str, Handler]:
@@ -202,8 +187,6 @@ class Centralized(TorchBaseline):
     """All training data pooled on the server: the privacy-violating upper reference."""
 
     name = "centralized"
-    summary = "Centralized: clients upload their data, one model on the pool (upper reference)"
-    detectors = (*DETECTORS, CONTRASTIVE, PATCHCORE, PRETRAINED, OCSVM, *PYOD_DETECTORS)
     ParamsModel = BaselineParams
 
     def handlers(self) -> dict[str, Handler]:

@@ -201,8 +201,6 @@ def client_rng(seed: int, round_no: int, client_id: int, stream: int) -> np.rand
 class _FADngs(Algorithm):
     """The shared protocol; subclasses choose the aggregation (SED or FedAvg)."""
 
-    summary = ""
-    kinds = ("image",)
     ParamsModel = FADngsParams
     params: FADngsParams
     metric_families: ClassVar[tuple[MetricFamily, ...]] = (PRIVACY,)
@@ -573,7 +571,6 @@ class FADngs(_FADngs):
     """FADngs: NGDE + CRAD + SED."""
 
     name = "fadngs"
-    summary = "FADngs: noisy global densities, contrastive CRAD, ensemble distillation (SED)"
     sed = True
 
     def __init__(self, params: Params, setup: Setup, detector: str | None = None) -> None:
@@ -591,4 +588,3 @@ class FADngsNoSED(_FADngs):
     """FADngs without SED: FedAvg aggregation (Table I's "FADngs w/o SED")."""
 
     name = "fadngs-nosed"
-    summary = "FADngs without SED: noisy global densities and CRAD, FedAvg aggregation"

@@ -64,8 +64,6 @@ class FedBN(GlobalModel):
     """FedAvg with local normalisation layers (Li et al., 2021) over a baseline detector."""
 
     name = "fedbn"
-    summary = "FedBN: FedAvg, but normalisation layers (params and statistics) stay local"
-    kinds = ("vector", "image", "graph")
     ParamsModel = TrainParams
     _has_norm: bool | None = None
 

@@ -163,8 +163,6 @@ class FedDyMem(Algorithm):
     """FedDyMem: shared dynamic memory banks, personal projection and generator."""
 
     name = "feddymem"
-    summary = "FedDyMem: memory banks shared instead of models, pixel-level anomaly maps"
-    kinds = ("image",)
     personalized = True
     ParamsModel = FedDyMemParams
     params: FedDyMemParams

@@ -82,8 +82,6 @@ class FedStar(Algorithm):
     """FedStar: the structure encoder is shared, the feature encoder stays personal."""
 
     name = "fedstar"
-    summary = "FedStar: shared structure encoder, personal feature encoder, Deep SVDD"
-    kinds = ("graph",)
     personalized = True
     ParamsModel = FedStarParams
     params: FedStarParams

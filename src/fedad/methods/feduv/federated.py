@@ -82,8 +82,6 @@ class FedUV(Algorithm):
     """FedUV (Hosseini et al., ICML 2021), reduced: secret codes, positive loss, FedAvg."""
 
     name = "feduv"
-    summary = "FedUV: each client fits the shared model to its own secret code (FedAvg)"
-    kinds = ("vector", "image")
     personalized = True
     metric_families = ()
     ParamsModel = FedUVParams

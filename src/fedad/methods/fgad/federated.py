@@ -149,11 +149,6 @@ class FGAD(Algorithm):
     """FGAD: self-boosted graph distillation, only the student head is shared."""
 
     name = "fgad"
-    summary = (
-        "FGAD as published (for reproduction; below chance on our graphs: use fgad-plus): "
-        "VGAE-generated anomalies, teacher-student distillation, head-only FL"
-    )
-    kinds = ("graph",)
     personalized = True
     ParamsModel = FGADParams
     params: FGADParams
@@ -304,9 +299,5 @@ class FGADPlus(FGAD):
     docs/methods/fgad.md, "fgad-plus", has the pre-registered results and their limits."""
 
     name = "fgad-plus"
-    summary = (
-        "FGAD that works (ours): learnt VGAE, 0/1 generated graphs with their own degree "
-        "features, the student trained on them too; student head only"
-    )
     ParamsModel = FGADPlusParams
     params: FGADPlusParams

@@ -151,9 +151,6 @@ class GCFL(GlobalModel):
     """GCFL: clients clustered by their updates (GCFL+: norm sequences), FedAvg within."""
 
     name = "gcfl"
-    summary = "GCFL: clustered FL on graphs (clusters split by the clients' updates), Deep SVDD"
-    kinds = ("graph",)
-    detectors = ("deepsvdd",)
     default_detector = "deepsvdd"
     ParamsModel = GCFLParams
     params: GCFLParams

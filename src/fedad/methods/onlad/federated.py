@@ -503,7 +503,6 @@ class ONLAD(_ONLAD):
     """ONLAD clients, FedAvg aggregation [ONLAD eq. 6]."""
 
     name = "onlad"
-    summary = "ONLAD: online OS-ELM autoencoders, FedAvg of beta and P [ONLAD eq. 6]"
 
     def excludes_unusable(self) -> bool:
         return False
@@ -514,7 +513,6 @@ class ONLADScore(_ONLAD):
     """ONLAD clients, credit-score aggregation without a threshold."""
 
     name = "onlad-score"
-    summary = "ONLAD + credit scores from observed-set losses [ONLAD eq. 7, Alg. 1 l. 8]"
 
     def weights(self, losses: list[float], n: list[float], rnd: RoundInfo) -> np.ndarray:
         return credit_scores(losses, n)
@@ -525,7 +523,6 @@ class ONLADSelective(_ONLAD):
     """ONLAD clients, selective aggregation: credit scores, zero above lambda [ONLAD Alg. 1]."""
 
     name = "onlad-selective"
-    summary = "ONLAD + selective aggregation: credit scores, clients over lambda excluded"
     ParamsModel = SelectiveParams
     params: SelectiveParams
     nobody_passes = "every client's observed loss exceeds lambda"
@@ -548,10 +545,6 @@ class ONLADRobust(_ONLAD):
     than normal data and whose update does not worsen the global model."""
 
     name = "onlad-robust"
-    summary = (
-        "ONLAD + credit scores over clients that pass an exceedance check and whose update "
-        "does not raise the observed loss (ours)"
-    )
     ParamsModel = RobustParams
     params: RobustParams
     nobody_passes = ""  # expected once the model has converged: history `kept`, no event

@@ -229,8 +229,6 @@ class ProtoFL(Algorithm):
     """ProtoFL: prototype distillation (phase 1, FedAvg) and local flows (phase 2)."""
 
     name = "protofl"
-    summary = "ProtoFL: prototypical distillation from a pretrained model + local flows"
-    kinds = ("vector", "image")
     personalized = True
     ParamsModel = ProtoFLParams
     params: ProtoFLParams

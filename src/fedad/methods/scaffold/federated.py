@@ -47,8 +47,8 @@ from typing import cast
 import numpy as np
 from pydantic import Field
 
-from fedad.components.detectors.contrastive import CONTRASTIVE, ContrastiveDetector
-from fedad.components.detectors.neural import DETECTORS, DeepSVDDDetector, TorchDetector
+from fedad.components.detectors.contrastive import ContrastiveDetector
+from fedad.components.detectors.neural import DeepSVDDDetector, TorchDetector
 from fedad.components.federated import OWN, TRAIN, GlobalModel, TrainParams, client_rng
 from fedad.data.types import ClientData
 from fedad.fl.algorithm import ClientState, Handler, Params, ServerResult, Setup, register
@@ -115,9 +115,6 @@ class Scaffold(GlobalModel):
     """SCAFFOLD (Karimireddy et al., 2020), option II, over a baseline detector."""
 
     name = "scaffold"
-    summary = "SCAFFOLD: FedAvg with control variates correcting client drift (SGD, option II)"
-    detectors = (*DETECTORS, CONTRASTIVE)
-    kinds = ("vector", "image", "graph")
     ParamsModel = ScaffoldParams
     params: ScaffoldParams
 
