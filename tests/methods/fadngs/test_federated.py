@@ -218,6 +218,23 @@ def test_config_errors(
         build_algorithm(name, params, setup)
 
 
+def test_a_global_density_set_too_large_for_the_detector_is_refused_before_training() -> None:
+    """k_c x clients Gaussians must fit the detector's bound; k_c's own bound is the
+    detector's (one field, written once)."""
+    from fedad.methods.fadngs.detector import MAX_GAUSSIANS, FADngsDetectorParams
+    from fedad.methods.fadngs.params import FADngsParams
+
+    clients = 10
+    setup = Setup("image", (1, 8, 8), rounds=2, seed=0, contamination=0.1, num_clients=clients)
+    fits = MAX_GAUSSIANS // clients
+    build_algorithm("fadngs-nosed", {"k_c": fits}, setup)
+    with pytest.raises(ConfigError, match=f"lower k_c to at most {fits}"):
+        build_algorithm("fadngs-nosed", {"k_c": fits + 1}, setup)
+    build_algorithm("fadngs-nosed", {"k_c": fits + 1, "density": "local"}, setup)
+    bound = FADngsParams.model_fields["k_c"].metadata
+    assert bound == FADngsDetectorParams.model_fields["k_c"].metadata
+
+
 def test_vector_data_is_refused() -> None:
     setup = Setup("vector", (6,), rounds=2, seed=0, contamination=0.1, num_clients=3)
     with pytest.raises(ConfigError, match="image"):

@@ -46,14 +46,12 @@ CRAD, SimCLR or CSI's pairs (:mod:`.losses`).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from pydantic import Field
 
 from fedad.data.types import ClientData, dense
-from fedad.detector import shared_field
 from fedad.devices import resolve_device
 from fedad.errors import ConfigError, RunError
 from fedad.evaluation.families import MetricFamily
@@ -74,9 +72,15 @@ from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import log_weighted_scalars
 from fedad.fl.validate import ArraySpec, spec_of
 from fedad.methods.fadngs.density import min_mahalanobis
-from fedad.methods.fadngs.detector import COVS, MEANS, FADngsDetector, FADngsDetectorParams
+from fedad.methods.fadngs.detector import (
+    COVS,
+    MAX_GAUSSIANS,
+    MEANS,
+    FADngsDetector,
+)
 from fedad.methods.fadngs.family import PRIVACY
-from fedad.methods.fadngs.losses import FifoQueue, SedForm, pearson_weights, teacher_agreement
+from fedad.methods.fadngs.losses import FifoQueue, pearson_weights, teacher_agreement
+from fedad.methods.fadngs.params import FADngsParams
 from fedad.methods.fadngs.privacy import (
     density_epsilon,
     distance_correlations,
@@ -97,100 +101,6 @@ SHARED = "shared/"
 EMBEDDED = "embedded"
 """Client-state prefix of the representations its last density phase computed, and their
 round (reused by that round's first CRAD selection)."""
-
-
-class FADngsParams(Params):
-    """``[methods.params]`` of ``fadngs`` and ``fadngs-nosed``; defaults fit any data size."""
-
-    warmup_rounds: int | None = Field(
-        default=None, ge=0, le=100_000, description="SimCLR rounds first (default rounds // 5)"
-    )
-    local_epochs: int = Field(default=1, ge=1, le=10_000, description="E_l, epochs per round")
-    batch_size: int = shared_field(FADngsDetectorParams, "batch_size")
-    lr: float = shared_field(FADngsDetectorParams, "lr", description="SGD, cosine decay")
-    weight_decay: float = Field(default=1e-4, ge=0.0, le=1.0)
-    temperature: float = shared_field(
-        FADngsDetectorParams, "temperature", description="tau of eq. 7"
-    )
-    n_plus: int = shared_field(FADngsDetectorParams, "n_plus", description="T+ views per sample")
-    crop_min: float = shared_field(
-        FADngsDetectorParams, "crop_min", description="smallest share of an image a T+ crop keeps"
-    )
-    jitter: float = shared_field(FADngsDetectorParams, "jitter")
-    width: int = shared_field(
-        FADngsDetectorParams, "width", description="channels of the first stage"
-    )
-    head_norm: Literal["batch", "none"] = shared_field(
-        FADngsDetectorParams,
-        "head_norm",
-        description="the projection head's hidden norm (SimCLR's BN or none)",
-    )
-    depth: int = shared_field(
-        FADngsDetectorParams, "depth", description="residual blocks per stage"
-    )
-    stem_stride: Literal["auto", 1, 2] = shared_field(
-        FADngsDetectorParams,
-        "stem_stride",
-        description="stride of the encoder's first conv (auto: 2 from 16 px on, else 1)",
-    )
-    proj_dim: int = shared_field(FADngsDetectorParams, "proj_dim", description="dimension of z")
-    k_c: int = Field(default=1, ge=1, le=1024, description="clusters per client (K_c)")
-    kmeans_iters: int = shared_field(
-        FADngsDetectorParams, "kmeans_iters", description="weak k-means steps"
-    )
-    rho: float = shared_field(FADngsDetectorParams, "rho", description="shrinkage of eq. 3")
-    quantile: float = shared_field(FADngsDetectorParams, "quantile", description="delta of eq. 8")
-    density: Literal["global", "local", "none"] = Field(
-        default="global", description="Table III: what is shared"
-    )
-    loss: Literal["crad", "simclr", "csi"] = shared_field(
-        FADngsDetectorParams, "loss", description="Table IV"
-    )
-    con_form: Literal["eq7", "mean-log"] = shared_field(
-        FADngsDetectorParams,
-        "con_form",
-        description="CSI's code (mean of log-probabilities, default) or eq. 7 as printed",
-    )
-    density_noise: float = Field(
-        default=0.0, ge=0.0, le=1e6, description="Gaussian mechanism on the statistics (sigma)"
-    )
-    density_delta: float = Field(default=1e-5, gt=0.0, lt=1.0, description="delta of its eps")
-    noise_source: Literal["private", "seeded"] = Field(
-        default="private",
-        description="the mechanism's noise: OS entropy, or the run's seed (reproducible)",
-    )
-    public_set: str = Field(default="procedural", description="SED's public data set")
-    public_n: int = Field(default=512, ge=2, le=1_000_000, description="public samples")
-    distill_epochs: int = Field(default=1, ge=1, le=10_000, description="E_g of SED")
-    distill_lr: float = Field(
-        default=0.003,
-        gt=0.0,
-        le=10.0,
-        description="SED's SGD (the paper's 0.03 undoes each round's CRAD: docs)",
-    )
-    distill_batch: int = Field(default=64, ge=2, le=1 << 16)
-    queue_size: int = Field(default=2048, ge=1, le=1 << 20, description="|D_c| of SED (seed form)")
-    sed_temperature: float = Field(
-        default=0.2,
-        gt=0.0,
-        le=100.0,
-        description="student's tau of eq. 12, seed form (SEED's code: 0.07)",
-    )
-    sed_teacher_temperature: float = Field(
-        default=1e-4, gt=0.0, le=100.0, description="teacher's tau of eq. 11, seed form (SEED's)"
-    )
-    sed_positive: bool = Field(
-        default=True,
-        description="seed form: the teacher's own representation leads the queue (code)",
-    )
-    sed_queues: Literal["persist", "round"] = Field(
-        default="round",
-        description="seed form: keep the queues across rounds or renew them each round",
-    )
-    sed_form: SedForm = Field(
-        default="cosine", description="a cosine pull without queue (docs) or eq. 11-13 (seed)"
-    )
-    privacy_measure: bool = Field(default=True, description="distance correlation (Fig. 9)")
 
 
 def client_rng(seed: int, round_no: int, client_id: int, stream: int) -> np.random.Generator:
@@ -231,6 +141,12 @@ class _FADngs(Algorithm):
                 "memberships depend on every sample and the noise has no sensitivity bound)",
                 "set k_c = 1 or density_noise = 0",
             )
+        if p.density == "global" and p.k_c * setup.num_clients > MAX_GAUSSIANS:
+            raise ConfigError(
+                f"{self.name}: the global density set would hold up to k_c x clients = "
+                f"{p.k_c} x {setup.num_clients} Gaussians, more than {MAX_GAUSSIANS}",
+                f"lower k_c to at most {max(1, MAX_GAUSSIANS // setup.num_clients)}",
+            )
         if p.density_noise > 0 and p.density != "global":
             raise ConfigError(
                 f'{self.name}: density_noise acts on shared densities; density = "{p.density}" '
@@ -260,11 +176,15 @@ class _FADngs(Algorithm):
     def make_detector(self) -> FADngsDetector:
         p = self.params
         return FADngsDetector.configured(
-            p, input_shape=list(self.setup.feature_shape), unit=p.density_noise > 0,
+            p,
+            input_shape=list(self.setup.feature_shape),
+            unit=p.density_noise > 0,
             epochs=max(self.setup.rounds - self.warmup, 0) * p.local_epochs,
-            warmup_epochs=self.warmup * p.local_epochs, contamination=self.contamination,
-            seed=self.setup.seed, device=resolve_device(self.setup.device),
-        )  # fmt: skip
+            warmup_epochs=self.warmup * p.local_epochs,
+            contamination=self.contamination,
+            seed=self.setup.seed,
+            device=resolve_device(self.setup.device),
+        )
 
     def _detector(self, weights: dict[str, np.ndarray]) -> FADngsDetector:
         det = self.make_detector().build()
@@ -348,12 +268,25 @@ class _FADngs(Algorithm):
         if loss == "crad" and p.density == "global" and int(kept.get("round", -1)) == r:
             z0 = kept["z"].astype(np.float64)  # this round's density phase, same model
         scalars = local_update(
-            det.encoder_, x, epochs=p.local_epochs, batch_size=p.batch_size,
-            lr=float(msg.get("lr", p.lr)), rng=rng, loss=loss, means=means, covs=covs,
-            quantile=p.quantile, n_plus=p.n_plus, temperature=p.temperature,
-            weight_decay=p.weight_decay, unit=det.params.unit, form=p.con_form, z0=z0,
-            crop_min=p.crop_min, jitter=p.jitter,
-        )  # fmt: skip
+            det.encoder_,
+            x,
+            epochs=p.local_epochs,
+            batch_size=p.batch_size,
+            lr=float(msg.get("lr", p.lr)),
+            rng=rng,
+            loss=loss,
+            means=means,
+            covs=covs,
+            quantile=p.quantile,
+            n_plus=p.n_plus,
+            temperature=p.temperature,
+            weight_decay=p.weight_decay,
+            unit=det.params.unit,
+            form=p.con_form,
+            z0=z0,
+            crop_min=p.crop_min,
+            jitter=p.jitter,
+        )
         reply = {"num_examples": data.n_train, **scalars}
         if p.density == "none":
             state.update(prefixed(det.model_arrays(), "own"))
@@ -452,14 +385,21 @@ class _FADngs(Algorithm):
                 gen = torch.Generator().manual_seed(seed)
                 queues[i] = FifoQueue.random(p.queue_size, p.proj_dim, gen)
         loss = sed_distill(
-            student.encoder_, teacher_representations(reps),
-            [queues[i] for i in ids] if p.sed_form == "seed" else None, w, public,
-            epochs=p.distill_epochs, batch_size=p.distill_batch,
+            student.encoder_,
+            teacher_representations(reps),
+            [queues[i] for i in ids] if p.sed_form == "seed" else None,
+            w,
+            public,
+            epochs=p.distill_epochs,
+            batch_size=p.distill_batch,
             lr=cosine_lr(p.distill_lr, r - 1, ctx.rounds),
-            rng=seeded_rng(self.setup.seed, r, 0x5ED), tau=p.sed_temperature,
-            teacher_tau=p.sed_teacher_temperature, positive=p.sed_positive,
-            weight_decay=p.weight_decay, form=p.sed_form,
-        )  # fmt: skip
+            rng=seeded_rng(self.setup.seed, r, 0x5ED),
+            tau=p.sed_temperature,
+            teacher_tau=p.sed_teacher_temperature,
+            positive=p.sed_positive,
+            weight_decay=p.weight_decay,
+            form=p.sed_form,
+        )
         ctx.log(
             sed_loss=loss,
             sed_weight_min=float(w.min()),
