@@ -177,7 +177,7 @@ def test_a_checkpoint_without_normalize_reads_as_none() -> None:
     """Saved before the key existed: its head was fit on unnormalised h, also with the
     efficientnet trunk (where "auto" now means l2)."""
     from fedad.detector import detector_from_config
-    from fedad.methods.protofl.detector import ProtoFLDetectorParams
+    from fedad.methods.protofl.detector_params import ProtoFLDetectorParams
 
     saved = {"kind": "image", "input_shape": [1, 28, 28], "trunk_input": "efficientnet"}
     assert ProtoFLDetectorParams.model_validate(saved).normalize == "none"

@@ -11,7 +11,8 @@ from torch import nn
 
 from fedad.detector import detector_from_config
 from fedad.fl.algorithm import Setup, build_algorithm
-from fedad.methods.protofl.detector import ProtoFLDetector, ProtoFLDetectorParams
+from fedad.methods.protofl.detector import ProtoFLDetector
+from fedad.methods.protofl.detector_params import ProtoFLDetectorParams
 from fedad.methods.protofl.federated import ProtoFL
 from fedad.methods.protofl.model import Trunk
 

@@ -22,21 +22,21 @@ from __future__ import annotations
 import copy
 import math
 from contextlib import AbstractContextManager
-from typing import Annotated, Any, Literal, Self
+from typing import Any, Self
 
 import numpy as np
 import torch
-from pydantic import ConfigDict, Field, model_validator
 
 from fedad.components.detectors.ocsvm import fit_rbf_ocsvm, rbf_ocsvm_score
 from fedad.detector import (
-    DEFAULT_CONTAMINATION,
     BaseDetector,
-    DetectorParams,
     check_network_arrays,
     register_detector,
 )
-from fedad.methods.protofl.augment import Auto, augmentation
+from fedad.methods.protofl.augment import augmentation
+from fedad.methods.protofl.detector_params import (
+    ProtoFLDetectorParams,
+)
 from fedad.methods.protofl.features import (
     embed,
     prefix_maps,
@@ -60,88 +60,11 @@ from fedad.methods.protofl.train import (
 )
 from fedad.seeding import torch_seeded
 
-HEADS = ("flow", "kde", "gaussian", "ocsvm")
-Head = Literal["auto", "flow", "kde", "gaussian", "ocsvm"]
-HeadData = Literal["clean", "views"]
-Normalize = Literal["auto", "none", "l2"]
-VectorNorm = Literal["group", "none"]
-MAX_FEATURES = 1 << 22
-
 
 def seeded(seed: int) -> AbstractContextManager[None]:
     """Torch's CPU generator at ``seed`` (any int, folded into torch's range) inside, restored
     after (initial weights)."""
     return torch_seeded(seed % (1 << 63))
-
-
-class ProtoFLDetectorParams(DetectorParams):
-    """The ``__init__`` arguments of :class:`ProtoFLDetector`, as a checkpoint may give them."""
-
-    model_config = ConfigDict(allow_inf_nan=False)
-
-    kind: Literal["vector", "image"] = "image"
-    input_shape: list[Annotated[int, Field(ge=1, le=MAX_FEATURES)]] = Field(
-        default=[1, 8, 8], min_length=1, max_length=3
-    )
-    rep_dim: int = Field(default=64, ge=2, le=2048)
-    width: int = Field(default=32, ge=1, le=512)
-    head: Head = "auto"
-    head_data: HeadData = "clean"
-    normalize: Normalize = "auto"
-    vector_norm: VectorNorm = "none"
-    flow_layers: int = Field(default=8, ge=1, le=64)
-    flow_hidden: int = Field(default=64, ge=1, le=4096)
-    flow_epochs: int = Field(default=100, ge=0, le=100_000)
-    flow_val: float = Field(default=0.2, ge=0.0, lt=1.0)
-    flow_patience: int = Field(default=10, ge=1, le=100_000)
-    flow_lr: float = Field(default=1e-3, gt=0.0, le=1.0)
-    flow_views: int = Field(default=2, ge=1, le=64)
-    flow_batch: int = Field(default=256, ge=2, le=1 << 16)
-    lam: float = Field(default=0.01, ge=0.0, le=1e3)
-    epochs: int = Field(default=10, ge=0, le=100_000)
-    lr: float = Field(default=1e-3, gt=0.0, le=1.0)
-    batch_size: int = Field(default=64, ge=1, le=1 << 16)
-    flip: bool | Auto = "auto"
-    crop: Annotated[float, Field(ge=0.05, le=1.0)] | Auto = "auto"
-    noise: float = Field(default=0.1, ge=0.0, le=10.0)
-    nu: float = Field(default=0.1, gt=0.0, le=1.0)
-    contamination: float = Field(default=DEFAULT_CONTAMINATION, ge=0.0, lt=1.0)
-    seed: int = Field(default=0, ge=-(1 << 63), lt=1 << 63)
-    trunk_input: Literal["raw", "pretrained", "efficientnet"] = "raw"
-    tune_stages: int = Field(default=1, ge=0, le=7)
-    backbone: str = Field(default="efficientnet-lite0", max_length=64)
-    feature_size: int = Field(default=64, ge=32, le=1024)
-    feature_views: int = Field(default=4, ge=2, le=64)
-    max_samples: int = Field(default=1024, ge=16, le=1 << 30)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _older_checkpoint(cls, data: Any) -> Any:
-        """A checkpoint written before ``normalize`` existed fit its head on unnormalised
-        representations, and one written before ``vector_norm`` has group norm in its MLP
-        trunk: read their absence so, so that it scores as it did."""
-        if isinstance(data, dict) and "normalize" not in data and "input_shape" in data:
-            data = {**data, "normalize": "none"}
-        if isinstance(data, dict) and "vector_norm" not in data and "input_shape" in data:
-            data = {**data, "vector_norm": "group"}  # written before it existed: group norm
-        return data
-
-    @model_validator(mode="after")
-    def _shape(self) -> ProtoFLDetectorParams:
-        if self.trunk_input == "efficientnet" and self.kind != "image":
-            raise ValueError("an efficientnet trunk takes images")
-        if self.trunk_input == "pretrained":
-            from fedad.resources import resource_names
-
-            if self.backbone not in resource_names():
-                raise ValueError(f"unknown pretrained resource {self.backbone!r}")
-            if self.kind != "image":
-                raise ValueError("a pretrained trunk takes images")
-        if math.prod(self.input_shape) > MAX_FEATURES:
-            raise ValueError(f"input_shape {self.input_shape} exceeds {MAX_FEATURES} features")
-        if self.kind == "image" and len(self.input_shape) != 3:
-            raise ValueError("an image detector's input_shape is (channels, height, width)")
-        return self
 
 
 @register_detector("protofl")
@@ -270,10 +193,20 @@ class ProtoFLDetector(BaseDetector):
         r""":math:`\phi = g \circ f` around :meth:`make_trunk`, seeded, on the CPU."""
         if self.params.trunk_input != "efficientnet":
             with seeded(self.params.seed):  # the trunk's initial weights, then g's
-                return Encoder(self.trunk_shape, self.params.rep_dim, proto_dim, self.params.width,
-                               self._new_trunk())  # fmt: skip
-        return Encoder(self.trunk_shape, self.params.rep_dim, proto_dim, self.params.width,
-                       self.make_trunk().cpu())  # fmt: skip
+                return Encoder(
+                    self.trunk_shape,
+                    self.params.rep_dim,
+                    proto_dim,
+                    self.params.width,
+                    self._new_trunk(),
+                )
+        return Encoder(
+            self.trunk_shape,
+            self.params.rep_dim,
+            proto_dim,
+            self.params.width,
+            self.make_trunk().cpu(),
+        )
 
     def make_flow(self) -> torch.nn.Module:
         with seeded(self.params.seed + 1):
@@ -398,9 +331,10 @@ class ProtoFLDetector(BaseDetector):
         Returns the final head loss (the flow's [ProtoFL eq. 11]; 0 for the other heads)."""
         self._train_scores = None
         h, h_hat = self.head_inputs(x, rng, views)
-        z = self._standardise(h.double().numpy() if h_hat is None
-                              else torch.cat([h, h_hat]).double().numpy(),
-                              scale=self.head != "gaussian")  # fmt: skip
+        z = self._standardise(
+            h.double().numpy() if h_hat is None else torch.cat([h, h_hat]).double().numpy(),
+            scale=self.head != "gaussian",
+        )
         if self.head == "flow":
             return self._fit_flow(h.float(), None if h_hat is None else h_hat.float(), len(x), rng)
         if self.head == "kde":
@@ -499,9 +433,11 @@ class ProtoFLDetector(BaseDetector):
             flow = copy.deepcopy(self.flow_).double().cpu()
             zt = torch.from_numpy(np.ascontiguousarray(z, dtype=np.float64))
             with torch.no_grad():
-                nll = torch.cat(
-                    [flow_nll(flow, zt[i : i + 1024]) for i in range(0, len(zt), 1024)]
-                ) if len(zt) else torch.zeros(0, dtype=torch.float64)  # fmt: skip
+                nll = (
+                    torch.cat([flow_nll(flow, zt[i : i + 1024]) for i in range(0, len(zt), 1024)])
+                    if len(zt)
+                    else torch.zeros(0, dtype=torch.float64)
+                )
             # the standardisation is part of the bijection: log|det| = -sum log scale
             return nll.numpy() + float(np.sum(np.log(self.scale_)))
         if self.head == "kde":
@@ -532,13 +468,19 @@ class ProtoFLDetector(BaseDetector):
 
     # -- persistence ------------------------------------------------------------------------
     def get_arrays(self) -> dict[str, np.ndarray]:
-        out = {f"trunk.{k}": v.detach().cpu().numpy().copy()
-               for k, v in self.trunk_.state_dict().items()}  # fmt: skip
+        out = {
+            f"trunk.{k}": v.detach().cpu().numpy().copy()
+            for k, v in self.trunk_.state_dict().items()
+        }
         out["shift"] = np.asarray(self.shift_, dtype=np.float64)
         out["scale"] = np.asarray(self.scale_, dtype=np.float64)
         if self.head == "flow":
-            out.update({f"flow.{k}": v.detach().cpu().numpy().copy()
-                        for k, v in self.flow_.state_dict().items()})  # fmt: skip
+            out.update(
+                {
+                    f"flow.{k}": v.detach().cpu().numpy().copy()
+                    for k, v in self.flow_.state_dict().items()
+                }
+            )
         elif self.head == "kde":
             out["train"] = self.train_
             out["bandwidth"] = np.asarray(self.bandwidth_)
@@ -561,8 +503,11 @@ class ProtoFLDetector(BaseDetector):
             raise ValueError("scale must be positive")
         if self.head == "flow":
             self.flow_ = self.make_flow()
-            state = {k[5:]: torch.from_numpy(np.array(v)) for k, v in arrays.items()
-                     if k.startswith("flow.")}  # fmt: skip
+            state = {
+                k[5:]: torch.from_numpy(np.array(v))
+                for k, v in arrays.items()
+                if k.startswith("flow.")
+            }
             self.flow_.load_state_dict(state, strict=True)
         elif self.head == "kde":
             self.train_ = np.asarray(arrays["train"], dtype=np.float64)
@@ -581,5 +526,8 @@ class ProtoFLDetector(BaseDetector):
 
     def head_arrays(self) -> dict[str, np.ndarray]:
         """Everything but the trunk (what a client keeps of its own after phase 2)."""
-        return {k: v for k, v in self.get_arrays().items()
-                if not k.startswith("trunk.") and k != "threshold_"}  # fmt: skip
+        return {
+            k: v
+            for k, v in self.get_arrays().items()
+            if not k.startswith("trunk.") and k != "threshold_"
+        }

@@ -61,11 +61,11 @@ from fedad.fl.context import ServerContext
 from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import Arrays, fedavg_rounds
 from fedad.methods.protofl.augment import Auto
-from fedad.methods.protofl.detector import (
+from fedad.methods.protofl.detector import ProtoFLDetector
+from fedad.methods.protofl.detector_params import (
     Head,
     HeadData,
     Normalize,
-    ProtoFLDetector,
     ProtoFLDetectorParams,
     VectorNorm,
 )
