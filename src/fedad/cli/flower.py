@@ -38,7 +38,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated
 
@@ -399,31 +399,55 @@ def supernode(
         check_port_free("127.0.0.1", port, "the SuperNode's local API")
         wait_reachable(superlink, "--superlink", connect_timeout)
         argv = supernode_argv(
-            superlink, partition_id, num_partitions, port, tls, data_config, str(models),
-            clientapp, key,
-        )  # fmt: skip
+            superlink,
+            partition_id,
+            num_partitions,
+            port,
+            tls,
+            data_config,
+            str(models),
+            clientapp,
+            key,
+        )
         worker = worker_argv(port) if clientapp == "per-node" else None
-        with contextlib.ExitStack() as stack:
-            cache = cache_dir
-            if cache is None:
-                cache = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fedad-")))
-            env = _env(home, {"FEDAD_FLOWER_CACHE": str(Path(cache).resolve())})
+        with _node_cache(cache_dir) as cache:
+            env = _env(home, {"FEDAD_FLOWER_CACHE": str(cache)})
             code = run_foreground(
-                argv, env, "the SuperNode", port=port, companion=worker,
-                startup=NODE_STARTUP, ready=NODE_READY,
+                argv,
+                env,
+                "the SuperNode",
+                port=port,
+                companion=worker,
+                startup=NODE_STARTUP,
+                ready=NODE_READY,
                 explain=lambda text: refusal(text, superlink, key),
-            )  # fmt: skip
-        if code == 0:  # not stopped by us (130, 143): the SuperLink no longer takes it
-            raise FedadError(
-                "the SuperNode stopped by itself (exit status 0), as Flower's SuperNode does "
-                f"when the SuperLink at {superlink} stops accepting it (with "
-                "--enable-supernode-auth: once its key is unregistered)",
-                "ask the SuperLink's operator ('fedad flower nodes'); start it again once its "
-                "key is registered",
             )
+        if code == 0:  # not stopped by us (130, 143): the SuperLink no longer takes it
+            raise _stopped_by_itself(superlink)
     except FedadError as err:
         fail(err)
     raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def _node_cache(cache_dir: Path | None) -> Iterator[Path]:
+    """The node's data cache: ``cache_dir`` (absolute), or a temporary folder removed after."""
+    if cache_dir is not None:
+        yield cache_dir.resolve()
+        return
+    with tempfile.TemporaryDirectory(prefix="fedad-") as tmp:
+        yield Path(tmp).resolve()
+
+
+def _stopped_by_itself(superlink: str) -> FedadError:
+    """A SuperNode that exits 0 was not stopped by fedad: its SuperLink stopped taking it."""
+    return FedadError(
+        "the SuperNode stopped by itself (exit status 0), as Flower's SuperNode does "
+        f"when the SuperLink at {superlink} stops accepting it (with "
+        "--enable-supernode-auth: once its key is unregistered)",
+        "ask the SuperLink's operator ('fedad flower nodes'); start it again once its "
+        "key is registered",
+    )
 
 
 def _check_node(
