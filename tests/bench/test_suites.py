@@ -83,3 +83,35 @@ def test_a_top_level_table_in_a_suite_file_is_refused_not_ignored(tmp_path: Path
         load_target(str(suite), ["engine.device=cuda"])
     one = load_target(str(suite), ["federations.0.engine.device=cpu"])
     assert one.federations[0].raw["engine"]["device"] == "cpu"
+
+
+def test_methods_on_a_federation_with_its_own_rows_keep_their_params(tmp_path: Path) -> None:
+    """--methods on a suite with explicit rows: the rows of a named method (or label) keep
+    their params and labels; a name with no row there runs the catalog's pair at default
+    params."""
+    from fedad.bench.run import BenchRequest, federation_config
+
+    path = tmp_path / "mine.toml"
+    path.write_text(
+        "[suite]\nseeds = [0]\n[[federations]]\nname = 'd'\nrounds = 1\n"
+        "[federations.data]\nname = 'digits'\nnormal = [0]\nanomaly = [1]\n"
+        "[federations.partition]\nscheme = 'iid'\nclients = 2\n"
+        "[[federations.methods]]\nname = 'fedavg'\ndetector = 'autoencoder'\n"
+        "label = 'ae-fast'\nparams = {lr = 0.01}\n"
+        "[[federations.methods]]\nname = 'fedavg'\ndetector = 'deepsvdd'\n"
+        "[[federations.methods]]\nname = 'onlad'\n"
+    )
+    suite = load_target(str(path), [])
+    fed = suite.federations[0]
+
+    def picked(spec: str) -> tuple[list[str], list[str]]:
+        req = BenchRequest(suite=suite, out=tmp_path / "o", methods=parse_methods(spec))
+        cfg, pairs = federation_config(fed, req)
+        return cfg.labels(), [p.label for p in pairs]
+
+    labels, added = picked("fedavg:autoencoder,local:deepsvdd")
+    assert labels == ["ae-fast", "local-deepsvdd"] and added == ["local-deepsvdd"]
+    req = BenchRequest(suite=suite, out=tmp_path / "o", methods=parse_methods("ae-fast"))
+    assert federation_config(fed, req)[0].methods[0].params == {"lr": 0.01}
+    assert picked("fedavg")[0] == ["ae-fast", "fedavg"]
+    assert picked("onlad,fedavg:deepsvdd") == (["onlad", "fedavg"], [])

@@ -161,14 +161,41 @@ def _lock(out: Path) -> IO[str]:
     return fh
 
 
+def pick_rows(
+    entries: list[dict[str, Any]], chosen: list[tuple[str, str | None]]
+) -> tuple[list[dict[str, Any]], list[tuple[str, str | None]]]:
+    """A federation's own ``[[methods]]`` rows that ``--methods`` names (``name``: every row
+    of that method, or the row of that label; ``name:detector``: that method's rows with that
+    detector), as written, with their params and labels; and the names that match no row
+    (the catalog's pairs at default params run for those)."""
+    kept: list[dict[str, Any]] = []
+    rest: list[tuple[str, str | None]] = []
+    for name, det in chosen:
+        hits = [
+            e
+            for e in entries
+            if (e.get("name") == name and (det is None or e.get("detector") == det))
+            or (det is None and e.get("label") == name)
+        ]
+        kept += [e for e in hits if e not in kept]
+        if not hits:
+            rest.append((name, det))
+    return kept, rest
+
+
 def federation_config(fed: Federation, req: BenchRequest) -> tuple[ExperimentConfig, list[Pair]]:
     """The config of one federation: the suite's (or ``--seeds``) seeds, and its own
-    ``[[methods]]`` or every pair for its data kind (``--methods`` picks among them)."""
+    ``[[methods]]`` or every pair for its data kind; ``--methods`` picks among its own rows
+    (:func:`pick_rows`) and adds the catalog's pair for a name that matches none."""
     raw = {k: v for k, v in fed.raw.items() if k != "methods"}
     pairs: list[Pair] = []
     entries = fed.raw.get("methods")
     if entries and not req.methods:
         methods = entries
+    elif entries:
+        methods, rest = pick_rows(entries, req.methods)
+        pairs = expand_methods(data_kind(fed), rest) if rest else []
+        methods += [p.entry() for p in pairs]
     else:
         pairs = expand_methods(data_kind(fed), req.methods)
         methods = [p.entry() for p in pairs]
