@@ -53,7 +53,7 @@ backbone features, :mod:`.features`); on tables, the MLP trunk without the paper
 weights); ``phase1 = "none"`` (each client fits only its head on the initial trunk: the
 default on images, with that trunk at ``trunk_size = 96`` and the Gaussian head, chosen on
 development federations because no phase 1 added enough for its cost on one-class-per-client
-federations, ``benchmarks/protofl_default.py``);
+federations, ``benchmarks/suites/protofl-default-screen.toml``);
 ``distill = "sample"`` and ``contrast`` (per-sample distillation, an instance-contrastive term
 over the client's own views: the registered phase-1 form with negatives); ``max_samples``
 (the most samples of a client per phase-1 epoch and for its flow); the CNN and MLP trunks and

@@ -94,7 +94,7 @@ class ProtoFLDetector(BaseDetector):
         """The head: ``params.head``, or with ``"auto"`` the Gaussian on the efficientnet
         trunk's 1280 frozen features and the paper's flow on the CNN and MLP trunks (the
         choice for images was made on development federations by the rule registered in
-        ``benchmarks/protofl_default.py``; docs/methods/protofl.md)."""
+        ``benchmarks/suites/protofl-default-screen.toml``; docs/methods/protofl.md)."""
         if self.params.head != "auto":
             return self.params.head
         return "gaussian" if self.params.trunk_input == "efficientnet" else "flow"

@@ -276,7 +276,8 @@ class ProtoFL(Algorithm):
     @property
     def trunk(self) -> Literal["cnn", "pretrained", "efficientnet"]:
         """``trunk`` with ``"auto"`` resolved: the efficientnet trunk on images (chosen on
-        development federations, ``benchmarks/protofl_default.py``), the MLP on vectors."""
+        development federations, ``benchmarks/suites/protofl-default-screen.toml``), the MLP
+        on vectors."""
         if self.params.trunk != "auto":
             return self.params.trunk
         return "efficientnet" if self.setup.kind == "image" else "cnn"
