@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fedad.config import AttackConfig
+from fedad.core.errors import ConfigError, DataError
+from fedad.core.messages import Message
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.types import Federation
 from fedad.data.federation import FederationPlan, mix, streams
 from fedad.data.federation.materialize import dense
-from fedad.data.types import Federation
-from fedad.errors import ConfigError, DataError
-from fedad.fl.messages import Message
-from fedad.seeding import rng as seeded_rng
 
 if TYPE_CHECKING:  # fedad.fl.algorithm imports this module (through fedad.fl.node)
-    from fedad.data.types import ClientData
+    from fedad.core.types import ClientData
     from fedad.fl.algorithm import ClientState, Handler
 
 DATA_ATTACKS = ("gaussian-data", "contamination")

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedad.fl.messages import unprefixed
+from fedad.core.messages import unprefixed
 from fedad.outdir import staged_dir, write_npz, write_text
 
 if TYPE_CHECKING:

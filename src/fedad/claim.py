@@ -17,7 +17,7 @@ Rules (docs/runs.md):
 Every file is written, locked and removed through :mod:`fedad.outdir`, which never follows a
 symbolic link below the claimed root; :func:`~fedad.outdir.refuse_links` checks the run's
 structure before anything is written. Any OSError is a one-line
-:class:`~fedad.errors.FedadError`.
+:class:`~fedad.core.errors.FedadError`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import IO, Any, Literal
 
 import numpy as np
 
-from fedad.errors import FedadError, Interrupted
+from fedad.core.errors import FedadError, Interrupted
 from fedad.interrupts import signals_held
 from fedad.outdir import (
     ASIDE_DIR,

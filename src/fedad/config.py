@@ -2,7 +2,7 @@
 
 Every section forbids unknown keys, so a typo is an error that names the key, never a
 silently ignored setting. :func:`load_config` turns any validation problem into a one-line
-:class:`~fedad.errors.ConfigError`.
+:class:`~fedad.core.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pydantic import (
     model_validator,
 )
 
-from fedad.as_written import AsWritten
-from fedad.errors import ConfigError
+from fedad.core.as_written import AsWritten
+from fedad.core.errors import ConfigError
 from fedad.toml_files import MAX_CONFIG_BYTES as MAX_CONFIG_BYTES
 from fedad.toml_files import apply_overrides as apply_overrides
 from fedad.toml_files import dump_toml as dump_toml

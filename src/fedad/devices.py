@@ -2,7 +2,7 @@
 
 ``"auto"`` (the default) is the first CUDA GPU when one is available, else the CPU; ``"cpu"``,
 ``"cuda"``, ``"cuda:N"`` and ``"mps"`` name a device explicitly. A device that is not there
-is a one-line :class:`~fedad.errors.ConfigError`. Every random draw of fedad is made on the
+is a one-line :class:`~fedad.core.errors.ConfigError`. Every random draw of fedad is made on the
 CPU (numpy generators, torch's CPU generator for initial weights), so a seed gives the same
 initial model and the same shuffles on every device; on CUDA, cuDNN is put in deterministic
 mode, so repeated runs on one device agree. Results on different devices may differ in the
@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import torch
 
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
 
 DEVICE_SPEC = re.compile(r"auto|cpu|cuda|cuda:[0-9]{1,3}|mps")
 """What ``[engine] device`` accepts."""

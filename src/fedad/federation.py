@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from fedad.attacks import check_attack, poison_data, poison_plan
 from fedad.config import MAX_CLIENTS, ExperimentConfig, PartitionConfig
+from fedad.core.types import Federation
 from fedad.data.federation import FederationPlan, PartitionSpec, materialize
 from fedad.data.federation import plan_federation as plan_sections
-from fedad.data.types import Federation
 
 __all__ = ["build_federation", "partition_spec", "plan_federation"]
 

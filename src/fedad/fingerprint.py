@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 from fedad.outdir import STATE_DIR, read_text, write_text
 
 if TYPE_CHECKING:
     from fedad.config import DataConfig
-    from fedad.data.types import Federation
+    from fedad.core.types import Federation
 
 __all__ = ["FINGERPRINT_FILE", "Fingerprint", "check", "files_digest", "read", "write"]
 

@@ -7,8 +7,8 @@ that ``data.missing = "impute-mean"`` filled in, and the standardization mean an
 steps to a DataFrame, :meth:`Inputs.images` to image files. The file is untrusted when read
 back (:func:`read_inputs`): every field is checked (statistics within float32's range, a
 deviation at least :data:`MIN_STD`), and a problem is a one-line
-:class:`~fedad.errors.FedadError` naming the file. In new data a value beyond float32's range is
-infinite (missing), and a row that standardizes beyond that range is an error.
+:class:`~fedad.core.errors.FedadError` naming the file. In new data a value beyond float32's
+range is infinite (missing), and a row that standardizes beyond that range is an error.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 from fedad.outdir import read_text
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from fedad.config import ExperimentConfig
-    from fedad.data.types import Federation
+    from fedad.core.types import Federation
 
 __all__ = ["INPUTS_FILE", "Inputs", "read_inputs"]
 

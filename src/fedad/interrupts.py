@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-from fedad.errors import Interrupted
+from fedad.core.errors import Interrupted
 
 REDELIVER_S = 0.05
 """How long after a put-off signal the main thread is sent it again."""

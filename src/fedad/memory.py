@@ -2,7 +2,7 @@
 
 fedad keeps no memory model per method. A param that sizes a network or a buffer beyond
 the machine (``latent_dim = 100000000``) fails where torch allocates; the runner catches
-that failure for the one method (:func:`fedad.errors.is_allocation_failure`), lets the
+that failure for the one method (:func:`fedad.core.errors.is_allocation_failure`), lets the
 others run, writes their results and report, and ends with this line: the method, how
 much it asked for where torch says, and the largest size param it was given, to lower.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from fedad.errors import AllocationFailed
+from fedad.core.errors import AllocationFailed
 
 _ASKED = re.compile(r"allocate (\d+) bytes")
 

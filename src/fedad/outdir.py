@@ -12,7 +12,7 @@
 * The names a run writes at the top of its folder (:data:`OUTPUTS`, :data:`OUTPUT_DIRS`,
   ``seed-N/``) are the only ones fedad writes, reads or deletes there (docs/runs.md).
 
-Any OSError on the output is a one-line :class:`~fedad.errors.FedadError`.
+Any OSError on the output is a one-line :class:`~fedad.core.errors.FedadError`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import IO
 
 import numpy as np
 
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 
 STATE_DIR = ".fedad"
 RUN_FILE = "run.json"

@@ -41,11 +41,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fedad.config import PrivacyConfig
-from fedad.fl.messages import Message
-from fedad.seeding import rng as seeded_rng
+from fedad.core.messages import Message
+from fedad.core.rng import rng as seeded_rng
 
 if TYPE_CHECKING:  # fedad.fl.algorithm imports fedad.data, which imports fedad.attacks
-    from fedad.data.types import ClientData
+    from fedad.core.types import ClientData
     from fedad.fl.algorithm import ClientState, Handler
 
 TRAIN_PHASE = "train"

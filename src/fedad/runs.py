@@ -1,9 +1,9 @@
 """Load what a run wrote: metrics, config and every client's final detector.
 
 A run directory is untrusted input: it may be damaged, or crafted by someone else. Every
-file is checked before use, and any problem is a one-line :class:`~fedad.errors.FedadError`
+file is checked before use, and any problem is a one-line :class:`~fedad.core.errors.FedadError`
 naming the file. Detectors are rebuilt only from the registered detector classes
-(:func:`fedad.detector.detector_from_config`): nothing in a run directory can make fedad
+(:func:`fedad.core.detector.detector_from_config`): nothing in a run directory can make fedad
 import a module or run code. Nor read a file outside it: the run is read within
 :func:`fedad.outdir.reading` (a symbolic link anywhere in its structure is a one-line error
 before anything is read, and every file is opened without following a link), and so is
@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 import fedad.methods  # noqa: F401  (a run's detectors are looked up among the built-in ones)
-from fedad.detector import BaseDetector, detector_from_config
-from fedad.errors import FedadError
+from fedad.core.detector import BaseDetector, detector_from_config
+from fedad.core.errors import FedadError
 from fedad.inputs import INPUTS_FILE, Inputs, read_inputs
 from fedad.outdir import read_text, reading
 from fedad.report.rundir import NPZ_MAX_BYTES, npz_shapes, read_metrics

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from fedad.core.detector import BaseDetector, flag
+from fedad.core.errors import FedadError
 from fedad.data.table import TABLE_SUFFIXES, label_values, read_table
-from fedad.detector import BaseDetector, flag
-from fedad.errors import FedadError
 from fedad.inputs import INPUTS_FILE, Inputs, read_inputs
 from fedad.outdir import reading
 from fedad.runs import Run, client_count, load_run

@@ -20,7 +20,7 @@ writes, and keeps an aggregate at the top of ``OUT``:
 ``jobs > 1`` runs seeds in that many worker processes (``spawn``); each seed's results are
 identical to a ``jobs = 1`` run. A seed that fails is reported and the others are kept: the
 aggregate covers the finished seeds, ``experiment.failed_seeds`` names the failures, and the
-run ends with a one-line :class:`~fedad.errors.FedadError`. Ctrl-C / SIGTERM keep the
+run ends with a one-line :class:`~fedad.core.errors.FedadError`. Ctrl-C / SIGTERM keep the
 finished seeds (and the finished methods of the seed that was running); ``resume`` completes
 the run.
 """
@@ -46,7 +46,7 @@ import numpy as np
 from fedad import fingerprint
 from fedad.claim import RunDir, has_results
 from fedad.config import ExperimentConfig, dump_toml
-from fedad.errors import FedadError, Interrupted, MethodsFailed
+from fedad.core.errors import FedadError, Interrupted, MethodsFailed
 from fedad.fingerprint import Fingerprint, files_digest
 from fedad.interrupts import keep_swallowed_signals, raise_interrupted
 from fedad.outdir import RUN_FILE, STATE_DIR, anchored, write_text

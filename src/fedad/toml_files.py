@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
 
 __all__ = ["MAX_CONFIG_BYTES", "apply_overrides", "dump_toml", "read_toml"]
 

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from fedad import __version__
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 from fedad.outdir import STATE_DIR, read_text, write_text
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
 
 __all__ = ["Pair", "expand_methods", "pairs_for", "parse_methods"]
 
@@ -40,7 +40,7 @@ class Pair:
 def pairs_for(kind: str) -> list[Pair]:
     """Every (method, detector) pair declared for data of ``kind``, in catalog order."""
     import fedad.methods  # noqa: F401  (the built-in methods' declarations)
-    from fedad.catalog import method_entries
+    from fedad.core.catalog import method_entries
     from fedad.fl.algorithm import method_class
 
     out: list[Pair] = []

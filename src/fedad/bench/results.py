@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 from fedad.outdir import read_text, write_text
 
 __all__ = ["COLUMNS", "METRICS", "read_results", "rows_of_run", "write_results"]

@@ -28,7 +28,7 @@ from fedad.bench.leaderboard import render_leaderboard
 from fedad.bench.results import rows_of_run, write_results
 from fedad.bench.suites import Federation, Suite, data_kind
 from fedad.config import ExperimentConfig, parse_config
-from fedad.errors import FedadError, Interrupted
+from fedad.core.errors import FedadError, Interrupted
 from fedad.outdir import (
     anchored,
     link_error,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fedad.config import parse_config
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
 from fedad.toml_files import apply_overrides, read_toml
 
 __all__ = ["Federation", "Suite", "load_target", "shipped_suites", "suite_from_config"]

@@ -21,7 +21,7 @@ try:  # a Ctrl-C while the command line starts: one line, not a traceback (see C
     from rich.logging import RichHandler
 
     from fedad.cli import bench, export, flower, listing, options, report, run, score
-    from fedad.errors import FedadError
+    from fedad.core.errors import FedadError
     from fedad.interrupts import keep_swallowed_signals
 except KeyboardInterrupt:
     if sys.stderr is not None:

@@ -18,7 +18,7 @@ from fedad.cli.options import (
     show,
     terminate_as_interrupt,
 )
-from fedad.errors import FedadError, Interrupted
+from fedad.core.errors import FedadError, Interrupted
 
 
 def _seeds(text: str | None) -> tuple[int, ...] | None:

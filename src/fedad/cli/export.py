@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from fedad.cli.options import MethodLabel, RunDir, fail, show, shown
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 
 
 def export(

@@ -55,7 +55,7 @@ from fedad.cli.options import (
     interrupted,
 )
 from fedad.cli.running import run_with_progress
-from fedad.errors import FedadError, Interrupted
+from fedad.core.errors import FedadError, Interrupted
 
 if TYPE_CHECKING:
     from fedad.fl.flower.deploy.processes import Supervisor
@@ -170,7 +170,7 @@ def run_foreground(
 
     Its output is held back while it starts (until it listens on ``port``, at most
     ``startup`` seconds): if it stops with an error meanwhile, that becomes a one-line
-    :class:`~fedad.errors.FedadError` (``port P ... already in use ... PORT_OPTION`` for a
+    :class:`~fedad.core.errors.FedadError` (``port P ... already in use ... PORT_OPTION`` for a
     taken port) instead of Flower's log. Ctrl-C or SIGTERM stops it and its children
     (130, 143), as does the death of this process; call it from the main thread.
 

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from fedad.cli.options import fail
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 
 SuperLink = Annotated[str, typer.Option(help="the SuperLink's HOST:PORT")]
 RootCert = Annotated[

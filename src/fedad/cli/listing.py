@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from fedad.cli.options import fail, show
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 
 PARTITIONS = {
     "iid": "normal training data shuffled and split evenly",
@@ -27,9 +27,9 @@ PARTITIONS = {
 
 def method_rows() -> list[tuple[str, str, str, str]]:
     """One row per method: name, detectors (``own`` if none), data kinds, what it is; from
-    the catalog's declarations (:mod:`fedad.catalog`), importing no method module."""
+    the catalog's declarations (:mod:`fedad.core.catalog`), importing no method module."""
     import fedad.methods  # noqa: F401  (the built-in methods' declarations)
-    from fedad.catalog import method_entries
+    from fedad.core.catalog import method_entries
 
     return [
         (name, ", ".join(e.detectors) or "own", ", ".join(e.kinds), e.summary)

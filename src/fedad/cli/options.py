@@ -27,7 +27,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from fedad.errors import FedadError, Interrupted
+from fedad.core.errors import FedadError, Interrupted
 from fedad.interrupts import deferred_while_importing, raise_interrupted
 from fedad.printable import printable
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fedad.cli.options import RunDir, fail, show, shown
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 
 
 def report(run_dir: RunDir) -> None:

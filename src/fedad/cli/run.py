@@ -20,7 +20,7 @@ from fedad.cli.options import (
     terminate_as_interrupt,
 )
 from fedad.cli.running import run_with_progress
-from fedad.errors import FedadError, Interrupted
+from fedad.core.errors import FedadError, Interrupted
 from fedad.interrupts import swallowed
 
 

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from fedad.cli.options import console, show
 from fedad.cli.summary import results_table
-from fedad.errors import MethodsFailed
+from fedad.core.errors import MethodsFailed
 
 
 class PlainProgress:

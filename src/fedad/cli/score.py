@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from fedad.cli.options import MethodLabel, RunDir, errors, fail, shown, write_file, write_stdout
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 from fedad.printable import printable
 
 

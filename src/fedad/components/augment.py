@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedad.seeding import torch_seeded
+from fedad.core.rng import torch_seeded
 
 ROTATIONS = (1, 2, 3)
 """Quarter turns of the shifting transforms: 90, 180 and 270 degrees."""

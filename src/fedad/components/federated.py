@@ -45,10 +45,13 @@ from fedad.components.detectors.pyod_reference import (
     check_pyod,
     make_pyod,
 )
-from fedad.data.types import ClientData, DataKind, Features, dense
-from fedad.detector import shared_field
+from fedad.core.detector import shared_field
+from fedad.core.errors import ConfigError, RunError
+from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.types import ClientData, DataKind, Features, dense
+from fedad.core.validate import ArraySpec
 from fedad.devices import resolve_device
-from fedad.errors import ConfigError, RunError
 from fedad.fl.algorithm import (
     Algorithm,
     ClientState,
@@ -58,10 +61,7 @@ from fedad.fl.algorithm import (
     Setup,
 )
 from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import fedavg_rounds
-from fedad.fl.validate import ArraySpec
-from fedad.seeding import rng as seeded_rng
 
 TRAIN = "train"
 

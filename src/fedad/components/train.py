@@ -5,8 +5,8 @@ FedProx (Li et al., MLSys 2020, eq. 2) adds the proximal term
 local models near the global model :math:`w^t` they started from; ``prox_mu = 0`` is plain
 local SGD as in FedAvg.
 
-Samples are dense arrays or graphs (a :class:`~fedad.data.types.GraphSet`): a batch of graphs
-is the torch-geometric ``Batch`` of :meth:`GraphSet.batch <fedad.data.types.GraphSet.batch>`,
+Samples are dense arrays or graphs (a :class:`~fedad.core.types.GraphSet`): a batch of graphs
+is the torch-geometric ``Batch`` of :meth:`GraphSet.batch <fedad.core.types.GraphSet.batch>`,
 built inside the loop from the batch's ids.
 """
 
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedad.data.types import Features, GraphSet
+from fedad.core.types import Features, GraphSet
 
 
 def iterate_batches(n: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:

@@ -10,8 +10,8 @@
 
 from __future__ import annotations
 
+from fedad.core.types import ClientData, Dataset, Federation
 from fedad.data.registry import list_datasets, load_dataset, register_dataset
-from fedad.data.types import ClientData, Dataset, Federation
 
 __all__ = [
     "ClientData",

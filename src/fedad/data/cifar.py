@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from fedad.core.errors import DataError
+from fedad.core.types import Dataset
 from fedad.data.imageops import resize_images, to_unit_float
 from fedad.data.registry import register_dataset
-from fedad.data.types import Dataset
-from fedad.errors import DataError
 
 __all__ = ["CIFAR10_CLASSES", "load_cifar10", "read_cifar_batch"]
 

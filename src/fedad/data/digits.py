@@ -6,9 +6,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from fedad.core.types import Dataset
 from fedad.data.imageops import resize_images
 from fedad.data.registry import register_dataset
-from fedad.data.types import Dataset
 
 __all__ = ["load_digits"]
 

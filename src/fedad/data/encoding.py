@@ -1,7 +1,7 @@
 """One-hot encoding of a table's categorical columns, with the categories of training data.
 
 A table loader stores a categorical column as the index of each row's category among the
-column's values (:attr:`fedad.data.types.Dataset.categorical`; NaN when the cell is
+column's values (:attr:`fedad.core.types.Dataset.categorical`; NaN when the cell is
 empty). The federation keeps only the categories that occur in the clients' training rows
 (:func:`seen_categories`: what a server gets from the union of the clients' category sets)
 and replaces the column by one 0/1 column per kept category (:func:`one_hot`). A category

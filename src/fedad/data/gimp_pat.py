@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedad.errors import DataError
+from fedad.core.errors import DataError
 
 __all__ = ["MAX_SIDE", "read_pat"]
 

@@ -46,9 +46,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from fedad.core.types import Dataset, GraphSet
 from fedad.data.parts import Part, sample_bytes
 from fedad.data.registry import register_dataset
-from fedad.data.types import Dataset, GraphSet
 
 __all__ = ["DOMAINS", "add_clique", "make_domain", "rewire_edges"]
 

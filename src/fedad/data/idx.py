@@ -24,10 +24,10 @@ from typing import Protocol
 
 import numpy as np
 
+from fedad.core.errors import DataError
+from fedad.core.types import Dataset
 from fedad.data.imageops import resize_images, to_unit_float
 from fedad.data.registry import register_dataset
-from fedad.data.types import Dataset
-from fedad.errors import DataError
 
 __all__ = [
     "FASHION_MNIST_DIR",

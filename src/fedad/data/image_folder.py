@@ -35,7 +35,7 @@ read, decoded as PNG, JPEG or BMP whatever their name says, each at most
 A path (symlink) leading outside ``data.path`` is a one-line error. A *bad file* (another
 file in a class or client folder, an undecodable, truncated or too large image, a symlink
 loop) is a
-one-line :class:`~fedad.errors.DataError` naming it, or, with ``skip_bad_files``, skipped and
+one-line :class:`~fedad.core.errors.DataError` naming it, or, with ``skip_bad_files``, skipped and
 counted in one warning. Decoded sets are cached in-process, keyed on the folder, ``size``,
 ``channels``, ``skip_bad_files`` and every file's path, size and modification time.
 """
@@ -53,6 +53,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedad.core.errors import DataError
+from fedad.core.types import Dataset
 from fedad.data.imagefiles import (
     BadImage,
     ImageFile,
@@ -65,8 +67,6 @@ from fedad.data.imagefiles import (
 )
 from fedad.data.paths import FOLDER, not_a
 from fedad.data.registry import register_dataset
-from fedad.data.types import Dataset
-from fedad.errors import DataError
 from fedad.printable import printable
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ The rules:
   word) is found by :func:`png_rows_missing`.
 
 A problem with one file (too large, not a file, undecodable) raises :class:`BadImage`, a
-:class:`~fedad.errors.DataError` that keeps its message apart, so that a loader may skip the
+:class:`~fedad.core.errors.DataError` that keeps its message apart, so that a loader may skip the
 file instead; a path leading outside the folder raises a plain ``DataError``.
 """
 
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedad.errors import DataError
+from fedad.core.errors import DataError
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage

@@ -14,7 +14,7 @@ no official test split.
 is downloaded (https://www.cs.cmu.edu/~keystroke/). The file is untrusted input: it is read
 only up to :data:`MAX_CSV_BYTES`, must be UTF-8 with exactly the header above (any order
 of the columns is fine), one row per line with as many cells as the header; a timing cell
-that is not a number is a one-line :class:`~fedad.errors.DataError` naming the file, the
+that is not a number is a one-line :class:`~fedad.core.errors.DataError` naming the file, the
 line and the column. Empty cells and ``NA``/``NaN`` become NaN and infinite values stay
 infinite: ``data.missing`` decides what happens to them. Decoded files are cached
 in-process, keyed on path, size and modification time.
@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
+from fedad.core.errors import DataError
+from fedad.core.types import Dataset
 from fedad.data.registry import register_dataset
-from fedad.data.types import Dataset
-from fedad.errors import DataError
 
 __all__ = [
     "FILENAME",

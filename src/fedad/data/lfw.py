@@ -16,10 +16,10 @@ from functools import lru_cache
 
 import numpy as np
 
+from fedad.core.errors import DataError
+from fedad.core.types import Dataset
 from fedad.data.imageops import resize_images
 from fedad.data.registry import register_dataset
-from fedad.data.types import Dataset
-from fedad.errors import DataError
 
 __all__ = ["load_lfw_subset"]
 

@@ -2,7 +2,7 @@
 
 ``data.missing`` says what happens to a NaN or +-Inf feature value (both count as missing):
 
-* ``"error"`` (default): a one-line :class:`~fedad.errors.DataError` naming the data set,
+* ``"error"`` (default): a one-line :class:`~fedad.core.errors.DataError` naming the data set,
   how many values in how many rows, and the columns;
 * ``"drop"``: rows (training and test) holding one are removed before anything else;
 * ``"impute-mean"``: each is replaced by its feature's mean over the clients' training data
@@ -19,8 +19,8 @@ from typing import Literal
 
 import numpy as np
 
-from fedad.data.types import Dataset, Features, GraphSet, dense, take
-from fedad.errors import DataError
+from fedad.core.errors import DataError
+from fedad.core.types import Dataset, Features, GraphSet, dense, take
 
 MissingPolicy = Literal["error", "drop", "impute-mean"]
 

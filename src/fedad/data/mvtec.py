@@ -20,7 +20,7 @@ The folder is untrusted input: only ``.png``, ``.jpg``/``.jpeg`` and ``.bmp`` fi
 (decoded as PNG, JPEG or BMP, whatever their name says), each at most
 :data:`MAX_FILE_BYTES` and :data:`MAX_PIXELS` pixels (checked from the header before
 decoding); any other file in an image folder, an undecodable image, or a path (symlink)
-leading outside ``data.path`` is a one-line :class:`~fedad.errors.DataError` naming the file.
+leading outside ``data.path`` is a one-line :class:`~fedad.core.errors.DataError` naming the file.
 Hidden files (``.DS_Store``) are skipped. Decoded sets are cached in-process, keyed on the
 folder, ``size`` and every file's size and modification time.
 """
@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedad.core.errors import DataError
+from fedad.core.types import Dataset
 from fedad.data.imagefiles import (
     IMAGE_SUFFIXES,
     MAX_FILE_BYTES,
@@ -46,8 +48,6 @@ from fedad.data.imagefiles import (
 )
 from fedad.data.paths import FOLDER, not_a
 from fedad.data.registry import register_dataset
-from fedad.data.types import Dataset
-from fedad.errors import DataError
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage

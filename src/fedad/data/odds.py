@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from fedad.core.errors import DataError
+from fedad.core.types import Dataset
 from fedad.data.registry import register_dataset
-from fedad.data.types import Dataset
-from fedad.errors import DataError
 
 __all__ = [
     "R_LIBRARY_DIRS",

@@ -23,7 +23,7 @@ once; each client's positions come in random order. Same generator state, same r
 - :func:`by_source`: as :func:`one_class` over source/group ids: clients are assigned to
   sources round-robin and a source shared by several clients is split between them.
 
-Impossible requests raise a one-line :class:`~fedad.errors.DataError`.
+Impossible requests raise a one-line :class:`~fedad.core.errors.DataError`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedad.errors import DataError
+from fedad.core.errors import DataError
 
 __all__ = [
     "SCHEMES",

@@ -25,7 +25,7 @@ from typing import Literal
 
 import numpy as np
 
-from fedad.data.types import Dataset, Features, GraphSet
+from fedad.core.types import Dataset, Features, GraphSet
 
 Part = Literal["all", "dev", "eval"]
 """``data.part``: the whole data set, or its development or evaluation half."""

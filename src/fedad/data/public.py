@@ -28,8 +28,8 @@ from functools import cache, lru_cache
 
 import numpy as np
 
-from fedad.data.types import GraphSet
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
+from fedad.core.types import GraphSet
 
 __all__ = ["MAX_PIXELS", "public_images", "public_names"]
 
@@ -79,7 +79,7 @@ def public_images(name: str, n: int, shape: tuple[int, int, int], seed: int = 0)
     """``n`` public images of ``shape`` ``(C, H, W)``, ``float32`` in [0, 1], seeded.
 
     ``C`` is 1 (grey) or 3 (RGB). Unknown names and impossible shapes raise a one-line
-    :class:`~fedad.errors.ConfigError`; a registered data set whose files are missing
+    :class:`~fedad.core.errors.ConfigError`; a registered data set whose files are missing
     raises its loader's one-line error.
     """
     c, h, w = _check(name, n, shape, seed)

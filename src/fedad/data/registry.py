@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, overload
 
+from fedad.core.errors import DataError
+from fedad.core.types import DataKind, Dataset
 from fedad.data.parts import Part, PartRule, take_part
-from fedad.data.types import DataKind, Dataset
-from fedad.errors import DataError
 
 __all__ = [
     "DatasetInfo",
@@ -117,7 +117,7 @@ def register_dataset(
     """Register ``loader`` under ``name``; without ``loader`` return a decorator.
 
     ``description`` is one line (shown by :func:`list_datasets`); ``kind`` is the
-    :data:`~fedad.data.types.DataKind` of what the loader returns; ``options`` names the
+    :data:`~fedad.core.types.DataKind` of what the loader returns; ``options`` names the
     extra ``data.*`` keys the loader accepts as keyword arguments (see :func:`load_dataset`);
     ``parts`` how ``data.part`` splits it and ``defects`` whether it is a defect set
     (:class:`DatasetInfo`).

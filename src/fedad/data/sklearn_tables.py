@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from fedad.core.types import Dataset
 from fedad.data.registry import register_dataset
-from fedad.data.types import Dataset
 
 __all__ = ["load_breast_cancer", "load_iris", "load_wine"]
 

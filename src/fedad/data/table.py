@@ -32,7 +32,7 @@ numbers beyond float32's range (``1e300``), which become infinite.
 **Untrusted input.** Files are read with pandas (pyarrow for Parquet, at least 14.0.1,
 which fixed CVE-2023-47248: code execution from a crafted file), which run no code from the
 file; at most :data:`MAX_TABLE_BYTES` bytes; any read error is a one-line
-:class:`~fedad.errors.DataError` naming the file, and so is a column name written twice in
+:class:`~fedad.core.errors.DataError` naming the file, and so is a column name written twice in
 the header (pandas would rename the second ``f0.1``), a header that reads as one column
 holding another separator (a ``;``-separated .csv: the error says so rather than that the
 label column is missing) and a path that is no regular file (a FIFO is never opened: it
@@ -52,10 +52,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedad.core.errors import DataError
+from fedad.core.types import Dataset
 from fedad.data.paths import FILE, not_a
 from fedad.data.registry import register_dataset
-from fedad.data.types import Dataset
-from fedad.errors import DataError
 
 if TYPE_CHECKING:
     import pandas as pd

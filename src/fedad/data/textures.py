@@ -38,11 +38,11 @@ from pathlib import Path
 import numpy as np
 from scipy import ndimage
 
+from fedad.core.errors import DataError
+from fedad.core.types import Dataset
 from fedad.data.gimp_pat import read_pat
 from fedad.data.parts import Part
 from fedad.data.registry import register_dataset
-from fedad.data.types import Dataset
-from fedad.errors import DataError
 
 __all__ = ["DEFECTS", "GIMP_TYPES", "PATTERN_DIR", "SKIMAGE_TYPES", "load_textures"]
 

@@ -27,8 +27,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 from scipy.stats import rankdata
 
+from fedad.core.messages import Message
 from fedad.evaluation.columns import Column, FamilySpec, MonitorFigure
-from fedad.fl.messages import Message
 from fedad.metrics import EVALUATE_KEYS, evaluate, evaluate_clients, normal_positive_metrics
 from fedad.pixel_metrics import PIXEL_KEYS, pixel_metrics
 
@@ -317,7 +317,7 @@ TRAINING: MetricFamily = _Training(
             "Each round's contrastive loss divided by the value it takes when every "
             "representation points the same way (log(N - 1) for SimCLR's pairs): 1 means "
             "the encoder is not learning (collapse); a learning encoder falls below it "
-            "within a few rounds (fedad.collapse).",
+            "within a few rounds (fedad.core.collapse).",
         ),
         MonitorFigure(
             "rep_cos",
@@ -328,7 +328,7 @@ TRAINING: MetricFamily = _Training(
         ),
     ),
 )
-"""Learning curves of the collapse guard (:mod:`fedad.collapse`), drawn for the methods that
+"""Learning curves of the collapse guard (:mod:`fedad.core.collapse`), drawn for the methods that
 log ``loss_ratio`` / ``rep_cos``; no metrics."""
 
 BUILTIN: tuple[MetricFamily, ...] = (IMAGE, PIXEL, TRAINING)

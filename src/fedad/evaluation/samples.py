@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from fedad.core.messages import Message
 from fedad.evaluation.families import Pooled
-from fedad.fl.messages import Message
 
 log = logging.getLogger("fedad")
 

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import fedad.export.detectors  # noqa: F401  (the composition root: fedad's exporters)
-from fedad.detector import BaseDetector
-from fedad.errors import FedadError
+from fedad.core.detector import BaseDetector
+from fedad.core.errors import FedadError
 from fedad.export import deps
 from fedad.export.check import parity
 from fedad.export.preprocess import preprocessing

@@ -6,7 +6,7 @@ inputs, runs the detector's scoring graph (:class:`fedad.export.registry.Core`, 
 
 * ``score``: float32 ``[N]``, higher = more anomalous (NaN for a row fedad would refuse);
 * ``anomaly``: int64 ``[N]``, 1 unless the score is at most the threshold, compared in
-  float64 as :func:`fedad.detector.flag` does (a float64 score is compared before it is
+  float64 as :func:`fedad.core.detector.flag` does (a float64 score is compared before it is
   rounded to float32), so a NaN score is flagged;
 * ``map``: float32 ``[N, H, W]``, the anomaly maps, for a detector that localises.
 

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedad.detector import BaseDetector, flag, localizes
-from fedad.errors import FedadError
+from fedad.core.detector import BaseDetector, flag, localizes
+from fedad.core.errors import FedadError
 from fedad.export import deps
 from fedad.export.preprocess import MISSING_TEXT
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 
 EXTRA = "export"
 PACKAGES = ("onnx", "onnxruntime")

@@ -15,13 +15,13 @@ What an exported model takes is the raw input a user has:
   every step in float32;
 * **images**: one input ``image``, float32 ``[N, C, H, W]`` in [0, 1] at the training size;
 * other **vectors** (data without named features): one input ``x``, float32 ``[N, D]``,
-  the model inputs as :meth:`~fedad.detector.BaseDetector.score` takes them (fedad has no
+  the model inputs as :meth:`~fedad.core.detector.BaseDetector.score` takes them (fedad has no
   raw form of such data to preprocess either: ``fedad score`` needs named columns).
 
 Where fedad would refuse a row (a missing value in a run that did not impute, a value that
 standardises beyond float32's range) the model cannot raise an error: the row's score is
 NaN and its ``anomaly`` 1, as fedad flags a score it cannot compute (fail closed,
-:func:`fedad.detector.flag`). :class:`Preprocessing` holds the nodes; its ``bad`` tensor
+:func:`fedad.core.detector.flag`). :class:`Preprocessing` holds the nodes; its ``bad`` tensor
 marks those rows.
 """
 

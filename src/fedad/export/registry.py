@@ -5,7 +5,7 @@ detector's score (and, for a detector that localises, its anomaly maps) from the
 inputs, the arrays ``score`` takes after the run's preprocessing. The rest of an exported
 model (the preprocessing of ``inputs.json``, the threshold) is built around it by
 :mod:`fedad.export.assemble`. Exporters are registered under the name the detector's class
-has in :func:`fedad.detector.register_detector`, so adding one touches only this package;
+has in :func:`fedad.core.detector.register_detector`, so adding one touches only this package;
 a detector without one is a one-line error naming it (:func:`exporter_for`).
 """
 
@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from fedad.detector import BaseDetector
+    from fedad.core.detector import BaseDetector
 
 ScoreDtype = Literal["float32", "float64"]
 

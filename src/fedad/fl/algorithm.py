@@ -2,8 +2,8 @@
 
 An :class:`Algorithm` owns both sides of a method. Client handlers are named functions
 ``(state, data, message) -> message``; the server program is plain Python that drives a
-:class:`~fedad.fl.grid.Grid` through a :class:`~fedad.fl.context.ServerContext` and reduces
-replies with the pure functions of :mod:`fedad.fl.aggregate`. Engines (in-process, Flower)
+:class:`~fedad.core.grid.Grid` through a :class:`~fedad.fl.context.ServerContext` and reduces
+replies with the pure functions of :mod:`fedad.core.aggregate`. Engines (in-process, Flower)
 deliver the messages.
 
 Every algorithm also answers the ``"evaluate"`` phase the same way: the client builds its
@@ -25,15 +25,15 @@ from typing import Any, ClassVar, Literal, cast
 import numpy as np
 from pydantic import ConfigDict, Field, ValidationError
 
-from fedad.as_written import AsWritten
-from fedad.catalog import import_method, method_entries
-from fedad.data.types import ClientData, DataKind
-from fedad.detector import BaseDetector, Localizer, flag, localizes, quantile_threshold
-from fedad.errors import ConfigError
+from fedad.core.as_written import AsWritten
+from fedad.core.catalog import import_method, method_entries
+from fedad.core.detector import BaseDetector, Localizer, flag, localizes, quantile_threshold
+from fedad.core.errors import ConfigError
+from fedad.core.messages import Message, prefixed
+from fedad.core.types import ClientData, DataKind
 from fedad.evaluation.families import MetricFamily
 from fedad.evaluation.samples import embedding_indices
 from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message, prefixed
 
 ClientState = dict[str, np.ndarray]
 Handler = Callable[[ClientState, ClientData, Message], Message]
@@ -47,9 +47,9 @@ class Params(AsWritten):
     """Base of every method's ``[methods.params]`` model: frozen, unknown keys are errors.
 
     A field the method shares with its detector is declared once, in the detector's
-    :class:`~fedad.detector.DetectorParams`, and taken here with
-    :func:`~fedad.detector.shared_field`; ``make_detector`` forwards the shared fields with
-    :meth:`~fedad.detector.BaseDetector.configured`.
+    :class:`~fedad.core.detector.DetectorParams`, and taken here with
+    :func:`~fedad.core.detector.shared_field`; ``make_detector`` forwards the shared fields with
+    :meth:`~fedad.core.detector.BaseDetector.configured`.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -199,10 +199,10 @@ class Algorithm(ABC):
     # -- evaluation ------------------------------------------------------------------------
     def client_evaluate(self, state: ClientState, data: ClientData, msg: Message) -> Message:
         """Score the local test set with the final detector; threshold from training data
-        (:meth:`~fedad.detector.BaseDetector.training_scores`).
+        (:meth:`~fedad.core.detector.BaseDetector.training_scores`).
 
         The reply holds ``score`` (float64), ``label`` (int64), ``pred`` (0/1 int64) per test
-        sample; when the detector localises (:func:`fedad.detector.localizes`) and the
+        sample; when the detector localises (:func:`fedad.core.detector.localizes`) and the
         client's test images have masks (``data.mask_test``), also ``map``, the detector's
         ``score_maps`` as float32 ``(N, H, W)``, and ``mask``, the masks as uint8: the
         pixel-level metrics come from those. When the detector has ``represent(x) -> (N, D)``
@@ -292,7 +292,8 @@ class Algorithm(ABC):
         return None
 
     def detector_config(self) -> dict[str, Any]:
-        """How to rebuild this method's detectors (:func:`fedad.detector.detector_from_config`)."""
+        """How to rebuild this method's detectors
+        (:func:`fedad.core.detector.detector_from_config`)."""
         return self.make_detector().to_config()
 
     @abstractmethod
@@ -312,7 +313,7 @@ CATALOG_FIELDS = frozenset({"summary", "kinds", "detectors"})
 def register(cls: type[Algorithm]) -> type[Algorithm]:
     """Class decorator adding an algorithm to the registry under ``cls.name``.
 
-    A method declared in the catalog (:func:`fedad.catalog.declare_method`, its folder's
+    A method declared in the catalog (:func:`fedad.core.catalog.declare_method`, its folder's
     ``__init__.py``) takes its ``summary``, ``kinds`` and ``detectors`` from that
     declaration, the one place they are written; such a class must not set them itself. A
     class registered without a declaration (a test's, a user's) keeps its own."""
@@ -324,7 +325,7 @@ def register(cls: type[Algorithm]) -> type[Algorithm]:
         if own:
             raise TypeError(
                 f"method '{cls.name}' sets {', '.join(own)} itself: a declared method takes "
-                "them from its declaration (fedad.catalog.declare_method), written once"
+                "them from its declaration (fedad.core.catalog.declare_method), written once"
             )
         cls.summary = entry.summary
         cls.kinds = cast("tuple[DataKind, ...]", entry.kinds)
@@ -334,7 +335,7 @@ def register(cls: type[Algorithm]) -> type[Algorithm]:
 
 
 def registry() -> dict[str, type[Algorithm]]:
-    """Every method by name: each declared one imported (:mod:`fedad.catalog`), and those
+    """Every method by name: each declared one imported (:mod:`fedad.core.catalog`), and those
     registered without a declaration (a test's, a user's). Imports every method module:
     for listing or checking them all; a run looks its methods up by name
     (:func:`method_class`)."""

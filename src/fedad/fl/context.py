@@ -15,14 +15,14 @@ from typing import Any, cast
 
 import numpy as np
 
-from fedad.collapse import add_loss_ratio, collapse_message
-from fedad.data.types import Features
-from fedad.fl.aggregate import weighted_mean_dicts
-from fedad.fl.grid import Grid, SecureGrid
-from fedad.fl.messages import Message
+from fedad.core.aggregate import weighted_mean_dicts
+from fedad.core.collapse import add_loss_ratio, collapse_message
+from fedad.core.grid import Grid, SecureGrid
+from fedad.core.messages import Message
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.types import Features
+from fedad.core.validate import ArraySpec, check_reply, outlying_updates
 from fedad.fl.secagg import WEIGHT, SecAggSettings, unflatten
-from fedad.fl.validate import ArraySpec, check_reply, outlying_updates
-from fedad.seeding import rng as seeded_rng
 
 log = logging.getLogger("fedad")
 
@@ -76,7 +76,7 @@ class ServerContext:
         self._missing: set[int] = set()
         self.update_phases: tuple[str, ...] = ()
         """The method's model-update phases: their replies' update norms are checked too
-        (:func:`~fedad.fl.validate.outlying_updates`; set by the engine)."""
+        (:func:`~fedad.core.validate.outlying_updates`; set by the engine)."""
 
     # -- sampling ---------------------------------------------------------------------
     def sample(self, node_ids: Sequence[int] | None = None) -> list[int]:

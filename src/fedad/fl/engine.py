@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from fedad.config import AttackConfig, PrivacyConfig
-from fedad.data.types import Features, Federation
-from fedad.errors import RunError, is_allocation_failure
+from fedad.core.errors import RunError, is_allocation_failure
+from fedad.core.grid import Grid
+from fedad.core.messages import Message
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.types import Features, Federation
+from fedad.core.validate import ArraySpec
 from fedad.evaluation.families import families_for, monitor_metrics
 from fedad.fl.algorithm import EVALUATE, Algorithm, ClientState, ServerResult
 from fedad.fl.context import ServerContext
-from fedad.fl.grid import Grid
-from fedad.fl.messages import Message
 from fedad.fl.node import node_handlers, unapplied_note, update_phases
 from fedad.fl.secagg import (
     WEIGHT,
@@ -36,15 +38,13 @@ from fedad.fl.secagg import (
     secure_mean,
 )
 from fedad.fl.server_inputs import public_set
-from fedad.fl.validate import ArraySpec
 from fedad.fl.workers import WorkerPool
-from fedad.seeding import rng as seeded_rng
 
 log = logging.getLogger("fedad")
 
 
 class DrivenGrid(Grid, Protocol):
-    """A :class:`~fedad.fl.grid.Grid` as :func:`drive` runs it: it also keeps the seconds its
+    """A :class:`~fedad.core.grid.Grid` as :func:`drive` runs it: it also keeps the seconds its
     clients spent and a line per failure (both engines' grids do)."""
 
     client_seconds: float
@@ -54,7 +54,7 @@ class DrivenGrid(Grid, Protocol):
 
 
 class InProcessGrid:
-    """A :class:`~fedad.fl.grid.Grid` whose nodes are the federation's clients, in process."""
+    """A :class:`~fedad.core.grid.Grid` whose nodes are the federation's clients, in process."""
 
     def __init__(
         self,
@@ -316,9 +316,9 @@ def drive(
 ) -> RunOutcome:
     """Run the server program on ``grid``, then the evaluation phase: every engine's core.
 
-    ``grid`` is any :class:`~fedad.fl.grid.Grid` that also keeps ``client_seconds`` and a
+    ``grid`` is any :class:`~fedad.core.grid.Grid` that also keeps ``client_seconds`` and a
     list of ``failures`` (:class:`DrivenGrid`) and, with ``secagg``, is a
-    :class:`~fedad.fl.grid.SecureGrid`. Training bytes and
+    :class:`~fedad.core.grid.SecureGrid`. Training bytes and
     seconds are read before the evaluation phase. ``attack`` and ``privacy`` (the nodes'
     ``[attack]`` and ``[privacy]``) only add an event when the method has no model-update
     phase for them to act on (:func:`fedad.fl.node.unapplied_note`).

@@ -19,11 +19,11 @@ from functools import partial
 
 import numpy as np
 
-from fedad.fl.aggregate import weighted_mean
+from fedad.core.aggregate import weighted_mean
+from fedad.core.messages import Message
+from fedad.core.validate import ArraySpec, spec_of
 from fedad.fl.algorithm import ServerResult
 from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message
-from fedad.fl.validate import ArraySpec, spec_of
 
 __all__ = ["Arrays", "Step", "close_round", "fedavg_rounds", "log_weighted_scalars"]
 

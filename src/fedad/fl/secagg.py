@@ -70,10 +70,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedad.errors import ConfigError
-from fedad.fl.messages import SCALAR_BYTES, Message, Scalar, payload_nbytes
-from fedad.fl.validate import ArraySpec, check_reply
-from fedad.seeding import rng as seeded_rng
+from fedad.core.errors import ConfigError
+from fedad.core.messages import SCALAR_BYTES, Message, Scalar, payload_nbytes
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.validate import ArraySpec, check_reply
 
 if TYPE_CHECKING:
     from fedad.config import PrivacyConfig
@@ -203,7 +203,7 @@ def check_secure_reply(
 ) -> str | None:
     """Why a client must not contribute ``reply`` to a secure mean, or ``None``.
 
-    Beyond :func:`~fedad.fl.validate.check_reply`: exactly the expected arrays, all of them
+    Beyond :func:`~fedad.core.validate.check_reply`: exactly the expected arrays, all of them
     floating point, and an integer weight in ``[0, max_weight]``.
     """
     why = check_reply(reply, arrays, [WEIGHT, *scalars], kind=kind)

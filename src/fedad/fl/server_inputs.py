@@ -14,8 +14,8 @@ import zlib
 
 import numpy as np
 
-from fedad.data.types import Federation
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
+from fedad.core.types import Federation
 from fedad.fl.algorithm import Algorithm, Requirements, SampleField
 
 PUBLIC_STREAM = zlib.crc32(b"fedad-public-set")

@@ -38,8 +38,8 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from fedad.config import AttackConfig, PrivacyConfig
-from fedad.data.types import ClientData
-from fedad.fl.messages import Message
+from fedad.core.messages import Message
+from fedad.core.types import ClientData
 
 __all__ = ["WorkerPool", "resolve_workers"]
 

@@ -1,6 +1,6 @@
 """Built-in methods. Importing this package reads each method folder's declarations (its
 ``__init__.py``: names, data kinds, detectors, the module behind each; nothing heavy) into
-:mod:`fedad.catalog`; a method's own modules are imported when its name is looked up.
+:mod:`fedad.core.catalog`; a method's own modules are imported when its name is looked up.
 Only the composition root imports it: the CLI, the runner, :func:`fedad.load` and the
 Flower apps. A new method is a folder and one line here."""
 

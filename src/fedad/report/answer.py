@@ -9,7 +9,7 @@ method's two AUROCs with its role, and the caveats that matter:
 * a method below a lower reference (``local``: each client alone, no federation; the one
   with the same detector where the run has it, else any), by more than the seeds' spread
   (one seed: by any amount);
-* the collapse guard's event, ``encoder not learning`` (:mod:`fedad.collapse`), in any seed;
+* the collapse guard's event, ``encoder not learning`` (:mod:`fedad.core.collapse`), in any seed;
 * under ``[privacy] mechanism = "gaussian"``: a method without an ε (its note says why);
 * a method that gave non-finite scores.
 
@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from fedad.collapse import NOT_LEARNING
-from fedad.errors import FedadError
+from fedad.core.collapse import NOT_LEARNING
+from fedad.core.errors import FedadError
 from fedad.report.fmt import esc
 from fedad.report.rundir import read_metrics
 

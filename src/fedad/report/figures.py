@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 from fedad.evaluation.columns import FamilySpec
 from fedad.outdir import LinkError
 from fedad.report import plots

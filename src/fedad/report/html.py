@@ -538,7 +538,7 @@ def write_report(run_dir: str | Path) -> Path:
     when present (what is missing is listed in the report's notes). Per-client metrics come
     from ``metrics.json``'s ``per_client`` lists, or are computed from ``scores.npz`` with
     :func:`fedad.metrics.evaluate_clients` when a method has none. Raises
-    :class:`~fedad.errors.FedadError` when ``metrics.json`` is missing or malformed.
+    :class:`~fedad.core.errors.FedadError` when ``metrics.json`` is missing or malformed.
     """
     from fedad.outdir import anchored, write_text
 

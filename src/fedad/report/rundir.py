@@ -29,7 +29,7 @@ import numpy as np
 from numpy.lib import format as npy_format
 from numpy.typing import NDArray
 
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 from fedad.outdir import LinkError, open_read, read_bytes
 
 __all__ = [
@@ -70,7 +70,7 @@ class MethodScores:
 def read_metrics(path: str | Path) -> dict[str, Any]:
     """Load ``metrics.json`` as ``{"methods": {LABEL: {...}}, "experiment": {...}}``.
 
-    Missing top-level sections become empty dicts. Raises :class:`~fedad.errors.FedadError`
+    Missing top-level sections become empty dicts. Raises :class:`~fedad.core.errors.FedadError`
     when the file is missing, a link, larger than 64 MiB or is not a JSON object.
     """
     p = Path(path)
@@ -131,7 +131,7 @@ def read_npz(path: str | Path, max_bytes: int = NPZ_MAX_BYTES, fix: str = "") ->
     shape accounts for exactly the bytes the member holds, and all members together at most
     ``max_bytes``; so a tiny file that declares a ``(2**40,)`` array is refused without
     allocating it, and nothing is ever read beyond what the zip directory declares. Any
-    problem is a one-line :class:`~fedad.errors.FedadError` naming the file, with ``fix``
+    problem is a one-line :class:`~fedad.core.errors.FedadError` naming the file, with ``fix``
     as its remedy.
     """
     return _scan_npz(Path(path), max_bytes, fix, read=True)
@@ -261,7 +261,7 @@ def read_history(path: str | Path) -> History:
     Rows are sorted by the ``round`` column when present (file order otherwise). Every column
     other than ``method`` is parsed as float; empty or non-numeric cells become ``nan``.
     A missing or empty file gives ``{}``; an unreadable one (not UTF-8, not CSV) raises a
-    one-line :class:`~fedad.errors.FedadError`.
+    one-line :class:`~fedad.core.errors.FedadError`.
     """
     p = Path(path)
     if not p.is_file():
@@ -444,7 +444,7 @@ def _method_maps(path: Path, label: str, arrays: dict[str, NDArray[Any]]) -> Met
 def _read_capped_npz(p: Path, max_bytes: int) -> tuple[dict[str, NDArray[Any]], list[str]]:
     """The arrays of an untrusted ``.npz`` (:func:`read_npz`, at most ``max_bytes``
     unpacked) and the method labels its ``LABEL/key`` names hold, in file order; one-line
-    :class:`~fedad.errors.FedadError` otherwise."""
+    :class:`~fedad.core.errors.FedadError` otherwise."""
     arrays = read_npz(
         p, max_bytes, "rebuild it by running the experiment again (the report is fine without it)"
     )
@@ -458,7 +458,7 @@ def read_maps(path: str | Path, labels: list[str] | None = None) -> dict[str, Me
     No pickles; refused when it would unpack to more than :data:`MAPS_MAX_BYTES`; every
     array's shape, type and values checked. Methods in ``labels``' order, then any other
     label in the file. A missing file gives ``{}``; anything damaged raises a one-line
-    :class:`~fedad.errors.FedadError` naming the file and the array.
+    :class:`~fedad.core.errors.FedadError` naming the file and the array.
     """
     p = Path(path)
     if not p.is_file():
@@ -542,7 +542,7 @@ def read_embeddings(
     array's shape, type and values checked; rows with a non-finite value are dropped.
     Only the methods in ``labels`` (every label in the file when ``None``), in that order;
     at most :data:`EMBED_MAX_TOTAL` rows over all of them. A missing file gives
-    ``{}``; anything damaged raises a one-line :class:`~fedad.errors.FedadError`.
+    ``{}``; anything damaged raises a one-line :class:`~fedad.core.errors.FedadError`.
     """
     p = Path(path)
     if not p.is_file():

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
 from fedad.resources.base import Backbone, InputSpec
 
 __all__ = [

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
 from fedad.resources.base import Backbone
 
 __all__ = [

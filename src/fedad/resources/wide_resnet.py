@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
 from fedad.resources.base import Backbone, InputSpec, check_stages
 
 __all__ = ["INPUT_SPEC", "STAGE_CHANNELS", "WideResNet50", "load_wide_resnet50_2"]

@@ -78,8 +78,8 @@ from fedad.components import augment, losses
 from fedad.components.detectors.neural import MAX_FEATURES, TorchDetector, TorchDetectorParams
 from fedad.components.nn.resnet import Encoder
 from fedad.components.train import batched
-from fedad.data.types import Features, dense
-from fedad.detector import register_detector
+from fedad.core.detector import register_detector
+from fedad.core.types import Features, dense
 
 CONTRASTIVE = "contrastive"
 DEFAULT_WIDTH = 16
@@ -183,7 +183,7 @@ class ContrastiveDetector(TorchDetector):
         return super().train_epochs(x, epochs, rng, prox_mu)
 
     def train_monitor(self) -> dict[str, float]:
-        """The collapse guard's columns (:mod:`fedad.collapse`) over every batch of the last
+        """The collapse guard's columns (:mod:`fedad.core.collapse`) over every batch of the last
         :meth:`train_epochs` call: ``loss_collapsed``, the loss's value when every
         similarity is equal, and ``rep_cos``, the mean pairwise cosine of the batches'
         upright first views."""

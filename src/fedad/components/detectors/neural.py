@@ -6,7 +6,7 @@ algorithms drive the same object through :meth:`TorchDetector.build`,
 stand-alone (centralised) use.
 
 Deep SVDD also takes graphs (``kind = "graph"``, samples a
-:class:`~fedad.data.types.GraphSet`): ``input_shape`` is then ``[width]``, the node-feature
+:class:`~fedad.core.types.GraphSet`): ``input_shape`` is then ``[width]``, the node-feature
 width, and the network a bias-free GIN (:mod:`.model`). The width follows the data: ``fit``
 builds for the graphs it is given, and ``set_arrays`` for the width of the arrays' input
 layer, so one saved configuration loads the detectors of clients whose widths differ.
@@ -33,15 +33,15 @@ from fedad.components.nn.model import (
     latent_size,
 )
 from fedad.components.train import batched, train_epochs
-from fedad.data.types import Features, GraphSet, dense
-from fedad.detector import (
+from fedad.core.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
     DetectorParams,
     check_network_arrays,
     register_detector,
 )
-from fedad.seeding import torch_seeded
+from fedad.core.rng import torch_seeded
+from fedad.core.types import Features, GraphSet, dense
 
 MAX_FEATURES = 1 << 24
 """Largest input (product of ``input_shape``) a saved torch baseline may declare."""
@@ -85,7 +85,7 @@ class TorchDetector(BaseDetector):
     monitor_keys: ClassVar[tuple[str, ...]] = ()
     """Scalars :meth:`train_monitor` gives after :meth:`train_epochs` (clients send them
     beside ``loss`` and servers log them per round; e.g. the collapse guard's columns,
-    :mod:`fedad.collapse`)."""
+    :mod:`fedad.core.collapse`)."""
 
     def __init__(self, *, device: str = "cpu", **params: Any) -> None:
         """``params``: fields of the ``ParamsModel`` (``input_shape`` is kept as a list of

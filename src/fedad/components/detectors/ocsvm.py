@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import ConfigDict, Field
 
 from fedad.components.detectors.fit_once import FitOnce
-from fedad.detector import (
+from fedad.core.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
     DetectorParams,

@@ -57,12 +57,12 @@ from torch import nn
 
 from fedad.components.detectors.neural import MAX_FEATURES, TorchDetector, TorchDetectorParams
 from fedad.components.nn.patchscore import anomaly_maps, image_scores, knn_distances
-from fedad.data.types import Features, dense
-from fedad.detector import register_detector
-from fedad.errors import ConfigError
+from fedad.core.detector import register_detector
+from fedad.core.errors import ConfigError
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.types import Features, dense
 from fedad.resources.base import check_stages
 from fedad.resources.multilevel import MultiLevelFeatures, check_backbone, stage_channels
-from fedad.seeding import rng as seeded_rng
 
 PATCHCORE = "patchcore"
 BANK = "bank_"

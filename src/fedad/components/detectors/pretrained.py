@@ -29,15 +29,15 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fedad.components.detectors.fit_once import FitOnce
-from fedad.data.types import DataKind
-from fedad.detector import (
+from fedad.core.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
     DetectorParams,
     quantile_threshold,
     register_detector,
 )
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
+from fedad.core.types import DataKind
 from fedad.resources import Backbone, check_available, get_resource, resource_info, resource_names
 
 __all__ = [

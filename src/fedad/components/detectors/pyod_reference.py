@@ -57,17 +57,17 @@ from fedad.components.detectors.pretrained import (
     PretrainedDetector,
 )
 from fedad.components.detectors.pyod_ecod import RowECOD
-from fedad.data.types import DataKind
-from fedad.detector import (
+from fedad.core.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
     DetectorParams,
     quantile_threshold,
     register_detector,
 )
-from fedad.errors import ConfigError, FedadError
+from fedad.core.errors import ConfigError, FedadError
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.types import DataKind
 from fedad.resources import check_available, resource_info, resource_names
-from fedad.seeding import rng as seeded_rng
 
 if TYPE_CHECKING:
     from fedad.fl.algorithm import Setup

@@ -68,7 +68,7 @@ seed alone:
    server data; a zero deviation becomes 1; one-hot columns are left as they are. Images
    stay in [0, 1].
 
-Impossible requests raise a one-line :class:`~fedad.errors.FedadError` that names the key.
+Impossible requests raise a one-line :class:`~fedad.core.errors.FedadError` that names the key.
 ``Federation.notes`` records sizes and counts (plain ints, floats, strings, lists, dicts).
 """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedad.data.types import Features, GraphSet
+from fedad.core.types import Features, GraphSet
 
 
 class Catalog:

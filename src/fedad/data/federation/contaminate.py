@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedad.core.errors import DataError
 from fedad.data.partition import round_half_up
-from fedad.errors import DataError
 
 
 def mix(

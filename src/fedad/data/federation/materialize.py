@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedad.core.errors import DataError
+from fedad.core.types import ClientData, Features, Federation, GraphSet
 from fedad.data.encoding import Encoding, seen_categories
 from fedad.data.federation.plan import FederationPlan
 from fedad.data.missing import fill_missing, training_means
-from fedad.data.types import ClientData, Features, Federation, GraphSet
-from fedad.errors import DataError
 
 
 def pooled_mean_std(

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
+from fedad.core.errors import ConfigError, DataError
+from fedad.core.types import Dataset
 from fedad.data.missing import check_missing
 from fedad.data.registry import load_dataset, normalize_name
-from fedad.data.types import Dataset
-from fedad.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     from fedad.data.federation.sections import DataSection

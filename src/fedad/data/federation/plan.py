@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedad.core.errors import ConfigError, DataError
+from fedad.core.types import DataKind
 from fedad.data.federation.catalog import Catalog
 from fedad.data.federation.contaminate import mix
 from fedad.data.federation.holdout import cap_pair, ratio_pair, split_block
@@ -20,8 +22,6 @@ from fedad.data.federation.members import Member, load_members
 from fedad.data.federation.schemes import Draft, Scheme, Training, scheme_for
 from fedad.data.federation.sections import DataSection, PartitionSpec
 from fedad.data.partition import partition
-from fedad.data.types import DataKind
-from fedad.errors import ConfigError, DataError
 
 STREAMS = (
     "split",

@@ -21,7 +21,7 @@ those of plain containers, numbers, strings and ``GLOBAL``/``REDUCE``/``BUILD``;
 indices bounded) and then resolves only four globals, each to a harmless stand-in that
 records its arguments: numpy's ``_reconstruct``, ``ndarray`` and ``dtype``, and
 ``igraph.Graph``. Any other reference (``os.system``, say) is a one-line
-:class:`~fedad.errors.DataError`.
+:class:`~fedad.core.errors.DataError`.
 
 **Graphs.** Per graph: the node count, the edge list (made undirected: both directions,
 deduplicated; the file has no self-loops) and the node labels as one-hot features of width
@@ -46,10 +46,10 @@ from typing import Any
 
 import numpy as np
 
+from fedad.core.errors import DataError
+from fedad.core.types import Dataset, GraphSet
 from fedad.data.graphs.features import one_hot, one_hot_degree, undirected
 from fedad.data.registry import register_dataset
-from fedad.data.types import Dataset, GraphSet
-from fedad.errors import DataError
 
 __all__ = [
     "DATA_SHA256",

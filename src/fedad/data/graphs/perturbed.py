@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedad.core.types import Dataset, GraphSet
 from fedad.data.graph_domains import add_clique, rewire_edges
 from fedad.data.graphs.features import one_hot
 from fedad.data.graphs.mutag import load_mutag_structures
 from fedad.data.registry import register_dataset
-from fedad.data.types import Dataset, GraphSet
 
 __all__ = [
     "CLASSES",

@@ -30,7 +30,7 @@ The files are untrusted input. Each is read only up to :data:`MAX_FILE_BYTES`, m
 ASCII, and every value is checked: counts agree between files, node ids are in range, both
 ends of an edge lie in one graph, every graph has a node, numbers are finite and widths
 bounded (:data:`MAX_WIDTH`, :data:`MAX_FEATURE_VALUES`). A problem is a one-line
-:class:`~fedad.errors.DataError` naming the file and the line. Nothing is executed or
+:class:`~fedad.core.errors.DataError` naming the file and the line. Nothing is executed or
 unpickled. Decoded folders are cached in-process, keyed on the files' sizes and times.
 
 ``data.sources`` names each data set once, so two TU folders cannot both be ``tu`` sources
@@ -50,10 +50,10 @@ from typing import Literal
 
 import numpy as np
 
+from fedad.core.errors import ConfigError, DataError
+from fedad.core.types import Dataset, GraphSet
 from fedad.data.graphs.features import one_hot_degree, undirected
 from fedad.data.registry import register_dataset
-from fedad.data.types import Dataset, GraphSet
-from fedad.errors import ConfigError, DataError
 
 __all__ = [
     "MAX_FEATURE_VALUES",

@@ -15,7 +15,7 @@ import scipy.linalg
 import torch
 from torch import nn
 
-from fedad.detector import BaseDetector
+from fedad.core.detector import BaseDetector
 from fedad.export.registry import Core, NotExportable, register_exporter
 from fedad.methods.fadngs.density import stable_cholesky
 from fedad.methods.fadngs.detector import FADngsDetector

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedad.detector import BaseDetector
+from fedad.core.detector import BaseDetector
 from fedad.export.detectors.images import PatchMaps, StageFeatures
 from fedad.export.registry import Core, NotExportable, register_exporter
 from fedad.methods.feddymem.detector import FedDyMemDetector

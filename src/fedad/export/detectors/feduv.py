@@ -8,7 +8,7 @@ import copy
 import torch
 from torch import nn
 
-from fedad.detector import BaseDetector
+from fedad.core.detector import BaseDetector
 from fedad.export.registry import Core, NotExportable, register_exporter
 from fedad.methods.feduv.detector import FedUVDetector
 from fedad.methods.feduv.model import feduv_score

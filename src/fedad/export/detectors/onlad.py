@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedad.detector import BaseDetector
+from fedad.core.detector import BaseDetector
 from fedad.export.registry import Core, register_exporter
 from fedad.methods.onlad.detector import OSELMAutoEncoder
 

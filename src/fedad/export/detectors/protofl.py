@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedad.detector import BaseDetector
+from fedad.core.detector import BaseDetector
 from fedad.export.detectors.baselines import RBFOneClassSVM
 from fedad.export.detectors.images import PooledFeatures, Prepare
 from fedad.export.detectors.protofl_layers import Float64Trunk

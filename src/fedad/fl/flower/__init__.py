@@ -9,7 +9,7 @@ runs here, unchanged:
   (``get_node_ids``, ``push_messages``/``pull_messages``). The adapter maps Flower node ids
   to our client ids (the node's ``partition-id``, learned by a one-off ``query.fedad_hello``
   handshake), counts bytes exactly as the in-process engine does (:attr:`Message.nbytes
-  <fedad.fl.messages.Message.nbytes>`), and returns replies keyed and sorted by client id. A
+  <fedad.core.messages.Message.nbytes>`), and returns replies keyed and sorted by client id. A
   node whose reply does not come back within ``engine.timeout`` seconds, or that answers
   with an error, is simply missing; a phase in which fewer than ``engine.min_clients`` of
   the addressed nodes answer stops the run with a one-line

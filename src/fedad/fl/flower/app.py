@@ -10,7 +10,7 @@ The client side registers the algorithm's handlers with Flower by phase name (``
 ``@app.train()``, ``evaluate`` -> ``@app.evaluate()``, phase ``p`` -> ``@app.query("p")``);
 in a deployment, where the algorithm is known only once a message of a run arrives, the
 registration happens on that first message. Each handler call converts the Flower message
-to a :class:`~fedad.fl.messages.Message`, loads the client's state from
+to a :class:`~fedad.core.messages.Message`, loads the client's state from
 ``context.state``, runs the algorithm's handler on the node's data, stores the state back
 and replies. A handler that raises answers with a Flower error reply (the server records
 ``node K failed in 'phase': ...`` and goes on, as the in-process engine does). A ``train``
@@ -59,8 +59,9 @@ from flwr.serverapp import Grid, ServerApp
 
 import fedad.methods  # noqa: F401  (the Flower apps' composition root: the built-in methods)
 from fedad.config import ExperimentConfig, read_toml
-from fedad.data.types import ClientData, Features, Samples
-from fedad.errors import ConfigError, FedadError
+from fedad.core.errors import ConfigError, FedadError
+from fedad.core.messages import Message, unprefixed
+from fedad.core.types import ClientData, Features, Samples
 from fedad.fl.algorithm import EVALUATE, Algorithm, Handler
 from fedad.fl.flower.codec import (
     HELLO,
@@ -79,7 +80,6 @@ from fedad.fl.flower.results import ResultsDir
 from fedad.fl.flower.secagg import RefusedReply, checked, decode_content, encode_fitres
 from fedad.fl.flower.server import serve
 from fedad.fl.flower.spec import RunSpec
-from fedad.fl.messages import Message, unprefixed
 from fedad.fl.secagg import rounding_seed
 from fedad.fl.timeline import timeline_event
 
@@ -114,7 +114,7 @@ _ALGORITHMS: dict[str, Algorithm] = {}
 
 def _save_client(path: Path, c: ClientData) -> None:
     """One client's data as ``.npz`` (no pickle): dense arrays, graphs and masks alike
-    (:meth:`~fedad.data.types.Samples.arrays`)."""
+    (:meth:`~fedad.core.types.Samples.arrays`)."""
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npz")
     arrays: dict[str, np.ndarray] = {
         "client_id": np.int64(c.client_id),  # type: ignore[dict-item]
@@ -292,7 +292,7 @@ def keep_detector_home(
         raise ValueError(f"the method label {label[:40]!r} cannot name a folder")
     from fedad.checkpoints import save_checkpoint
     from fedad.config import dump_toml
-    from fedad.errors import FedadError
+    from fedad.core.errors import FedadError
     from fedad.fl.algorithm import ServerResult
     from fedad.fl.engine import RunOutcome
     from fedad.outdir import anchored, mkdir, staged_dir, write_text

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedad.core.messages import Message, Scalar
 from fedad.fl.algorithm import EVALUATE
-from fedad.fl.messages import Message, Scalar
 
 if TYPE_CHECKING:  # flwr is imported only where a record is built
     from flwr.app import RecordDict

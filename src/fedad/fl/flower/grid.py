@@ -1,4 +1,4 @@
-"""The Grid adapter: our :class:`~fedad.fl.grid.Grid` on top of Flower's ``Grid``."""
+"""The Grid adapter: our :class:`~fedad.core.grid.Grid` on top of Flower's ``Grid``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from fedad.core.messages import Message
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.validate import ArraySpec
 from fedad.fl.algorithm import EVALUATE
 from fedad.fl.flower.codec import (
     HELLO,
@@ -18,11 +21,8 @@ from fedad.fl.flower.codec import (
     to_recorddict,
 )
 from fedad.fl.flower.spec import DEFAULT_TIMEOUT, FlowerRunError
-from fedad.fl.messages import Message
 from fedad.fl.secagg import SecAggSettings, SecureOutcome, reply_nbytes
 from fedad.fl.timeline import timeline_event
-from fedad.fl.validate import ArraySpec
-from fedad.seeding import rng as seeded_rng
 
 if TYPE_CHECKING:
     from flwr.app import Message as FlowerMessage
@@ -41,7 +41,7 @@ class FlwrGridLike(Protocol):
 
 
 class FlowerGrid:
-    """Our :class:`~fedad.fl.grid.Grid` on top of a Flower ``Grid``.
+    """Our :class:`~fedad.core.grid.Grid` on top of a Flower ``Grid``.
 
     Client ids are partition ids ``0 .. num_partitions - 1`` whether or not a node holds
     them; a message to a client no node holds is never answered (the client is missing).

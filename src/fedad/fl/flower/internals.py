@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from importlib import metadata
 
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 
 SUPPORTED_FLWR = "1.41"
 """The flwr release line whose internals are imported here (pyproject: ``flwr>=1.41,<1.42``)."""

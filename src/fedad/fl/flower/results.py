@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedad.errors import FedadError
-from fedad.fl.messages import Message
+from fedad.core.errors import FedadError
+from fedad.core.messages import Message
 
 if TYPE_CHECKING:  # the engine pulls in scipy; the ClientApp's handshake stays light
     from fedad.fl.engine import RunOutcome

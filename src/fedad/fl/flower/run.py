@@ -1,5 +1,6 @@
 """Entry point of the Flower engines: :func:`run_flower` runs an algorithm as
-``engine.name`` says (``flower-simulation`` or ``flower-deployment``)."""
+``engine.name`` says (``flower-simulation`` or ``flower-deployment``); :class:`FlowerEngine`
+is the same behind the engine protocol (:class:`fedad.fl.engines.Engine`)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedad.config import ExperimentConfig
-from fedad.data.types import Federation
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
+from fedad.core.types import Federation
 from fedad.fl.algorithm import Algorithm
 from fedad.fl.flower.spec import require_flwr
 
 if TYPE_CHECKING:  # the engine pulls in scipy; the ClientApp's handshake stays light
     from fedad.fl.engine import RunOutcome
+    from fedad.fl.engines import RunSettings
 
 
 def run_flower(
@@ -45,3 +47,19 @@ def run_flower(
 
         return run_deployment(cfg, algorithm, fed, on_round=on_round, workdir=workdir)
     raise ConfigError(f"engine.name = '{name}' is not a Flower engine")
+
+
+class FlowerEngine:
+    """The Flower engines behind the one engine protocol (:class:`fedad.fl.engines.Engine`):
+    ``flower-simulation`` or ``flower-deployment``, as the config's ``engine.name`` says."""
+
+    def run(
+        self,
+        algorithm: Algorithm,
+        federation: Federation,
+        settings: RunSettings,
+        on_round: Callable[[dict[str, Any]], None] | None = None,
+    ) -> RunOutcome:
+        return run_flower(
+            settings.config, algorithm, federation, on_round=on_round, workdir=settings.workdir
+        )

@@ -8,7 +8,7 @@ handler. fedad's server programs drive a grid instead, so one secure phase
 workflow:
 
 * **Server** (:func:`secure_mean`): a :class:`PhaseStrategy` hands the workflow one
-  ``FitIns`` per node (the phase's :class:`~fedad.fl.messages.Message`, :func:`encode_fitins`)
+  ``FitIns`` per node (the phase's :class:`~fedad.core.messages.Message`, :func:`encode_fitins`)
   and keeps what ``aggregate_fit`` receives: the unmasked weighted mean and each node's
   clear ``FitRes`` metrics. The workflow talks to the nodes through :class:`WorkflowGrid`,
   which delivers with the adapter's push/pull, applies its timeout, counts the protocol's
@@ -48,6 +48,8 @@ from flwr.server import ClientManager, LegacyContext
 from flwr.server.strategy import Strategy
 from flwr.server.workflow import SecAggPlusWorkflow
 
+from fedad.core.messages import Message, Scalar, payload_nbytes
+from fedad.core.validate import ArraySpec
 from fedad.fl.flower.internals import (
     MAIN_CONFIGS_RECORD,
     MAIN_PARAMS_RECORD,
@@ -59,7 +61,6 @@ from fedad.fl.flower.internals import (
 )
 from fedad.fl.flower.internals import SecAggPlusKey as Key
 from fedad.fl.flower.internals import recorddict_compat as compat
-from fedad.fl.messages import Message, Scalar, payload_nbytes
 from fedad.fl.secagg import (
     WEIGHT,
     SecAggSettings,
@@ -68,7 +69,6 @@ from fedad.fl.secagg import (
     flatten,
     quantization_range,
 )
-from fedad.fl.validate import ArraySpec
 
 KIND = "fedad.kind"
 NAMES = "fedad.names"
@@ -140,7 +140,7 @@ def decode_clear(metrics: Mapping[str, Any]) -> Message:
 
 def config_nbytes(record: ConfigRecord, skip: Iterable[str] = ()) -> int:
     """Payload bytes of a ``ConfigRecord`` but its ``skip`` keys: bytes and text by length,
-    numbers 8 each, lists their items' sum (:func:`~fedad.fl.messages.payload_nbytes`)."""
+    numbers 8 each, lists their items' sum (:func:`~fedad.core.messages.payload_nbytes`)."""
     skipped = set(skip)
     return payload_nbytes(v for k, v in record.items() if k not in skipped)
 

@@ -6,13 +6,13 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from fedad.data.types import Features
+from fedad.core.messages import Message
+from fedad.core.types import Features
 from fedad.fl.algorithm import Algorithm
 from fedad.fl.flower.codec import NODE_MODEL
 from fedad.fl.flower.grid import FlowerGrid, FlwrGridLike
 from fedad.fl.flower.results import ResultsDir
 from fedad.fl.flower.spec import RunSpec
-from fedad.fl.messages import Message
 from fedad.fl.secagg import SecAggSettings
 
 if TYPE_CHECKING:  # the engine pulls in scipy; the ClientApp's handshake stays light

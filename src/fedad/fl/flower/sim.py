@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from fedad.config import ExperimentConfig
-from fedad.data.types import Federation
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
+from fedad.core.types import Federation
 from fedad.fl.algorithm import Algorithm
 from fedad.fl.engine import RunOutcome
 from fedad.fl.flower.spec import FlowerRunError, RunSpec

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fedad.config import ExperimentConfig
-from fedad.errors import ConfigError, FedadError
+from fedad.core.errors import ConfigError, FedadError
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm
 
 DEFAULT_TIMEOUT = 600.0

@@ -1,7 +1,7 @@
 """Generic baselines: local, centralized, FedAvg, FedProx with autoencoder / Deep SVDD; PyOD's
 detectors as reference rows of local and centralized."""
 
-from fedad.catalog import declare_detector, declare_method
+from fedad.core.catalog import declare_detector, declare_method
 
 PYOD_DETECTORS = ("pyod-iforest", "pyod-ecod", "pyod-knn", "pyod-ocsvm")
 """PyOD's detectors with PyOD's defaults, the reference rows of ``local``/``centralized``

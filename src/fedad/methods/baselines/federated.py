@@ -92,9 +92,11 @@ from fedad.components.federated import (
     TrainParams,
     client_rng,
 )
-from fedad.data.types import ClientData, dense
-from fedad.detector import quantile_threshold
-from fedad.errors import RunError
+from fedad.core.detector import quantile_threshold
+from fedad.core.errors import RunError
+from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.types import ClientData, dense
 from fedad.fl.algorithm import (
     ClientState,
     Handler,
@@ -102,9 +104,7 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import close_round, fedavg_rounds
-from fedad.seeding import rng as seeded_rng
 
 
 class BaselineParams(PretrainedOptions, TrainParams):
@@ -230,7 +230,7 @@ class Centralized(TorchBaseline):
 
     def _pooled_result(self, det: BaselineDetector, pooled: np.ndarray) -> ServerResult:
         """The model trained on the pooled data, ready to score, with the threshold of its
-        training scores on that data (:meth:`~fedad.detector.BaseDetector.training_scores`:
+        training scores on that data (:meth:`~fedad.core.detector.BaseDetector.training_scores`:
         held-out scores for a detector that keeps its training samples)."""
         self._with_bank(det, pooled)
         threshold = quantile_threshold(det.training_scores(pooled), self.contamination)

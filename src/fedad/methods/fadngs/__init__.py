@@ -39,7 +39,7 @@ LocalUpdate, Aggregate)                    (``train.local_update``, ``train.sed_
 =========================================  ===================================================
 """
 
-from fedad.catalog import declare_detector, declare_method
+from fedad.core.catalog import declare_detector, declare_method
 
 declare_method(
     "fadngs",

@@ -19,12 +19,14 @@ import torch
 from pydantic import ConfigDict, Field, model_validator
 
 from fedad.components.nn.resnet import Encoder
-from fedad.detector import (
+from fedad.core.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
     DetectorParams,
     register_detector,
 )
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.rng import torch_seeded
 from fedad.methods.fadngs.density import (
     fit_gaussians,
     min_mahalanobis,
@@ -33,8 +35,6 @@ from fedad.methods.fadngs.density import (
 )
 from fedad.methods.fadngs.privacy import unit_rows
 from fedad.methods.fadngs.train import embed, local_update
-from fedad.seeding import rng as seeded_rng
-from fedad.seeding import torch_seeded
 
 MEANS = "means"
 COVS = "covs"

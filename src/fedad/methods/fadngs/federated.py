@@ -51,11 +51,14 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from fedad.data.types import ClientData, dense
+from fedad.core.aggregate import weighted_mean_dicts
+from fedad.core.errors import ConfigError, RunError
+from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.types import ClientData, dense
+from fedad.core.validate import ArraySpec, spec_of
 from fedad.devices import resolve_device
-from fedad.errors import ConfigError, RunError
 from fedad.evaluation.families import MetricFamily
-from fedad.fl.aggregate import weighted_mean_dicts
 from fedad.fl.algorithm import (
     Algorithm,
     ClientState,
@@ -68,9 +71,7 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import log_weighted_scalars
-from fedad.fl.validate import ArraySpec, spec_of
 from fedad.methods.fadngs.density import min_mahalanobis
 from fedad.methods.fadngs.detector import (
     COVS,
@@ -87,7 +88,6 @@ from fedad.methods.fadngs.privacy import (
     noisy_gaussian,
 )
 from fedad.methods.fadngs.train import cosine_lr, local_update, sed_distill, teacher_representations
-from fedad.seeding import rng as seeded_rng
 
 DENSITY = "density"
 TRAIN = "train"

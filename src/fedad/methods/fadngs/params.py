@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from fedad.detector import shared_field
+from fedad.core.detector import shared_field
 from fedad.fl.algorithm import Params
 from fedad.methods.fadngs.detector import FADngsDetectorParams
 from fedad.methods.fadngs.losses import SedForm

@@ -1,6 +1,6 @@
 """FedBN (Li et al., ICLR 2021): FedAvg with normalisation layers kept on their client."""
 
-from fedad.catalog import declare_method
+from fedad.core.catalog import declare_method
 
 declare_method(
     "fedbn",

@@ -36,13 +36,13 @@ from fedad.components.federated import (
     TrainParams,
     client_rng,
 )
-from fedad.data.types import ClientData
-from fedad.errors import RunError
+from fedad.core.errors import RunError
+from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.types import ClientData
+from fedad.core.validate import ArraySpec
 from fedad.fl.algorithm import ClientState, ServerResult, register
 from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import fedavg_rounds
-from fedad.fl.validate import ArraySpec
 from fedad.methods.fedbn.norms import norm_keys
 
 

@@ -21,7 +21,7 @@ normalisation (``score_norm``)
 =========================================  ===================================================
 """
 
-from fedad.catalog import declare_detector, declare_method
+from fedad.core.catalog import declare_detector, declare_method
 
 declare_method(
     "feddymem",

@@ -37,20 +37,20 @@ import torch.nn.functional as F
 from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from fedad.components.nn.patchscore import anomaly_maps, image_scores
-from fedad.detector import (
+from fedad.core.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
     DetectorParams,
     register_detector,
 )
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.rng import torch_seeded
 from fedad.devices import resolve_device
 from fedad.methods.feddymem.memory import memory_reduce
 from fedad.methods.feddymem.model import FedDyMemNet
 from fedad.methods.feddymem.train import feature_scale, memory_features, train_epoch
 from fedad.resources.base import check_stages
 from fedad.resources.multilevel import MultiLevelFeatures, stage_channels
-from fedad.seeding import rng as seeded_rng
-from fedad.seeding import torch_seeded
 
 THRESHOLD = "threshold_"
 BANK = "bank"
@@ -79,7 +79,7 @@ def _odd_side(v: int) -> int:
 
 OddSide = Annotated[int, AfterValidator(_odd_side)]
 """A window's side: odd, so that it has a centre. Part of the type, so that a method's
-params that share the field (:func:`fedad.detector.shared_field`) check it too."""
+params that share the field (:func:`fedad.core.detector.shared_field`) check it too."""
 
 
 class FedDyMemDetectorParams(DetectorParams):

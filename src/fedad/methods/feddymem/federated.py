@@ -40,8 +40,11 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
-from fedad.data.types import ClientData
-from fedad.detector import shared_field
+from fedad.core.detector import shared_field
+from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.types import ClientData
+from fedad.core.validate import ArraySpec
 from fedad.evaluation.families import MetricFamily
 from fedad.fl.algorithm import (
     Algorithm,
@@ -54,9 +57,7 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import close_round, log_weighted_scalars
-from fedad.fl.validate import ArraySpec
 from fedad.methods.feddymem.detector import (
     BANK,
     SCALE_REF,
@@ -69,7 +70,6 @@ from fedad.methods.feddymem.detector import (
 from fedad.methods.feddymem.memory import aggregate_banks, memory_reduce
 from fedad.methods.feddymem.train import cosine_factor, feature_scale
 from fedad.resources.multilevel import check_backbone
-from fedad.seeding import rng as seeded_rng
 
 INIT = "init"
 TRAIN = "train"

@@ -1,6 +1,6 @@
 """FedStar (Tan et al., AAAI 2023): shared structure encoder, personal feature encoder."""
 
-from fedad.catalog import declare_detector, declare_method
+from fedad.core.catalog import declare_detector, declare_method
 
 declare_method(
     "fedstar",

@@ -20,11 +20,16 @@ from pydantic import ConfigDict, Field
 from fedad.components.detectors.neural import graph_width
 from fedad.components.nn.model import fix_center
 from fedad.components.train import batched, train_epochs
-from fedad.data.types import Features
-from fedad.detector import DEFAULT_CONTAMINATION, BaseDetector, DetectorParams, register_detector
+from fedad.core.detector import (
+    DEFAULT_CONTAMINATION,
+    BaseDetector,
+    DetectorParams,
+    register_detector,
+)
+from fedad.core.rng import torch_seeded
+from fedad.core.types import Features
 from fedad.devices import resolve_device
 from fedad.methods.fedstar.model import FEATURE_INPUT_LAYER, STRUCT, FedStarNet
-from fedad.seeding import torch_seeded
 
 THRESHOLD = "threshold_"
 MAX_WIDTH = 1 << 16

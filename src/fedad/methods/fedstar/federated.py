@@ -35,8 +35,10 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from fedad.data.types import ClientData, GraphSet
-from fedad.detector import shared_field
+from fedad.core.detector import shared_field
+from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.types import ClientData, GraphSet
 from fedad.evaluation.families import MetricFamily
 from fedad.fl.algorithm import (
     Algorithm,
@@ -48,10 +50,8 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import fedavg_rounds
 from fedad.methods.fedstar.detector import FedStarDetector, FedStarDetectorParams
-from fedad.seeding import rng as seeded_rng
 
 TRAIN = "train"
 OWN = "own"

@@ -31,7 +31,7 @@ verification          score -rho(x) (``model.feduv_score``, ``detector.FedUVDete
 ====================  ==============================================================================
 """
 
-from fedad.catalog import declare_detector, declare_method
+from fedad.core.catalog import declare_detector, declare_method
 
 declare_method(
     "feduv",

@@ -16,16 +16,16 @@ import torch
 from pydantic import ConfigDict, Field, model_validator
 
 from fedad.components.train import batched, train_epochs
-from fedad.detector import (
+from fedad.core.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
     DetectorParams,
     check_network_arrays,
     register_detector,
 )
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.rng import torch_seeded
 from fedad.methods.feduv.model import FedUVNet, feduv_loss, feduv_score, secret_code
-from fedad.seeding import rng as seeded_rng
-from fedad.seeding import torch_seeded
 
 CODE = "code"
 THRESHOLD = "threshold_"

@@ -30,8 +30,10 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from fedad.data.types import ClientData, dense
-from fedad.detector import shared_field
+from fedad.core.detector import shared_field
+from fedad.core.messages import Message
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.types import ClientData, dense
 from fedad.devices import resolve_device
 from fedad.fl.algorithm import (
     Algorithm,
@@ -42,11 +44,9 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message
 from fedad.fl.rounds import fedavg_rounds
 from fedad.methods.feduv.detector import FedUVDetector, FedUVDetectorParams
 from fedad.methods.feduv.model import secret_code
-from fedad.seeding import rng as seeded_rng
 
 TRAIN = "train"
 CODE_SALT = 0xFED0C0DE

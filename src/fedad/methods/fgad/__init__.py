@@ -19,7 +19,7 @@ score                                      ``detector.FGADDetector.score``
 =========================================  ===================================================
 """
 
-from fedad.catalog import declare_detector, declare_method
+from fedad.core.catalog import declare_detector, declare_method
 
 declare_method(
     "fgad",

@@ -21,20 +21,20 @@ import numpy as np
 import torch
 from pydantic import ConfigDict, Field
 
-from fedad.detector import (
+from fedad.core.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
     DetectorParams,
     register_detector,
 )
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.rng import torch_seeded
 from fedad.devices import resolve_device
 from fedad.methods.fgad.model import NORMAL, FGADNet, Generator
 from fedad.methods.fgad.train import degree_cap, train_epoch
-from fedad.seeding import rng as seeded_rng
-from fedad.seeding import torch_seeded
 
 if TYPE_CHECKING:
-    from fedad.data.types import GraphSet
+    from fedad.core.types import GraphSet
 
 THRESHOLD = "threshold_"
 GENERATOR = "generator"
@@ -311,7 +311,7 @@ class FGADDetector(BaseDetector):
 
 def _width(x: GraphSet) -> int:
     """The node-feature width of a graph set (one-line error when there is none)."""
-    from fedad.data.types import GraphSet
+    from fedad.core.types import GraphSet
 
     if not isinstance(x, GraphSet):
         raise TypeError(f"FGAD scores graphs (a GraphSet), not {type(x).__name__}")

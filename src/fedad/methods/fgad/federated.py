@@ -35,8 +35,10 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from fedad.data.types import ClientData, GraphSet
-from fedad.detector import BaseDetector, shared_field
+from fedad.core.detector import BaseDetector, shared_field
+from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.types import ClientData, GraphSet
 from fedad.evaluation.families import MetricFamily, ranking_scores
 from fedad.fl.algorithm import (
     Algorithm,
@@ -48,12 +50,10 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import fedavg_rounds
 from fedad.methods.fgad.detector import GENERATOR, FGADDetector, FGADDetectorParams
 from fedad.methods.fgad.train import LOSS_KEYS
 from fedad.metrics import auroc
-from fedad.seeding import rng as seeded_rng
 
 TRAIN = "train"
 OWN = "own"

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from fedad.components.nn.gin import dense_graphs, dense_nodes
-from fedad.data.types import ClientData, Federation, GraphSet
+from fedad.core.types import ClientData, Federation, GraphSet
 from fedad.methods.fgad.detector import FGADDetector
 from fedad.methods.fgad.losses import edge_prior_shift
 from fedad.methods.fgad.model import Generator
@@ -140,9 +140,9 @@ def _train(
     networks, the server's final head) and the last round's client-weighted ``loss_g`` and
     ``recon_constant``."""
     from fedad.blas import one_blas_thread
+    from fedad.core.messages import Message
     from fedad.fl.algorithm import Setup, build_algorithm
     from fedad.fl.engine import run_inprocess
-    from fedad.fl.messages import Message
 
     setup = Setup(
         "graph",
@@ -206,7 +206,7 @@ def validate(
 
 def concat_graphs(parts: Sequence[GraphSet]) -> GraphSet:
     """One graph set of ``parts`` in order."""
-    from fedad.data.types import concat
+    from fedad.core.types import concat
 
     out = concat(list(parts))
     assert isinstance(out, GraphSet)

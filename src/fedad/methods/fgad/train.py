@@ -41,7 +41,7 @@ from fedad.methods.fgad.model import NORMAL, FGADNet, Generator
 if TYPE_CHECKING:
     from torch_geometric.data import Batch
 
-    from fedad.data.types import GraphSet
+    from fedad.core.types import GraphSet
 
 __all__ = ["LOSS_KEYS", "degree_cap", "degree_features", "sample_adjacency", "train_epoch"]
 

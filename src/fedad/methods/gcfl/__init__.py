@@ -1,6 +1,6 @@
 """GCFL / GCFL+ (Xie et al., NeurIPS 2021): clustered FL on graphs, with Deep SVDD."""
 
-from fedad.catalog import declare_method
+from fedad.core.catalog import declare_method
 
 declare_method(
     "gcfl",

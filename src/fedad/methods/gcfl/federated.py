@@ -80,13 +80,13 @@ from pydantic import Field
 
 from fedad.components.detectors.neural import DeepSVDDDetector
 from fedad.components.federated import TRAIN, BaselineDetector, GlobalModel, TrainParams
-from fedad.data.types import ClientData
-from fedad.fl.aggregate import weighted_mean_dicts
+from fedad.core.aggregate import weighted_mean_dicts
+from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.types import ClientData
+from fedad.core.validate import spec_of
 from fedad.fl.algorithm import ClientState, ServerResult, register
 from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import close_round, log_weighted_scalars
-from fedad.fl.validate import spec_of
 from fedad.methods.gcfl.cluster import bipartition, cosine_distances, dtw_distances, update_norms
 
 MEMBERSHIP = "membership"

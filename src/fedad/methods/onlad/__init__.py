@@ -64,7 +64,7 @@ and the whole of ``onlad-robust`` (``credit.exceedance_mass``, ``credit.exceedan
 ``credit.accept_aggregate``, ``federated.ONLADRobust``).
 """
 
-from fedad.catalog import declare_detector, declare_method
+from fedad.core.catalog import declare_detector, declare_method
 
 declare_method(
     "onlad",

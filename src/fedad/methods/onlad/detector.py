@@ -8,7 +8,7 @@ from typing import Self
 import numpy as np
 from pydantic import ConfigDict, Field
 
-from fedad.detector import (
+from fedad.core.detector import (
     DEFAULT_CONTAMINATION,
     BaseDetector,
     DetectorParams,

@@ -74,8 +74,11 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from fedad.data.types import ClientData, dense
-from fedad.detector import quantile_threshold, shared_field
+from fedad.core.detector import quantile_threshold, shared_field
+from fedad.core.messages import Message
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.types import ClientData, dense
+from fedad.core.validate import spec_of
 from fedad.evaluation.families import NORMAL_POSITIVE, MetricFamily
 from fedad.fl.algorithm import (
     Algorithm,
@@ -87,9 +90,7 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message
 from fedad.fl.rounds import close_round
-from fedad.fl.validate import spec_of
 from fedad.methods.onlad.credit import (
     accept_aggregate,
     adaptive_lambda,
@@ -106,7 +107,6 @@ from fedad.methods.onlad.credit import (
 )
 from fedad.methods.onlad.detector import OSELMAutoEncoder, OSELMParams
 from fedad.methods.onlad.model import default_hidden, standardizer
-from fedad.seeding import rng as seeded_rng
 
 TRAIN = "train"
 FIXED = ("alpha", "bias", "shift", "scale")

@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from fedad.seeding import rng as seeded_rng
+from fedad.core.rng import rng as seeded_rng
 
 MAX_DEFAULT_HIDDEN = 64
 

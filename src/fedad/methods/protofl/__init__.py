@@ -60,7 +60,7 @@ over the client's own views: the registered phase-1 form with negatives); ``max_
 the flow scored in float64 (:attr:`.detector.ProtoFLDetector.float64`).
 """
 
-from fedad.catalog import declare_detector, declare_method
+from fedad.core.catalog import declare_detector, declare_method
 
 declare_method(
     "protofl",

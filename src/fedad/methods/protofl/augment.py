@@ -82,7 +82,7 @@ def _vector_view(x: torch.Tensor, noise: float) -> torch.Tensor:
 @contextmanager
 def cpu_seeded(seed: int) -> Iterator[None]:
     """Torch's CPU generator at ``seed`` inside the block, restored after: the draws of
-    :func:`fedad.seeding.torch_seeded`, which also seeds every accelerator's generator
+    :func:`fedad.core.rng.torch_seeded`, which also seeds every accelerator's generator
     (``torch.manual_seed``: on a machine without one, torch records a stack trace for each
     accelerator module on every call, about 9 ms, most of a table's phase-1 step). The
     augmentations draw on the CPU only."""

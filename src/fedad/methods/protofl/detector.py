@@ -14,7 +14,7 @@ centred (see :meth:`ProtoFLDetector._standardise`).
 
 Saved state: named arrays only (``trunk.*`` the trunk's state dict, ``flow.*`` the flow's,
 ``shift``/``scale`` the standardisation, the other heads' fitted arrays, ``threshold_``);
-:func:`fedad.detector.detector_from_config` rebuilds it by its registered name.
+:func:`fedad.core.detector.detector_from_config` rebuilds it by its registered name.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ import numpy as np
 import torch
 
 from fedad.components.detectors.ocsvm import fit_rbf_ocsvm, rbf_ocsvm_score
-from fedad.detector import (
+from fedad.core.detector import (
     BaseDetector,
     check_network_arrays,
     register_detector,
 )
+from fedad.core.rng import torch_seeded
 from fedad.methods.protofl.augment import augmentation
 from fedad.methods.protofl.detector_params import (
     ProtoFLDetectorParams,
@@ -58,7 +59,6 @@ from fedad.methods.protofl.train import (
     train_flow,
     view_representations,
 )
-from fedad.seeding import torch_seeded
 
 
 def seeded(seed: int) -> AbstractContextManager[None]:

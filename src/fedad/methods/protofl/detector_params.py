@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from fedad.detector import DEFAULT_CONTAMINATION, DetectorParams
+from fedad.core.detector import DEFAULT_CONTAMINATION, DetectorParams
 from fedad.methods.protofl.augment import Auto
 
 __all__ = [

@@ -41,10 +41,12 @@ from typing import Annotated, Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from fedad.data.types import ClientData, dense
-from fedad.detector import shared_field
+from fedad.core.detector import shared_field
+from fedad.core.errors import ConfigError, RunError
+from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.types import ClientData, dense
 from fedad.devices import resolve_device
-from fedad.errors import ConfigError, RunError
 from fedad.evaluation.families import MetricFamily, ranking_scores
 from fedad.fl.algorithm import (
     Algorithm,
@@ -58,7 +60,6 @@ from fedad.fl.algorithm import (
     register,
 )
 from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import Arrays, fedavg_rounds
 from fedad.methods.protofl.augment import Auto
 from fedad.methods.protofl.detector import ProtoFLDetector
@@ -71,7 +72,6 @@ from fedad.methods.protofl.detector_params import (
 )
 from fedad.methods.protofl.model import Encoder
 from fedad.methods.protofl.train import one_thread_below_grain, train_encoder
-from fedad.seeding import rng as seeded_rng
 
 PROTOTYPE = "prototype"
 LOSSES = ("loss", "l_pd", "l_p")

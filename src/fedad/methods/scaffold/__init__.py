@@ -1,6 +1,6 @@
 """SCAFFOLD (Karimireddy et al., ICML 2020): FedAvg with control variates."""
 
-from fedad.catalog import declare_method
+from fedad.core.catalog import declare_method
 
 declare_method(
     "scaffold",

@@ -50,12 +50,12 @@ from pydantic import Field
 from fedad.components.detectors.contrastive import ContrastiveDetector
 from fedad.components.detectors.neural import DeepSVDDDetector, TorchDetector
 from fedad.components.federated import OWN, TRAIN, GlobalModel, TrainParams, client_rng
-from fedad.data.types import ClientData
+from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.types import ClientData
+from fedad.core.validate import spec_of
 from fedad.fl.algorithm import ClientState, Handler, Params, ServerResult, Setup, register
 from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message, prefixed, unprefixed
 from fedad.fl.rounds import Arrays, fedavg_rounds
-from fedad.fl.validate import spec_of
 from fedad.methods.scaffold.control import client_deltas, option_two, server_update, zeros_like
 from fedad.methods.scaffold.train import scaffold_epochs
 

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from fedad.components.train import device_of, fetcher, iterate_batches
-from fedad.data.types import Features
+from fedad.core.types import Features
 from fedad.methods.scaffold.control import corrected_step
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from fedad.core.errors import ConfigError
 from fedad.data.federation.schemes.base import Draft, Scheme, Training
 from fedad.data.federation.schemes.by_source import BySource
 from fedad.data.federation.schemes.natural import Natural
 from fedad.data.federation.schemes.one_vs_rest import OneVsRest
 from fedad.data.partition import SCHEMES
-from fedad.errors import ConfigError
 
 __all__ = ["Draft", "Scheme", "Training", "scheme_for"]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedad.core.errors import ConfigError
 from fedad.data.federation.local_tests import LocalTests, assign_local_tests
 from fedad.data.federation.members import Member
 from fedad.data.federation.schemes.base import Draft, Scheme, Training
-from fedad.errors import ConfigError
 
 
 class BySource(Scheme):

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedad.core.errors import ConfigError, DataError
 from fedad.data.federation.local_tests import LocalTests
 from fedad.data.federation.members import Member
 from fedad.data.federation.schemes.base import Draft, Scheme, Training
 from fedad.data.federation.sections import DataSection, PartitionSpec
-from fedad.errors import ConfigError, DataError
 
 
 class Natural(Scheme):

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedad.core.errors import ConfigError, DataError
+from fedad.core.types import Dataset
 from fedad.data.federation.contaminate import mix
 from fedad.data.federation.local_tests import LocalTests
 from fedad.data.federation.members import Roles, class_ids, class_list
 from fedad.data.federation.schemes.base import Draft, Scheme, Training
 from fedad.data.federation.sections import DataSection, PartitionSpec
 from fedad.data.partition import round_half_up
-from fedad.data.types import Dataset
-from fedad.errors import ConfigError, DataError
 
 
 class OneVsRest(Scheme):

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 
 NIST_CURVES = ("secp256r1", "secp384r1", "secp521r1")
 """The curves Flower 1.41 accepts for SuperNode keys."""

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedad.errors import ConfigError, FedadError
+from fedad.core.errors import ConfigError, FedadError
 from fedad.fl.flower.sim import QUIET_ENV
 from fedad.fl.flower.spec import INSTALL_HINT, RunSpec
 

@@ -8,7 +8,7 @@ import os
 import signal
 from pathlib import Path
 
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
 from fedad.fl.flower.deploy.launch import (
     CLIENTAPP_MODES,
     PORT_BUSY,

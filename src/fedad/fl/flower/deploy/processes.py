@@ -453,7 +453,7 @@ def wait_started(
 
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """In the main thread, make SIGTERM raise :class:`~fedad.errors.Interrupted` (signum 15)
+    """In the main thread, make SIGTERM raise :class:`~fedad.core.errors.Interrupted` (signum 15)
     so that clean-up code runs, unless the caller already handles (or ignores) SIGTERM."""
     if (
         threading.current_thread() is not threading.main_thread()

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from fedad.config import ExperimentConfig
-from fedad.data.types import Federation
-from fedad.errors import ConfigError, Interrupted
+from fedad.core.errors import ConfigError, Interrupted
+from fedad.core.types import Federation
 from fedad.fl.algorithm import Algorithm
 from fedad.fl.engine import RunOutcome
 from fedad.fl.flower.deploy.launch import (
