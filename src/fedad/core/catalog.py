@@ -20,6 +20,7 @@ import importlib
 from dataclasses import dataclass
 
 __all__ = [
+    "GRAPHS_NOT_EXPORTABLE",
     "DetectorEntry",
     "MethodEntry",
     "declare_detector",
@@ -46,10 +47,22 @@ class MethodEntry:
 
 @dataclass(frozen=True)
 class DetectorEntry:
-    """A declared detector class: its registered ``name`` and the ``module`` defining it."""
+    """A declared detector class: its registered ``name``, the ``module`` defining it, and
+    how ``fedad export`` treats it: the module whose import registers its ONNX ``exporter``
+    (imported only when a detector of that name is exported), or the one-line reason it
+    cannot be exported (``export_refusal``)."""
 
     name: str
     module: str
+    exporter: str | None = None
+    export_refusal: str | None = None
+
+
+GRAPHS_NOT_EXPORTABLE = (
+    "it scores graphs (node features and edges of any size), which the exported models' "
+    "fixed per-sample inputs cannot hold"
+)
+"""Why no graph detector is exportable: ``fedad export`` writes fixed per-sample inputs."""
 
 
 _METHODS: dict[str, MethodEntry] = {}
@@ -70,10 +83,13 @@ def declare_method(
     _METHODS[name] = entry
 
 
-def declare_detector(name: str, module: str) -> None:
+def declare_detector(
+    name: str, module: str, exporter: str | None = None, export_refusal: str | None = None
+) -> None:
     """Declare a detector class defined (and registered with ``@register_detector``) in
-    ``module``."""
-    entry = DetectorEntry(name, module)
+    ``module``; its ONNX exporter registered by importing ``exporter``, or why it has none
+    (``export_refusal``)."""
+    entry = DetectorEntry(name, module, exporter, export_refusal)
     if _DETECTORS.get(name, entry) != entry:
         raise ValueError(f"detector '{name}' declared twice")
     _DETECTORS[name] = entry

@@ -5,16 +5,20 @@ detector's score (and, for a detector that localises, its anomaly maps) from the
 inputs, the arrays ``score`` takes after the run's preprocessing. The rest of an exported
 model (the preprocessing of ``inputs.json``, the threshold) is built around it by
 :mod:`fedad.export.assemble`. Exporters are registered under the name the detector's class
-has in :func:`fedad.core.detector.register_detector`, so adding one touches only this package;
-a detector without one is a one-line error naming it (:func:`exporter_for`).
+has in :func:`fedad.core.detector.register_detector`; the detector's declaration in the
+catalog names the module that registers it (a method's exporter lives in the method's
+folder, ``export.py``), imported only when a detector of that name is exported. A detector
+without one is a one-line error naming it and why (:func:`exporter_for`).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeVar
 
+from fedad.core.catalog import detector_entries
 from fedad.core.errors import FedadError
 
 if TYPE_CHECKING:
@@ -72,25 +76,39 @@ def register_exporter(name: str) -> Callable[[E], E]:
 
 
 def refuse(name: str, why: str) -> None:
-    """Record that detector ``name`` cannot be exported, and why (said in its error)."""
+    """Record that detector ``name`` cannot be exported, and why (said in its error); a
+    declared detector says it in its declaration (``export_refusal``)."""
     _REFUSED[name] = why
 
 
+def _declared(name: str) -> None:
+    """Import the module that registers the declared exporter of detector ``name``."""
+    entry = detector_entries().get(name)
+    if entry is not None and entry.exporter is not None and name not in _EXPORTERS:
+        importlib.import_module(entry.exporter)
+
+
 def exporters() -> dict[str, Exporter]:
-    """Every registered exporter by detector name (:mod:`fedad.export.detectors` registers
-    fedad's own: :mod:`fedad.export.api`, the export's composition root, imports it)."""
+    """Every exporter by detector name: each declared one (its module imported) and those
+    registered without a declaration."""
+    for name in detector_entries():
+        _declared(name)
     return dict(sorted(_EXPORTERS.items()))
 
 
 def exporter_for(detector: BaseDetector, label: str = "") -> Exporter:
-    """The exporter of ``detector``'s class, or a one-line :class:`NotExportable`."""
+    """The exporter of ``detector``'s class (its declared exporter module imported the
+    first time), or a one-line :class:`NotExportable`."""
     name = type(detector).registry_name or type(detector).__name__
+    _declared(name)
     fn = _EXPORTERS.get(name)
     if fn is not None:
         return fn
     of = f"method '{label}''s detector '{name}'" if label else f"the detector '{name}'"
-    why = _REFUSED.get(name, "it has no ONNX exporter")
+    entry = detector_entries().get(name)
+    refusal = entry.export_refusal if entry is not None else None
+    why = refusal or _REFUSED.get(name, "it has no ONNX exporter")
     raise NotExportable(
         f"{of} cannot be exported to ONNX: {why}",
-        f"exportable detectors: {', '.join(sorted(_EXPORTERS))}",
+        f"exportable detectors: {', '.join(sorted(exporters()))}",
     )

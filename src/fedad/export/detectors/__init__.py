@@ -1,15 +1,4 @@
-"""The exporters of fedad's detectors, one module per family; importing this package
-registers them (:func:`fedad.export.registry.register_exporter`)."""
-
-from fedad.export.detectors import (
-    baselines,
-    fadngs,
-    feddymem,
-    feduv,
-    graphs,
-    onlad,
-    protofl,
-    pyod_refs,
-)
-
-__all__ = ["baselines", "fadngs", "feddymem", "feduv", "graphs", "onlad", "protofl", "pyod_refs"]
+"""The exporters of the generic detectors (:mod:`.baselines`, with the building blocks in
+:mod:`.images`). A method's own exporter lives in its folder (``methods/<m>/export.py``);
+each detector's declaration in the catalog names the module that registers its exporter,
+and :func:`fedad.export.registry.exporter_for` imports it when it is needed."""

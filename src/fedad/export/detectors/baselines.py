@@ -24,8 +24,8 @@ from fedad.components.detectors.neural import AutoEncoderDetector, DeepSVDDDetec
 from fedad.components.detectors.ocsvm import OCSVMDetector
 from fedad.components.detectors.patchcore import PatchCoreDetector
 from fedad.components.detectors.pretrained import PretrainedDetector
+from fedad.core.catalog import GRAPHS_NOT_EXPORTABLE as GRAPHS
 from fedad.core.detector import BaseDetector
-from fedad.export.detectors.graphs import WHY as GRAPHS
 from fedad.export.detectors.images import PatchMaps, PooledFeatures, StageFeatures
 from fedad.export.registry import Core, NotExportable, register_exporter
 

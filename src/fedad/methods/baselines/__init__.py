@@ -51,11 +51,18 @@ declare_method(
         *PYOD_DETECTORS,
     ),
 )
-declare_detector("autoencoder", "fedad.components.detectors.neural")
-declare_detector("contrastive", "fedad.components.detectors.contrastive")
-declare_detector("deepsvdd", "fedad.components.detectors.neural")
-declare_detector("ocsvm", "fedad.components.detectors.ocsvm")
-declare_detector("patchcore", "fedad.components.detectors.patchcore")
-declare_detector("pretrained", "fedad.components.detectors.pretrained")
+_EXPORTER = "fedad.export.detectors.baselines"
+declare_detector("autoencoder", "fedad.components.detectors.neural", exporter=_EXPORTER)
+declare_detector("contrastive", "fedad.components.detectors.contrastive", exporter=_EXPORTER)
+declare_detector("deepsvdd", "fedad.components.detectors.neural", exporter=_EXPORTER)
+declare_detector("ocsvm", "fedad.components.detectors.ocsvm", exporter=_EXPORTER)
+declare_detector("patchcore", "fedad.components.detectors.patchcore", exporter=_EXPORTER)
+declare_detector("pretrained", "fedad.components.detectors.pretrained", exporter=_EXPORTER)
+PYOD_NOT_EXPORTABLE = (
+    "it is PyOD's model, refitted from its training data when loaded, which fedad does "
+    "not write as an ONNX graph; use fedad score, or fedad's own detectors"
+)
 for _name in PYOD_DETECTORS:
-    declare_detector(_name, "fedad.components.detectors.pyod_reference")
+    declare_detector(
+        _name, "fedad.components.detectors.pyod_reference", export_refusal=PYOD_NOT_EXPORTABLE
+    )

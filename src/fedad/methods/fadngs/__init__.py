@@ -53,4 +53,4 @@ declare_method(
     "FADngs without SED: noisy global densities and CRAD, FedAvg aggregation",
     ("image",),
 )
-declare_detector("fadngs", "fedad.methods.fadngs.detector")
+declare_detector("fadngs", "fedad.methods.fadngs.detector", exporter="fedad.methods.fadngs.export")

@@ -29,4 +29,6 @@ declare_method(
     "FedDyMem: memory banks shared instead of models, pixel-level anomaly maps",
     ("image",),
 )
-declare_detector("feddymem", "fedad.methods.feddymem.detector")
+declare_detector(
+    "feddymem", "fedad.methods.feddymem.detector", exporter="fedad.methods.feddymem.export"
+)

@@ -39,4 +39,4 @@ declare_method(
     "FedUV: each client fits the shared model to its own secret code (FedAvg)",
     ("vector", "image"),
 )
-declare_detector("feduv", "fedad.methods.feduv.detector")
+declare_detector("feduv", "fedad.methods.feduv.detector", exporter="fedad.methods.feduv.export")

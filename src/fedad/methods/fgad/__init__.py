@@ -19,7 +19,7 @@ score                                      ``detector.FGADDetector.score``
 =========================================  ===================================================
 """
 
-from fedad.core.catalog import declare_detector, declare_method
+from fedad.core.catalog import GRAPHS_NOT_EXPORTABLE, declare_detector, declare_method
 
 declare_method(
     "fgad",
@@ -39,4 +39,4 @@ declare_method(
     ),
     ("graph",),
 )
-declare_detector("fgad", "fedad.methods.fgad.detector")
+declare_detector("fgad", "fedad.methods.fgad.detector", export_refusal=GRAPHS_NOT_EXPORTABLE)

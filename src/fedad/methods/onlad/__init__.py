@@ -93,4 +93,6 @@ declare_method(
     "ONLAD + selective aggregation: credit scores, clients over lambda excluded",
     ("vector", "image"),
 )
-declare_detector("oselm-autoencoder", "fedad.methods.onlad.detector")
+declare_detector(
+    "oselm-autoencoder", "fedad.methods.onlad.detector", exporter="fedad.methods.onlad.export"
+)

@@ -68,4 +68,6 @@ declare_method(
     "ProtoFL: prototypical distillation from a pretrained model + local flows",
     ("vector", "image"),
 )
-declare_detector("protofl", "fedad.methods.protofl.detector")
+declare_detector(
+    "protofl", "fedad.methods.protofl.detector", exporter="fedad.methods.protofl.export"
+)
