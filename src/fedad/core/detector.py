@@ -84,7 +84,19 @@ def shared_field(model: type[BaseModel], name: str, description: str | None = No
     info = copy.deepcopy(model.model_fields[name])
     if description is not None:
         info.description = description
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    info.json_schema_extra = {**extra, SHARED_MARK: True}
     return info
+
+
+SHARED_MARK = "fedad_shared"
+"""The mark :func:`shared_field` leaves on its copy (in the field's JSON-schema extras): what
+:meth:`BaseDetector.configured` forwards."""
+
+
+def _is_shared(field: Any) -> bool:
+    extra = getattr(field, "json_schema_extra", None)
+    return isinstance(extra, dict) and bool(extra.get(SHARED_MARK))
 
 
 class RawRows(Protocol):
@@ -138,14 +150,29 @@ class BaseDetector(ABC):
 
     @classmethod
     def configured(cls, source: BaseModel, /, **values: Any) -> Self:
-        """A detector with ``values`` and, for its other parameters, the fields of the same
-        name in ``source`` (a method's validated params; its ``contamination`` is never
-        taken: give the resolved one), its defaults for the rest: how a method's
-        ``make_detector`` forwards the fields it shares with its detector."""
+        """A detector with ``values`` and, for its other parameters, the fields ``source``
+        (a method's validated params) shares with it, its defaults for the rest: how a
+        method's ``make_detector`` forwards what it shares with its detector.
+
+        A field is shared when the method declares it with :func:`shared_field`, or lists it
+        in its params' ``forwarded`` (the same name and meaning with a default of the
+        method's own). A method field with a detector field's name that is neither is an
+        error, never forwarded silently: declare it shared, list it, or rename it.
+        ``contamination`` is never taken: give the resolved one."""
         fields = cls.ParamsModel.model_fields
-        shared = {
-            k: v for k, v in source if k in fields and k not in values and k != "contamination"
-        }
+        listed: frozenset[str] = getattr(type(source), "forwarded", frozenset())
+        own = type(source).model_fields
+        shared: dict[str, Any] = {}
+        for k, v in source:
+            if k not in fields or k in values or k == "contamination":
+                continue
+            if not (_is_shared(own.get(k)) or k in listed):
+                raise TypeError(
+                    f"{type(source).__name__}.{k} has the name of a {cls.__name__} parameter "
+                    "but is not declared shared: use shared_field(), list it in "
+                    "'forwarded', or rename it"
+                )
+            shared[k] = v
         return cls(**shared, **values)
 
     @property

@@ -54,6 +54,11 @@ class Params(AsWritten):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    forwarded: ClassVar[frozenset[str]] = frozenset()
+    """Fields forwarded to the detector that are not :func:`~fedad.core.detector.shared_field`
+    copies: the detector's parameter of the same name and meaning, with the method's own
+    default (the FGAD that works, SCAFFOLD's SGD step)."""
+
     contamination: float | None = Field(
         default=None,
         ge=0.0,

@@ -81,6 +81,8 @@ FEATURES = "features"
 class FedDyMemParams(Params):
     """``[methods.params]`` of ``feddymem``; every default works on any data set size."""
 
+    forwarded: ClassVar[frozenset[str]] = frozenset({"feature_norm", "score_norm"})
+
     backbone: Literal["efficientnet-lite0", "wide_resnet50_2"] = shared_field(
         FedDyMemDetectorParams, "backbone", description="frozen feature extractor"
     )

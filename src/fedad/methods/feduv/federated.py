@@ -25,7 +25,7 @@ deployment it stays on the node (``node_models``).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -57,6 +57,8 @@ STATE_CODE = "feduv/code"
 
 class FedUVParams(Params):
     """``[methods.params]`` of ``feduv``; every field has a small default."""
+
+    forwarded: ClassVar[frozenset[str]] = frozenset({"batch_size"})
 
     lr: float = shared_field(FedUVDetectorParams, "lr")
     local_epochs: int = Field(default=1, ge=1, le=10_000, description="epochs per round")

@@ -264,6 +264,18 @@ class FGADPlusParams(FGADParams):
     """``[methods.params]`` of ``fgad-plus``: those of ``fgad`` with the defaults that make it
     work (docs/methods/fgad.md, "fgad-plus"), each chosen on training data only."""
 
+    forwarded: ClassVar[frozenset[str]] = frozenset(
+        {
+            "decoder_bias",
+            "distill_on",
+            "fake_features",
+            "fake_graphs",
+            "gen_output",
+            "reconstruction",
+            "student_ad",
+        }
+    )
+
     gen_output: Literal["gin", "linear"] = Field(
         default="linear", description="mu, log sigma: linear layers on the GINs (VGAE)"
     )

@@ -84,6 +84,8 @@ HEAD = "head"
 class ProtoFLParams(Params):
     """``[methods.params]`` of ``protofl``; every default works on any data set size."""
 
+    forwarded: ClassVar[frozenset[str]] = frozenset({"backbone", "batch_size"})
+
     local_epochs: int = Field(default=1, ge=1, le=10_000, description="epochs per round")
     batch_size: int = Field(default=64, ge=2, le=1 << 16)
     lr: float = shared_field(ProtoFLDetectorParams, "lr", description="phase-1 learning rate")

@@ -42,7 +42,7 @@ its own Adam loop on frozen backbone features.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import cast
+from typing import ClassVar, cast
 
 import numpy as np
 from pydantic import Field
@@ -81,6 +81,8 @@ sampled clients)."""
 
 class ScaffoldParams(TrainParams):
     """The baselines' training parameters, with SGD's step size and the global one."""
+
+    forwarded: ClassVar[frozenset[str]] = frozenset({"lr"})
 
     lr: float = Field(
         default=0.01,
