@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fedad.runs import Run
+    from fedad.rundir.load import Run
 
 __version__ = "0.1.0"
 
@@ -13,7 +13,7 @@ __all__ = ["__version__", "load"]
 
 
 def load(run_dir: str) -> Run:
-    """Load the detectors a run wrote: see :func:`fedad.runs.load_run`."""
-    from fedad.runs import load_run
+    """Load the detectors a run wrote: see :func:`fedad.rundir.load.load_run`."""
+    from fedad.rundir.load import load_run
 
     return load_run(run_dir)

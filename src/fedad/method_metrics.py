@@ -1,7 +1,7 @@
 """What metrics.json says of a run: each method's metrics (every metric family that applies,
 its cost, its own entries) and the facts of the experiment, assembled from what an engine
 returned (:class:`~fedad.fl.engine.RunOutcome`) and the federation it ran on. No files are
-written here (:mod:`fedad.outputs` writes them) and nothing is run."""
+written here (:mod:`fedad.rundir.outputs` writes them) and nothing is run."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from fedad.checkpoints import node_models
 from fedad.config import ExperimentConfig
 from fedad.core.messages import Message
 from fedad.core.types import Federation
@@ -20,7 +19,8 @@ from fedad.evaluation.families import MetricFamily, Pooled, evaluate_replies, fa
 from fedad.evaluation.samples import embedding_sample, map_sample
 from fedad.fl.algorithm import Algorithm
 from fedad.fl.engine import RunOutcome
-from fedad.outputs import EMBED_PREFIX, MAPS_PREFIX, _clean
+from fedad.rundir.checkpoints import node_models
+from fedad.rundir.outputs import EMBED_PREFIX, MAPS_PREFIX, _clean
 
 __all__ = [
     "experiment_facts",

@@ -1,7 +1,7 @@
 """Run an experiment: one federation, every configured method, the outputs of docs/outputs.md
 (what metrics.json says of each method is assembled in :mod:`fedad.method_metrics`).
 
-``run_experiment`` claims the output directory (:mod:`fedad.outdir`: refused when it holds
+``run_experiment`` claims the output directory (:mod:`fedad.rundir.files`: refused when it holds
 other files or another run, locked while the run writes), builds the federation once,
 validates every method before training any, runs each on the configured engine, evaluates
 each client's final (last-round) detector on its local test set with a threshold from
@@ -27,10 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 import fedad.methods  # noqa: F401  (the composition root: the built-in methods' declarations)
-from fedad import fingerprint
 from fedad.blas import one_blas_thread
-from fedad.checkpoints import save_checkpoint
-from fedad.claim import Done, RunDir
 from fedad.config import ExperimentConfig, dump_toml
 from fedad.core.detector import DEFAULT_CONTAMINATION
 from fedad.core.errors import FedadError, Interrupted, MethodsFailed, is_allocation_failure
@@ -38,13 +35,11 @@ from fedad.core.types import Federation
 from fedad.devices import resolve_device
 from fedad.evaluation.families import BUILTIN, MetricFamily
 from fedad.federation import build_federation, plan_federation
-from fedad.fingerprint import Fingerprint, federation_digest, files_digest
 from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, method_class
 from fedad.fl.engine import RunOutcome
 from fedad.fl.engines import RunSettings, engine_for
 from fedad.fl.server_inputs import check_requirements, supplied_fields
 from fedad.fl.workers import WorkerPool, resolve_workers
-from fedad.inputs import INPUTS_FILE, Inputs
 from fedad.interrupts import stop_if_swallowed
 from fedad.memory import allocation_error
 from fedad.method_metrics import (  # noqa: F401  (also fedad.runner's, as before)
@@ -56,10 +51,17 @@ from fedad.method_metrics import (  # noqa: F401  (also fedad.runner's, as befor
     run_families,
     summarize,
 )
-from fedad.outdir import write_text
-from fedad.outputs import (  # noqa: F401  (also fedad.runner's, as before)
+from fedad.peak_memory import peak_mb, reset_peak
+from fedad.privacy_budget import privacy_guarantee, with_calibrated_noise
+from fedad.rundir import fingerprint
+from fedad.rundir.checkpoints import save_checkpoint
+from fedad.rundir.claim import Done, RunDir
+from fedad.rundir.files import write_text
+from fedad.rundir.fingerprint import Fingerprint, federation_digest, files_digest
+from fedad.rundir.inputs import Inputs
+from fedad.rundir.layout import EMBEDDINGS_FILE, INPUTS_FILE  # noqa: F401  (as before)
+from fedad.rundir.outputs import (  # noqa: F401  (also fedad.runner's, as before)
     EMBED_PREFIX,
-    EMBEDDINGS_FILE,
     HISTORY_COLUMNS,
     MAPS_PREFIX,
     _clean,
@@ -67,8 +69,6 @@ from fedad.outputs import (  # noqa: F401  (also fedad.runner's, as before)
     write_history,
     write_outputs,
 )
-from fedad.peak_memory import peak_mb, reset_peak
-from fedad.privacy_budget import privacy_guarantee, with_calibrated_noise
 from fedad.tracking import Tracker
 from fedad.tracking import start as start_tracking
 
@@ -149,7 +149,7 @@ def run_method(
 
 def _resumable(rd: RunDir, config_text: str, fp: Fingerprint, labels: list[str]) -> dict[str, Done]:
     """The methods an interrupted run finished, after checking it ran this very config on
-    these very data (:mod:`fedad.fingerprint`); nothing is written before."""
+    these very data (:mod:`fedad.rundir.fingerprint`); nothing is written before."""
     rd.check_config(config_text)
     if not fingerprint.check(rd.root, fp):
         logging.getLogger("fedad").warning(
@@ -226,7 +226,7 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Run every method of ``cfg``, write all outputs to ``out``; return metrics.json's data.
 
-    ``out`` is claimed first (:meth:`RunDir.claim <fedad.claim.RunDir.claim>`): ``force``
+    ``out`` is claimed first (:meth:`RunDir.claim <fedad.rundir.claim.RunDir.claim>`): ``force``
     replaces a run already there (set aside until this one has a result, and brought back
     when it ends without one), ``resume`` keeps its finished methods and runs the rest.
     On KeyboardInterrupt or :class:`~fedad.core.errors.Interrupted` the outputs of the finished

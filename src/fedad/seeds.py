@@ -43,19 +43,18 @@ from typing import Any
 
 import numpy as np
 
-from fedad import fingerprint
-from fedad.claim import RunDir, has_results
 from fedad.config import ExperimentConfig, dump_toml
 from fedad.core.errors import FedadError, Interrupted, MethodsFailed
-from fedad.fingerprint import Fingerprint, files_digest
 from fedad.interrupts import keep_swallowed_signals, raise_interrupted
-from fedad.outdir import RUN_FILE, STATE_DIR, anchored, write_text
+from fedad.rundir import fingerprint
+from fedad.rundir.claim import RunDir, has_results
+from fedad.rundir.files import anchored, write_text
+from fedad.rundir.fingerprint import Fingerprint, files_digest
+from fedad.rundir.layout import HISTORY_FILE, METRICS_FILE, RUN_FILE, SEED_DIR, STATE_DIR
 from fedad.tracking import track_seeds
 
 log = logging.getLogger("fedad")
 
-SEED_DIR = "seed-{}"
-"""Name of the directory of one seed's run inside ``OUT``."""
 
 SHARED = ("method", "detector", "params", "personalized", "privacy", "score_scale")
 """Non-numeric entries of a method kept in the aggregate (equal across seeds)."""
@@ -218,7 +217,7 @@ def _finished(d: Path) -> dict[str, Any] | None:
     from fedad.report.rundir import read_metrics
 
     state = d / STATE_DIR / RUN_FILE
-    if not (state.is_file() and (d / "metrics.json").is_file()):
+    if not (state.is_file() and (d / METRICS_FILE).is_file()):
         return None
     try:
         info = json.loads(state.read_text(encoding="utf-8"))
@@ -226,7 +225,7 @@ def _finished(d: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(info, dict) or info.get("state") != "finished":
         return None
-    data = read_metrics(d / "metrics.json")
+    data = read_metrics(d / METRICS_FILE)
     return data if data["experiment"].get("status") == "complete" else None
 
 
@@ -261,18 +260,18 @@ class _Aggregate:
                 if isinstance(f, dict)
             ]
         exp["total_seconds"] = time.perf_counter() - self.t0
-        from fedad.outputs import _clean
+        from fedad.rundir.outputs import _clean
 
         texts = []
         for s in self.seeds:
-            p = seed_dir(self.out, s) / "history.csv"
+            p = seed_dir(self.out, s) / HISTORY_FILE
             if s in self.per_seed and p.is_file():
                 try:
                     texts.append((s, p.read_text(encoding="utf-8")))
                 except (OSError, UnicodeDecodeError) as err:
                     raise FedadError(f"cannot read '{p}': {err}") from None
-        write_text(self.out / "history.csv", history_with_seeds(texts))
-        write_text(self.out / "metrics.json", json.dumps(_clean(data), indent=2))
+        write_text(self.out / HISTORY_FILE, history_with_seeds(texts))
+        write_text(self.out / METRICS_FILE, json.dumps(_clean(data), indent=2))
         if report:
             from fedad.report.html import write_report
 

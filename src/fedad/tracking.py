@@ -42,7 +42,15 @@ from urllib.parse import unquote, urlparse
 
 from fedad import __version__
 from fedad.core.errors import FedadError
-from fedad.outdir import STATE_DIR, read_text, write_text
+from fedad.rundir.files import read_text, write_text
+from fedad.rundir.layout import (
+    CONFIG_FILE,
+    HISTORY_FILE,
+    INPUTS_FILE,
+    METRICS_FILE,
+    REPORT_FILE,
+    STATE_DIR,
+)
 
 if TYPE_CHECKING:
     from fedad.config import ExperimentConfig, TrackingConfig
@@ -62,7 +70,7 @@ EXTRA = "tracking"
 STATE_FILE = "mlflow.json"
 """In the run's ``.fedad/``: the MLflow run to continue on ``--resume``."""
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-ARTIFACTS = ("report.html", "metrics.json", "config.toml", "history.csv", "inputs.json")
+ARTIFACTS = (REPORT_FILE, METRICS_FILE, CONFIG_FILE, HISTORY_FILE, INPUTS_FILE)
 MAX_PARAM = 6000
 """MLflow's longest param value (longer ones are cut, with '...')."""
 _BATCH = 100

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fedad.core.errors import FedadError
-from fedad.outdir import read_text, write_text
+from fedad.rundir.files import read_text, write_text
 
 __all__ = ["COLUMNS", "METRICS", "read_results", "rows_of_run", "write_results"]
 

@@ -2,7 +2,7 @@
 and ``flower ...``, one module each; :func:`main` is the console script.
 
 Each sub-command module imports only the shared modules (:mod:`fedad.cli.options`,
-:mod:`fedad.cli.running`, :mod:`fedad.cli.summary`), never another sub-command or this one;
+:mod:`fedad.cli.progress`, :mod:`fedad.cli.summary`), never another sub-command or this one;
 heavy modules (torch, the methods) are imported inside the commands.
 """
 

@@ -55,10 +55,10 @@ def bench(
 ) -> None:
     """Run every method (or --methods) on every federation and seed of TARGET; write
     results.csv, results.json and leaderboard.html, and each run's folder under runs/."""
+    from fedad.bench.benchmark import BenchRequest, run_bench
     from fedad.bench.expand import parse_methods
-    from fedad.bench.run import BenchRequest, run_bench
     from fedad.bench.suites import load_target
-    from fedad.cli.running import bench_progress
+    from fedad.cli.progress import bench_progress
 
     try:
         suite = load_target(target, set_ or [])

@@ -54,7 +54,7 @@ from fedad.cli.options import (
     fail,
     interrupted,
 )
-from fedad.cli.running import run_with_progress
+from fedad.cli.progress import run_with_progress
 from fedad.core.errors import FedadError, Interrupted
 
 if TYPE_CHECKING:

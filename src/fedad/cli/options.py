@@ -111,7 +111,7 @@ def show(*objects: Any) -> None:
 
 def write_file(out: Path, text: str) -> None:
     """``text`` into the file ``out`` (atomically); a one-line error naming it otherwise."""
-    from fedad.outdir import write_text
+    from fedad.rundir.files import write_text
 
     try:
         write_text(out, text)

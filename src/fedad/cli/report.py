@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fedad.cli.options import RunDir, fail, show, shown
 from fedad.core.errors import FedadError
+from fedad.rundir.layout import METRICS_FILE
 
 
 def report(run_dir: RunDir) -> None:
@@ -11,7 +12,7 @@ def report(run_dir: RunDir) -> None:
     from fedad.report.html import write_report
 
     try:
-        if not (run_dir / "metrics.json").is_file():
+        if not (run_dir / METRICS_FILE).is_file():
             raise FedadError(
                 f"'{run_dir}' has no metrics.json", "give a directory written by fedad run"
             )

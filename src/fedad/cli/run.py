@@ -19,7 +19,7 @@ from fedad.cli.options import (
     interrupted,
     terminate_as_interrupt,
 )
-from fedad.cli.running import run_with_progress
+from fedad.cli.progress import run_with_progress
 from fedad.core.errors import FedadError, Interrupted
 from fedad.interrupts import swallowed
 

@@ -32,8 +32,8 @@ def score(
     force: Annotated[bool, typer.Option("--force", help="replace the file at --out")] = False,
 ) -> None:
     """Score new data with a trained detector, preprocessed as in training."""
-    from fedad.outdir import refuse_inside_run, target_path
-    from fedad.scoring import score_data, scores_csv
+    from fedad.rundir.files import refuse_inside_run, target_path
+    from fedad.rundir.score import score_data, scores_csv
 
     try:
         if out is not None:

@@ -100,7 +100,7 @@ def _is_shared(field: Any) -> bool:
 
 
 class RawRows(Protocol):
-    """What turns raw table rows into model inputs: a run's :class:`fedad.inputs.Inputs`."""
+    """What turns raw table rows into model inputs: a run's :class:`fedad.rundir.inputs.Inputs`."""
 
     def table(self, frame: Any, where: str = ...) -> np.ndarray:
         """The rows of the DataFrame ``frame`` as model inputs, preprocessed as in training."""
@@ -126,7 +126,7 @@ class BaseDetector(ABC):
 
     threshold_: float
     inputs_: RawRows | None = None
-    """The run's preprocessing, set by :func:`fedad.load` (:class:`fedad.inputs.Inputs`):
+    """The run's preprocessing, set by :func:`fedad.load` (:class:`fedad.rundir.inputs.Inputs`):
     with it, ``score`` and ``predict`` also accept a pandas DataFrame of raw table rows,
     which are preprocessed exactly as the run's training data were."""
     registry_name: ClassVar[str] = ""

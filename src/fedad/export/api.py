@@ -1,6 +1,6 @@
 """``fedad export``: a finished run's detectors of one method as ONNX models.
 
-:func:`export_run` reads the run with :func:`fedad.runs.load_run` (the run directory is
+:func:`export_run` reads the run with :func:`fedad.rundir.load.load_run` (the run directory is
 untrusted: a link anywhere in it is refused, every file size-checked, detectors rebuilt
 from registered classes only; nothing is read from it but through that reader, and no ONNX
 file is ever loaded from it: every model is built here from the detector's arrays), builds
@@ -31,11 +31,11 @@ from fedad.export.check import parity
 from fedad.export.preprocess import preprocessing
 from fedad.export.registry import Core, exporter_for
 from fedad.export.sidecar import ModelEntry, sidecar
-from fedad.inputs import Inputs
-from fedad.outdir import refuse_inside_run, target_path
+from fedad.rundir.files import refuse_inside_run, target_path
+from fedad.rundir.inputs import Inputs
 
 if TYPE_CHECKING:
-    from fedad.runs import Run
+    from fedad.rundir.load import Run
 
 __all__ = ["Exported", "build", "export_run"]
 
@@ -67,7 +67,7 @@ def export_run(
     out = target_path(out)
     refuse_inside_run(out)
     _check_out(out, force)
-    from fedad.runs import load_run
+    from fedad.rundir.load import load_run
 
     run = load_run(run_dir)
     inputs = _inputs(run)
@@ -173,7 +173,7 @@ def _inputs(run: Run) -> Inputs:
 def _clients(run: Run, label: str, client: str | None) -> list[int]:
     """The clients to export: ``client`` only, or every client whose detector the run
     holds."""
-    from fedad.scoring import _client
+    from fedad.rundir.score import _client
 
     if label not in run.detectors and label not in run.node_models:
         raise FedadError(
@@ -194,8 +194,8 @@ def _clients(run: Run, label: str, client: str | None) -> list[int]:
 
 def _check_fit(inputs: Inputs, det: BaseDetector, run_dir: Path, label: str) -> None:
     """``inputs.json`` must describe what the detector takes (both are the run's, both
-    untrusted; :func:`fedad.scoring._check_fit`)."""
-    from fedad.scoring import _check_fit as check
+    untrusted; :func:`fedad.rundir.score._check_fit`)."""
+    from fedad.rundir.score import _check_fit as check
 
     check(inputs, det, run_dir, label)
     spec = det.expected_input()
@@ -269,7 +269,7 @@ def _check_out(out: Path, force: bool) -> None:
 
 def _write(out: Path, blobs: dict[str, bytes], text: str) -> None:
     """The export, written beside ``out`` and renamed into place."""
-    from fedad.outdir import staged_dir, write_text
+    from fedad.rundir.files import staged_dir, write_text
 
     with staged_dir(out) as tmp:
         for name, blob in blobs.items():

@@ -5,7 +5,7 @@
    ``inputs.json`` (numbers around the training means, with missing cells when the run
    imputed them; every kept category, one never seen and, when imputed, empty ones) or
    random images in [0, 1]; fedad's scores come from the detector itself, on the probe
-   preprocessed by :meth:`fedad.inputs.Inputs.table`. Every score must be within
+   preprocessed by :meth:`fedad.rundir.inputs.Inputs.table`. Every score must be within
    :data:`TOLERANCE` of fedad's, relative to the largest of the score's magnitude, the
    threshold's and the scale of the terms the score is a difference of
    (:attr:`fedad.export.registry.Core.scale`: a score near zero is compared at the scale
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import onnx as onnx_t
     import pandas as pd
 
-    from fedad.inputs import Inputs
+    from fedad.rundir.inputs import Inputs
 
 __all__ = ["TOLERANCE", "Parity", "compare", "parity", "probe", "session"]
 

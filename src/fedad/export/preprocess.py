@@ -10,7 +10,7 @@ What an exported model takes is the raw input a user has:
   give cells stripped); a cell pandas reads as missing in a CSV (:data:`MISSING_TEXT`:
   empty, ``NA``, ``NaN``, ``null``, ...) is missing, unless training kept it as a category;
   a category training never saw encodes as all zeros. Then, as
-  :meth:`fedad.inputs.Inputs.table` does: the one-hot encoding, missing values replaced by
+  :meth:`fedad.rundir.inputs.Inputs.table` does: the one-hot encoding, missing values replaced by
   the training means (runs with ``data.missing = "impute-mean"``), the standardisation,
   every step in float32;
 * **images**: one input ``image``, float32 ``[N, C, H, W]`` in [0, 1] at the training size;
@@ -36,7 +36,7 @@ from fedad.export import deps
 from fedad.export.registry import NotExportable
 
 if TYPE_CHECKING:
-    from fedad.inputs import Inputs
+    from fedad.rundir.inputs import Inputs
 
 __all__ = ["MISSING_TEXT", "ML_OPSET", "OUTPUT_NAMES", "Preprocessing", "preprocessing"]
 

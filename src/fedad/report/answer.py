@@ -35,6 +35,7 @@ from fedad.core.collapse import NOT_LEARNING
 from fedad.core.errors import FedadError
 from fedad.report.fmt import esc
 from fedad.report.rundir import read_metrics
+from fedad.rundir.layout import METRICS_FILE
 
 __all__ = ["Standing", "answer_section", "caveats", "reading", "score_scales", "standings"]
 
@@ -108,7 +109,7 @@ def seed_methods(run: Path, seeds: Sequence[Any], notes: list[str]) -> dict[int,
     for s in seeds:
         if isinstance(s, bool) or not isinstance(s, int):
             continue
-        path = run / f"seed-{s}" / "metrics.json"
+        path = run / f"seed-{s}" / METRICS_FILE
         if not path.is_file():
             notes.append(f"seed {s}: no seed-{s}/metrics.json: left out of the client means")
             continue

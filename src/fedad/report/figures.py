@@ -14,7 +14,6 @@ from matplotlib.figure import Figure
 
 from fedad.core.errors import FedadError
 from fedad.evaluation.columns import FamilySpec
-from fedad.outdir import LinkError
 from fedad.report import plots
 from fedad.report.fmt import esc, figure_html, num, threshold
 from fedad.report.rundir import (
@@ -24,6 +23,8 @@ from fedad.report.rundir import (
     read_embeddings,
     read_maps,
 )
+from fedad.rundir.files import LinkError
+from fedad.rundir.layout import EMBEDDINGS_FILE, MAPS_FILE
 
 FigureSpec = tuple[bool, str, Callable[[], Figure], str]
 """(available, title, how to draw it, caption) of one figure."""
@@ -181,7 +182,7 @@ def read_embedding_sample(
 ) -> dict[str, MethodEmbedding]:
     """``embeddings.npz``'s samples; a damaged file is a note, and the report goes on."""
     try:
-        return read_embeddings(run / "embeddings.npz", labels)
+        return read_embeddings(run / EMBEDDINGS_FILE, labels)
     except LinkError:
         raise
     except FedadError as err:
@@ -225,7 +226,7 @@ def embedding_section(embeds: Mapping[str, MethodEmbedding], notes: list[str]) -
 def read_map_sample(run: Path, labels: list[str], notes: list[str]) -> dict[str, MethodMaps]:
     """``maps.npz``'s samples; a damaged file is a note, and the report goes on without it."""
     try:
-        return read_maps(run / "maps.npz", labels)
+        return read_maps(run / MAPS_FILE, labels)
     except LinkError:
         raise
     except FedadError as err:

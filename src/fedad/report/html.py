@@ -14,7 +14,7 @@ Which metric columns the tables show comes from metrics.json's ``columns``
 titles and notes from its ``families`` (:func:`fedad.report.families.run_families`). The
 page has no external CSS, JS or images, so it can be mailed or archived as one file. Every
 piece of text taken from the run directory is HTML-escaped. The run directory is read as
-untrusted input (:func:`fedad.outdir.reading`): a symbolic link anywhere in its structure is
+untrusted input (:func:`fedad.rundir.files.reading`): a symbolic link anywhere in its structure is
 a one-line error before anything is read, and no file is read through a link.
 """
 
@@ -38,7 +38,6 @@ from fedad.evaluation.columns import (
     columns_of,
 )
 from fedad.metrics import evaluate_clients
-from fedad.outdir import reading
 from fedad.report import plots
 from fedad.report.answer import answer_section
 from fedad.report.families import run_families
@@ -57,6 +56,8 @@ from fedad.report.rundir import (
     read_metrics,
     read_scores,
 )
+from fedad.rundir.files import reading
+from fedad.rundir.layout import CONFIG_FILE, HISTORY_FILE, METRICS_FILE, REPORT_FILE, SCORES_FILE
 
 __all__ = ["render_report", "write_report"]
 
@@ -272,7 +273,7 @@ def _seeds_section(
         name = f"seed-{s}"
         link = (
             f'<a href="{esc(name)}/report.html">{esc(s)}</a>'
-            if (run_dir / name / "report.html").is_file()
+            if (run_dir / name / REPORT_FILE).is_file()
             else esc(s)
         )
         cells = [f'<td class="num">{link}</td>']
@@ -448,24 +449,25 @@ def _fold(sections: str) -> str:
 
 def render_report(run_dir: str | Path) -> str:
     """The HTML text of the report of ``run_dir`` (see :func:`write_report`); a symbolic
-    link anywhere in the run's structure is a one-line error (:func:`fedad.outdir.reading`)."""
+    link anywhere in the run's structure is a one-line error
+    (:func:`fedad.rundir.files.reading`)."""
     run = Path(run_dir)
     with reading(run):
         return _render(run)
 
 
 def _render(run: Path) -> str:
-    """:func:`render_report` within :func:`fedad.outdir.reading`."""
+    """:func:`render_report` within :func:`fedad.rundir.files.reading`."""
     notes: list[str] = []
-    metrics = read_metrics(run / "metrics.json")
+    metrics = read_metrics(run / METRICS_FILE)
     entries = _method_entries(metrics, notes)
-    history = read_history(run / "history.csv")
-    if not (run / "history.csv").is_file():
+    history = read_history(run / HISTORY_FILE)
+    if not (run / HISTORY_FILE).is_file():
         notes.append("no history.csv: per-round figures are left out")
     elif not history:
         notes.append("history.csv has no rows: per-round figures are left out")
-    if (run / "scores.npz").is_file():
-        scores, score_notes = read_scores(run / "scores.npz", list(entries))
+    if (run / SCORES_FILE).is_file():
+        scores, score_notes = read_scores(run / SCORES_FILE, list(entries))
         notes += score_notes
     else:
         scores = {}
@@ -476,7 +478,7 @@ def _render(run: Path) -> str:
     families = run_families(metrics)
     groups = columns_of(metrics, families)
     summary = [column_spec(k, families) for k in groups[SUMMARY]]
-    config = read_config_text(run / "config.toml")
+    config = read_config_text(run / CONFIG_FILE)
     seeds = metrics["experiment"].get("seeds")
     several = isinstance(seeds, list)
     if several:
@@ -540,11 +542,11 @@ def write_report(run_dir: str | Path) -> Path:
     :func:`fedad.metrics.evaluate_clients` when a method has none. Raises
     :class:`~fedad.core.errors.FedadError` when ``metrics.json`` is missing or malformed.
     """
-    from fedad.outdir import anchored, write_text
+    from fedad.rundir.files import anchored, write_text
 
     run = Path(run_dir)
     text = render_report(run)
-    out = run / "report.html"
+    out = run / REPORT_FILE
     with anchored(run):  # the run is untrusted: never written through a link below it
         write_text(out, text)
     return out

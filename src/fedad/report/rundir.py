@@ -5,10 +5,10 @@ history, a method without arrays in ``scores.npz`` is simply absent from the res
 problems that do not stop a report are returned as one-line notes the report shows.
 Only ``metrics.json`` is required.
 
-Every reader opens its file with :func:`fedad.outdir.open_read`: never through a symbolic
-link (below a root being read, :func:`fedad.outdir.reading`, at no component; elsewhere,
+Every reader opens its file with :func:`fedad.rundir.files.open_read`: never through a symbolic
+link (below a root being read, :func:`fedad.rundir.files.reading`, at no component; elsewhere,
 at least not the file itself), never waiting on a pipe. A link is a one-line error
-(:class:`fedad.outdir.LinkError`), never a note.
+(:class:`fedad.rundir.files.LinkError`), never a note.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from numpy.lib import format as npy_format
 from numpy.typing import NDArray
 
 from fedad.core.errors import FedadError
-from fedad.outdir import LinkError, open_read, read_bytes
+from fedad.rundir.files import LinkError, open_read, read_bytes
 
 __all__ = [
     "History",

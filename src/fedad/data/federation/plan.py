@@ -14,7 +14,7 @@ import numpy as np
 
 from fedad.core.errors import ConfigError, DataError
 from fedad.core.types import DataKind
-from fedad.data.federation.catalog import Catalog
+from fedad.data.federation.blocks import Catalog
 from fedad.data.federation.contaminate import mix
 from fedad.data.federation.holdout import cap_pair, ratio_pair, split_block
 from fedad.data.federation.local_tests import LocalTests, shared_tests

@@ -82,6 +82,7 @@ from fedad.fl.flower.server import serve
 from fedad.fl.flower.spec import RunSpec
 from fedad.fl.secagg import rounding_seed
 from fedad.fl.timeline import timeline_event
+from fedad.rundir.layout import CONFIG_FILE, METRICS_FILE
 
 if TYPE_CHECKING:
     from fedad.fl.engine import RunOutcome  # (pulls in scipy: not needed by the handshake)
@@ -290,12 +291,12 @@ def keep_detector_home(
         )
     if not _SAFE_LABEL.fullmatch(label) or label in (".", ".."):
         raise ValueError(f"the method label {label[:40]!r} cannot name a folder")
-    from fedad.checkpoints import save_checkpoint
     from fedad.config import dump_toml
     from fedad.core.errors import FedadError
     from fedad.fl.algorithm import ServerResult
     from fedad.fl.engine import RunOutcome
-    from fedad.outdir import anchored, mkdir, staged_dir, write_text
+    from fedad.rundir.checkpoints import save_checkpoint
+    from fedad.rundir.files import anchored, mkdir, staged_dir, write_text
 
     root = Path(models_dir).resolve()
     folder = node_model_dir(root, run_id, partition_id)
@@ -320,9 +321,9 @@ def keep_detector_home(
             config_text = dump_toml(config.model_dump(mode="json", exclude_none=True))
             with staged_dir(folder) as d:
                 save_checkpoint(d, label, algorithm, only)
-                write_text(d / "config.toml", config_text)
+                write_text(d / CONFIG_FILE, config_text)
                 doc = {"experiment": facts, "methods": {}}
-                write_text(d / "metrics.json", json.dumps(doc, indent=2))
+                write_text(d / METRICS_FILE, json.dumps(doc, indent=2))
     except (FedadError, OSError) as err:
         reason = re.sub(r" \([^()]*--out\)$", "", str(err))  # the hint is for run directories
         raise FedadError(

@@ -18,7 +18,7 @@ import numpy as np
 
 from fedad.core.errors import DataError
 from fedad.core.types import Dataset
-from fedad.data.federation.catalog import Catalog
+from fedad.data.federation.blocks import Catalog
 from fedad.data.federation.contaminate import contaminate
 from fedad.data.federation.local_tests import LocalTests, assign_local_tests
 from fedad.data.federation.members import Member, Roles, class_roles

@@ -34,7 +34,8 @@ from fedad.fl.flower.deploy.processes import Supervisor, sigterm_as_interrupt
 from fedad.fl.flower.results import ResultsDir
 from fedad.fl.flower.spec import FlowerRunError, RunSpec
 from fedad.fl.timeline import timeline_event
-from fedad.outdir import mkdir
+from fedad.rundir.files import mkdir
+from fedad.rundir.layout import CONFIG_FILE
 
 log = logging.getLogger("fedad")
 
@@ -76,7 +77,7 @@ def write_connection(home: Path, link: RemoteSuperLink) -> None:
         conn["root-certificates"] = str(Path(str(link.root_certificates)).resolve())
     home.mkdir(parents=True, exist_ok=True)
     doc = {"superlink": {"default": CONNECTION, CONNECTION: conn}}
-    (home / "config.toml").write_text(tomli_w.dumps(doc))
+    (home / CONFIG_FILE).write_text(tomli_w.dumps(doc))
 
 
 def submit_and_wait(
