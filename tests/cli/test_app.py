@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 import fedad
 from fedad.cli.app import app
 from fedad.runner import TIMING_KEYS
+from tests.fresh import run_fresh
 
 SMALL = """
 seed = 1
@@ -166,8 +167,7 @@ def test_report_and_list_import_no_torch(run_dir: Path, args: list[str]) -> None
         "methods = [m for m in sys.modules if m.count('.') > 2 and 'methods' in m]\n"
         "assert not heavy and not methods, (heavy, methods)\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-2000:]
+    run_fresh(code)
 
 
 @pytest.mark.parametrize("what", ["methods", "datasets", "partitions", "suites"])

@@ -4,12 +4,10 @@ imported only when a detector of its name is exported."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import fedad.methods  # noqa: F401  (the declarations)
 from fedad.core.catalog import detector_entries
 from fedad.export.registry import exporters
+from tests.fresh import run_fresh
 
 
 def test_every_declared_exporter_registers_its_detector_and_every_refusal_says_why() -> None:
@@ -35,5 +33,4 @@ def test_a_methods_exporter_is_imported_only_when_its_detector_is_exported() -> 
         "exporter_for(det)\n"
         "assert own() == ['fedad.methods.onlad.export'], own()\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
+    run_fresh(code, timeout=300)

@@ -3,9 +3,6 @@ name, the Flower engine imported only when named."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -15,6 +12,7 @@ from fedad.federation import build_federation
 from fedad.fl.engine import run_inprocess
 from fedad.fl.engines import ENGINES, Engine, InProcessEngine, RunSettings, engine_for
 from fedad.runner import build_algorithms
+from tests.fresh import run_fresh
 
 CFG = {
     "seed": 3,
@@ -59,5 +57,4 @@ def test_naming_the_in_process_engine_imports_no_flower_code() -> None:
         "engine_for('inprocess')\n"
         "assert not [m for m in sys.modules if m.startswith(('flwr', 'fedad.fl.flower'))]\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
+    run_fresh(code, timeout=300)
