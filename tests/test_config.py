@@ -115,7 +115,7 @@ def test_missing_and_broken_files(tmp_path: Path) -> None:
         load_config(bad)
 
 
-# --------------------------------------------------------------------------- issue 8 limits
+# --------------------------------------------------------------------------- limits
 
 INF, NAN = float("inf"), float("nan")
 

@@ -1,5 +1,5 @@
 """metrics.json's ``score_scale``: a method that normalises its clients' scores before they
-are pooled says how (issue 29); a method with raw scores writes no such key."""
+are pooled says how; a method with raw scores writes no such key."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""metrics.json's ``seconds``: a method's whole cost (issue 28), not its server program alone.
+"""metrics.json's ``seconds``: a method's whole cost, not its server program alone.
 
 A method's ``seconds`` is the wall time from its start to its metrics: training, the
 evaluation phase (where a personalised method's clients fit their heads) and the metrics;

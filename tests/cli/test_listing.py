@@ -1,5 +1,5 @@
 """``fedad list``: the methods table comes from the registry's catalog without importing
-torch or any method (issue 31)."""
+torch or any method."""
 
 from __future__ import annotations
 

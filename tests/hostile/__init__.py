@@ -1,1 +1,1 @@
-"""Hostile inputs and faults (issue 8): every case exits 2 with one line, no traceback."""
+"""Hostile inputs and faults: every case exits 2 with one line, no traceback."""

@@ -1,4 +1,4 @@
-"""``fedad run`` on hostile configs (issue 8, items 4, 7 and 8): one error line, exit 2.
+"""``fedad run`` on hostile configs: one error line, exit 2.
 
 Every case must stop in the config, before anything is written: no run directory, no
 checkpoints outside it, no traceback.
@@ -214,7 +214,7 @@ def test_a_real_process_prints_one_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith("error:") and "not UTF-8" in lines[0]
 
 
-# ------------------------------------------------- inputs.json statistics (issue 26, medium)
+# ------------------------------------------------- inputs.json statistics
 
 INPUTS = {"kind": "vector", "feature_shape": [2], "dataset": "table", "columns": ["a", "b"],
           "mean": [0.5, -1.0], "std": [2.0, 1.0]}  # fmt: skip

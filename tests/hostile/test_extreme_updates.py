@@ -1,4 +1,4 @@
-"""Every registered method's server program survives any finite update (issue 8, item 2).
+"""Every registered method's server program survives any finite update.
 
 A hostile grid replaces the arrays of chosen clients' replies (every phase but ``evaluate``)
 by finite values of magnitude 1e-300 .. 1e300 (clamped to the largest finite value of the
@@ -103,7 +103,7 @@ def test_server_survives_any_finite_update(
 
 
 def test_a_scaled_update_of_scale_1e30_is_rejected_with_an_event() -> None:
-    """Finite but absurd: it passed the finite check and broke every mean (issue 26)."""
+    """Finite but absurd: it passed the finite check and broke every mean."""
     fed = make_federation("vector", clients=3, n=30)
     setup = Setup("vector", fed.feature_shape, rounds=2, seed=0, contamination=0.0, num_clients=3)
     alg = build_algorithm("fedavg", {"local_epochs": 1}, setup, "autoencoder")

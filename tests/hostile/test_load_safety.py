@@ -1,4 +1,4 @@
-"""fedad.load and fedad report on crafted or damaged run directories (issue 8, item 1)."""
+"""fedad.load and fedad report on crafted or damaged run directories."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from fedad.errors import FedadError
 from tests.hostile.conftest import one_line_error, runner
 
 ATTACKS = [
-    # the hole of issue 8: a fedad function that starts a process from its parameters
+    # the hole this closes: a fedad function that starts a process from its parameters
     ("fedad.cli.flower:run_foreground", {"argv": ["touch", "{sentinel}"]}),
     ("os:system", {"command": "touch {sentinel}"}),
     ("subprocess:Popen", {"args": ["touch", "{sentinel}"]}),

@@ -1,4 +1,4 @@
-"""An ODDS .rda with missing values (issue 8, item 3): one line, or drop, or impute."""
+"""An ODDS .rda with missing values: one line, or drop, or impute."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The CIFAR-10 and IDX readers on malicious files (issue 8, item 7).
+"""The CIFAR-10 and IDX readers on malicious files.
 
 Each crafted file ends in a one-line :class:`DataError` naming it: never a traceback, never
 code run from a pickle, never an allocation that the file's size does not back.

@@ -1,4 +1,4 @@
-"""Run directories never make fedad follow a symbolic link (issue 26, Critical; High 8).
+"""Run directories never make fedad follow a symbolic link.
 
 A run directory someone shared may hold links planted where fedad writes, locks or
 deletes. Every case below must end in a one-line error (or correct handling) with nothing

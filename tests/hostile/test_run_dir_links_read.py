@@ -1,4 +1,4 @@
-"""Reading a run directory never follows a symbolic link below it (issue 26 follow-up).
+"""Reading a run directory never follows a symbolic link below it.
 
 ``fedad report``, ``fedad.load(str(run)).detector(L).score(...)`` and ``fedad score`` read a run
 someone else may have crafted: a link at any path of its structure (``metrics.json`` to a

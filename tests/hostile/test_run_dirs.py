@@ -1,4 +1,4 @@
-"""Output directories: never mixed, never lost, resumable (issue 8, items 5, 6, 8)."""
+"""Output directories: never mixed, never lost, resumable."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The command line's own robustness: standard output closed or full, and Ctrl-C at any
-moment, each one line and a sensible exit status (issue 26, High #9 and the Ctrl-C and
-stdout items)."""
+moment, each one line and a sensible exit status."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Crafted run directories: what fedad reads back never allocates what a header declares,
-builds what parameters declare, or scores what does not fit (issue 26, High #1-#3, #6, #7
-and the NaN threshold). All on copies of the session's one finished run."""
+builds what parameters declare, or scores what does not fit. All on copies of the test
+session's one finished run."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ def test_group_norm_in_the_backbone_batch_norm_only_in_the_head() -> None:
 
 
 def test_the_head_norm_spreads_the_directions_that_group_norm_leaves_collapsed() -> None:
-    """The audit's finding (issue 27): after the group-norm backbone every image shares one
+    """The audit's finding: after the group-norm backbone every image shares one
     large common vector, so every z points the same way; the head's batch norm removes it."""
     x = torch.rand(64, 1, 28, 28)
     cos = {}

@@ -155,7 +155,7 @@ def test_too_few_nodes_for_the_threshold_halt_the_phase_not_the_run(
 ) -> None:
     """Two of four nodes dead, threshold 3 of 4 shares: each round's phase halts, the rounds
     go on with the model unchanged, and a run whose model was never trained ends in a
-    one-line error (issue 8: no success reported for an untrained model)."""
+    one-line error (no success reported for an untrained model)."""
     raw = {
         **CFG,
         "engine": {"timeout": 0.3},

@@ -1,5 +1,5 @@
 """FADngs's encoder learns: the contrastive losses leave their collapsed value in a small
-federation (issue 27), and the collapse guard (:mod:`fedad.collapse`) says so when not."""
+federation, and the collapse guard (:mod:`fedad.collapse`) says so when not."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_the_warm_up_leaves_the_collapsed_value_and_the_guard_stays_quiet(
 def test_a_collapsed_encoder_stays_at_its_collapsed_value_and_is_named(
     fashion: Federation,
 ) -> None:
-    """The group-norm encoder without the head's batch norm, as FADngs was before issue 27:
+    """The group-norm encoder without the head's batch norm, as FADngs was before the audit:
     the warm-up sits at log(2B - 1) with every z pointing one way, and the run ends with the
     guard's one warning line."""
     out = _run(fashion, head_norm="none")

@@ -54,7 +54,7 @@ def test_everyone_above_lambda_gives_all_zero() -> None:
 
 
 def test_unusable_losses_get_zero_weight_and_never_raise() -> None:
-    """Non-finite, zero and negative losses mean exclusion, not an error (issue 8, item 2)."""
+    """Non-finite, zero and negative losses mean exclusion, not an error."""
     c = credit_scores([np.inf, 0.5, np.nan, 0.0, -1.0, 1.5], [10, 100, 10, 10, 10, 300])
     np.testing.assert_allclose(c, [0.0, 0.5, 0.0, 0.0, 0.0, 0.5])
     assert np.all(credit_scores([np.inf, np.nan], [1, 1]) == 0.0)

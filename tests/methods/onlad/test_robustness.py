@@ -1,4 +1,4 @@
-"""ONLAD under hostile updates and odd data (issue 8, items 2, 10, 11)."""
+"""ONLAD under hostile updates and odd data."""
 
 from __future__ import annotations
 
@@ -343,7 +343,7 @@ def test_metrics_json_mentions_no_failure_for_idle_clients(tmp_path: Path) -> No
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["methods"]["onlad"]
 
 
-# -- issue 26: the exceedance check -------------------------------------------------------------
+# -- the exceedance check ---------------------------------------------------------------------
 
 
 def _first_train_reply(name: str, fed: Federation) -> tuple[Message, np.ndarray, float]:

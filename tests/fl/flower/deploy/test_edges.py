@@ -1,4 +1,4 @@
-"""Flower edges (issue 8, item 9): ports, addresses, missing nodes, interrupts, orphans.
+"""Flower edges: ports, addresses, missing nodes, interrupts, orphans.
 
 * A busy port or a bad ``--superlink`` is one line (``FedadError``), in bounded time,
   before any Flower log.
