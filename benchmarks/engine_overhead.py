@@ -21,15 +21,10 @@ and 2: one ``fedad run`` each, timings from its ``metrics.json``:
 from __future__ import annotations
 
 import argparse
-import json
 import platform
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
-from typing import Any
 
 import torch
+from fedad_child import fedad_run
 
 CONFIG = """\
 seed = 0
@@ -56,23 +51,10 @@ detector = "autoencoder"
 """
 
 
-def fedad_run(config: str) -> dict[str, Any]:
-    """``fedad run`` of the TOML text ``config`` in a temporary folder: its metrics.json."""
-    with tempfile.TemporaryDirectory(prefix="fedad-engine-") as tmp:
-        cfg, out = Path(tmp) / "config.toml", Path(tmp) / "run"
-        cfg.write_text(config, encoding="utf-8")
-        cmd = [sys.executable, "-m", "fedad.cli", "run", str(cfg), "--out", str(out)]
-        done = subprocess.run([*cmd, "-q", "--force"], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"fedad run exited {done.returncode}:\n{done.stderr}")
-        metrics: dict[str, Any] = json.loads((out / "metrics.json").read_text("utf-8"))
-    return metrics
-
-
 def measure(clients: int, rounds: int, workers: int) -> tuple[float, float, float]:
     """(training seconds, summed client seconds, the method's whole seconds)."""
     text = CONFIG.format(rounds=rounds, clients=clients, workers=workers)
-    m = fedad_run(text)["methods"]["fedavg"]
+    m = fedad_run(text).metrics["methods"]["fedavg"]
     return float(m["train_seconds"]), float(m["client_seconds"]), float(m["seconds"])
 
 

@@ -32,18 +32,16 @@ last, and a method's start-up into its parts.
 from __future__ import annotations
 
 import argparse
-import csv
 import inspect
 import itertools
 import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from fedad_child import fedad_run
 
 ENGINES = ("inprocess", "flower-simulation", "flower-deployment")
 DEPLOYMENT_CLIENTS = 3
@@ -96,19 +94,9 @@ def history(
     env = dict(os.environ)
     if timeline is not None:
         env["FEDAD_FLOWER_TIMELINE"] = str(timeline)
-    with tempfile.TemporaryDirectory(prefix="fedad-engines-") as tmp:
-        cfg, out = Path(tmp) / "config.toml", Path(tmp) / "run"
-        cfg.write_text(text, encoding="utf-8")
-        cmd = [sys.executable, "-m", "fedad.cli", "run", str(cfg), "--out", str(out)]
-        t0 = time.perf_counter()
-        done = subprocess.run([*cmd, "-q", "--force"], env=env, capture_output=True, text=True)
-        total = time.perf_counter() - t0
-        if done.returncode != 0:
-            raise SystemExit(f"fedad run exited {done.returncode}:\n{done.stderr}")
-        metrics = json.loads((out / "metrics.json").read_text("utf-8"))
-        with (out / "history.csv").open(encoding="utf-8", newline="") as fh:
-            rows = [r for r in csv.DictReader(fh) if r["method"] == "fedavg"]
-    return rows, total, float(metrics["methods"]["fedavg"]["auroc"])
+    run = fedad_run(text, env=env)
+    rows = [r for r in run.history if r["method"] == "fedavg"]
+    return rows, run.wall, float(run.metrics["methods"]["fedavg"]["auroc"])
 
 
 def run_engines(clients: int, engines: list[str]) -> list[str]:

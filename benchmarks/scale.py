@@ -18,20 +18,15 @@ federation's feature arrays (training + test, float32), from ``metrics.json``'s 
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import math
 import os
 import platform
-import subprocess
-import sys
-import tempfile
 import threading
-from pathlib import Path
 from typing import Any
 
 import psutil
 import torch
+from fedad_child import fedad_run
 
 SETTINGS = (("inprocess", 1), ("inprocess", 2), ("flower-simulation", 1))
 
@@ -99,23 +94,9 @@ class PeakRss:
 def measure(engine: str, workers: int, clients: int, rounds: int) -> dict[str, Any]:
     """One ``fedad run`` of the setting: its round and run seconds, peak and data MB."""
     text = CONFIG.format(rounds=rounds, clients=clients, engine=engine, workers=workers)
-    with tempfile.TemporaryDirectory(prefix="fedad-scale-") as tmp:
-        cfg, out = Path(tmp) / "config.toml", Path(tmp) / "run"
-        cfg.write_text(text, encoding="utf-8")
-        cmd = [sys.executable, "-m", "fedad.cli", "run", str(cfg), "--out", str(out)]
-        proc = subprocess.Popen(
-            [*cmd, "-q", "--force"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        with PeakRss(proc.pid) as mem:
-            _, err = proc.communicate()
-        if proc.returncode != 0:
-            raise SystemExit(f"fedad run exited {proc.returncode}:\n{err}")
-        metrics = json.loads((out / "metrics.json").read_text("utf-8"))
-        with (out / "history.csv").open(encoding="utf-8", newline="") as fh:
-            history = [r for r in csv.DictReader(fh) if r["method"] == "fedavg"]
+    run = fedad_run(text, watch=PeakRss)
+    metrics = run.metrics
+    history = [r for r in run.history if r["method"] == "fedavg"]
     m, facts = metrics["methods"]["fedavg"], metrics["experiment"]
     steady = [float(r["seconds"]) for r in history if int(r["round"]) >= 2]
     values = (facts["n_train"] + facts["n_test"]) * math.prod(facts["feature_shape"])
@@ -123,7 +104,7 @@ def measure(engine: str, workers: int, clients: int, rounds: int) -> dict[str, A
         "round1": float(history[0]["seconds"]),
         "per_round": sum(steady) / len(steady) if steady else float("nan"),
         "total": float(m["seconds"]),
-        "peak_mb": mem.peak / 1e6,
+        "peak_mb": run.watched.peak / 1e6,
         "data_mb": values * 4 / 1e6,
     }
 
