@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from fedad.core.catalog import detector_entries
+from fedad.core.catalog import DetectorEntry, detector_entries
 from fedad.core.errors import FedadError
 
 if TYPE_CHECKING:
@@ -81,18 +81,17 @@ def refuse(name: str, why: str) -> None:
     _REFUSED[name] = why
 
 
-def _declared(name: str) -> None:
-    """Import the module that registers the declared exporter of detector ``name``."""
-    entry = detector_entries().get(name)
-    if entry is not None and entry.exporter is not None and name not in _EXPORTERS:
+def _import_exporter(entry: DetectorEntry | None) -> None:
+    """Import the module that registers the exporter a detector's declaration names."""
+    if entry is not None and entry.exporter is not None and entry.name not in _EXPORTERS:
         importlib.import_module(entry.exporter)
 
 
 def exporters() -> dict[str, Exporter]:
     """Every exporter by detector name: each declared one (its module imported) and those
     registered without a declaration."""
-    for name in detector_entries():
-        _declared(name)
+    for entry in detector_entries().values():
+        _import_exporter(entry)
     return dict(sorted(_EXPORTERS.items()))
 
 
@@ -100,12 +99,12 @@ def exporter_for(detector: BaseDetector, label: str = "") -> Exporter:
     """The exporter of ``detector``'s class (its declared exporter module imported the
     first time), or a one-line :class:`NotExportable`."""
     name = type(detector).registry_name or type(detector).__name__
-    _declared(name)
+    entry = detector_entries().get(name)
+    _import_exporter(entry)
     fn = _EXPORTERS.get(name)
     if fn is not None:
         return fn
     of = f"method '{label}''s detector '{name}'" if label else f"the detector '{name}'"
-    entry = detector_entries().get(name)
     refusal = entry.export_refusal if entry is not None else None
     why = refusal or _REFUSED.get(name, "it has no ONNX exporter")
     raise NotExportable(
