@@ -13,7 +13,7 @@ import pytest
 from fedad.claim import RunDir
 from fedad.config import parse_config
 from fedad.errors import FedadError, Interrupted
-from fedad.outdir import ASIDE_DIR, STATE_DIR
+from fedad.rundir.layout import ASIDE_DIR, STATE_DIR
 from fedad.runner import run_experiment
 from fedad.seeds import run_seeds
 from tests.test_fingerprint import snapshot, table_config, write_table

@@ -18,7 +18,7 @@ from fedad import fingerprint
 from fedad.config import parse_config
 from fedad.errors import FedadError
 from fedad.fingerprint import Fingerprint, federation_digest, files_digest
-from fedad.outdir import STATE_DIR
+from fedad.rundir.layout import STATE_DIR
 from fedad.runner import run_experiment
 
 N_ROWS = 48

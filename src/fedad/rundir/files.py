@@ -34,12 +34,8 @@ from typing import IO
 import numpy as np
 
 from fedad.core.errors import FedadError
-from fedad.rundir.layout import (  # noqa: F401  (the layout's names, also fedad.rundir.files')
-    ASIDE_DIR,
+from fedad.rundir.layout import (
     CONFIG_FILE,
-    DONE_DIR,
-    FORMAT,
-    LOCK_FILE,
     METRICS_FILE,
     OUTPUT_DIRS,
     OUTPUTS,
