@@ -42,10 +42,8 @@ from fedad.fl.server_inputs import check_requirements, supplied_fields
 from fedad.fl.workers import WorkerPool, resolve_workers
 from fedad.interrupts import stop_if_swallowed
 from fedad.memory import allocation_error
-from fedad.method_metrics import (  # noqa: F401  (also fedad.runner's, as before)
+from fedad.method_metrics import (
     experiment_facts,
-    mean_over_clients,
-    method_entries,
     method_seconds,
     resolved_config,
     run_families,
@@ -59,16 +57,8 @@ from fedad.rundir.claim import Done, RunDir
 from fedad.rundir.files import write_text
 from fedad.rundir.fingerprint import Fingerprint, federation_digest, files_digest
 from fedad.rundir.inputs import Inputs
-from fedad.rundir.layout import EMBEDDINGS_FILE, INPUTS_FILE  # noqa: F401  (as before)
-from fedad.rundir.outputs import (  # noqa: F401  (also fedad.runner's, as before)
-    EMBED_PREFIX,
-    HISTORY_COLUMNS,
-    MAPS_PREFIX,
-    _clean,
-    history_csv,
-    write_history,
-    write_outputs,
-)
+from fedad.rundir.layout import INPUTS_FILE
+from fedad.rundir.outputs import _clean, write_outputs
 from fedad.tracking import Tracker
 from fedad.tracking import start as start_tracking
 
