@@ -7,11 +7,11 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 import torch
+from fedad.data.types import ClientData, Federation, GraphSet, concat
 
 import fedad.methods  # noqa: F401  (the test session's composition root: the built-in methods)
 from fedad.cli.tuning import reusable_heap
-from fedad.data.types import ClientData, Federation, GraphSet, concat
-from fedad.fl.messages import Message
+from fedad.core.messages import Message
 
 torch.set_num_threads(1)
 reusable_heap()  # the allocator thresholds of the `fedad` command, here and in its children

@@ -68,7 +68,7 @@ def test_the_config_refuses_quoted_numbers_and_switches(over: dict[str, Any], ke
 
 
 def test_method_params_refuse_quoted_numbers() -> None:
-    from fedad.fl.algorithm import Setup, build_algorithm
+    from fedad.core.algorithm import Setup, build_algorithm
 
     setup = Setup(
         kind="vector", feature_shape=(4,), rounds=1, seed=0, contamination=0.1, num_clients=2

@@ -7,8 +7,8 @@ import pytest
 
 from fedad.attacks import attacked_clients, client_handlers, gaussian_data, poison_update
 from fedad.config import AttackConfig, parse_config
+from fedad.core.messages import Message
 from fedad.federation import build_federation
-from fedad.fl.messages import Message
 
 
 def test_attacked_clients_seeded_and_sized() -> None:
@@ -137,7 +137,7 @@ def test_train_phase_poisoning_is_unchanged() -> None:
 
 def test_no_update_phase_note() -> None:
     from fedad.config import PrivacyConfig
-    from fedad.fl.algorithm import Setup, build_algorithm
+    from fedad.core.algorithm import Setup, build_algorithm
     from fedad.fl.node import unapplied_note
 
     setup = Setup("vector", (6,), rounds=1, seed=0, contamination=0.1, num_clients=3)
@@ -158,7 +158,7 @@ def test_no_update_phase_note() -> None:
 
 
 def test_a_model_attack_on_centralized_says_it_is_not_applied() -> None:
-    from fedad.fl.algorithm import Setup, build_algorithm
+    from fedad.core.algorithm import Setup, build_algorithm
     from fedad.fl.engine import run_inprocess
     from tests.conftest import make_federation
 

@@ -4,10 +4,10 @@ they name, and a run imports only the methods and detectors its config names."""
 from __future__ import annotations
 
 import pytest
-
 from fedad.catalog import declare_detector, declare_method, detector_entries, method_entries
 from fedad.detector import detector_class, detector_classes
-from fedad.fl.algorithm import method_class, method_names, registry
+
+from fedad.core.algorithm import method_class, method_names, registry
 from tests.fresh import run_fresh
 
 
@@ -57,7 +57,7 @@ def test_a_run_imports_only_its_methods() -> None:
     code = (
         "import sys\n"
         "import fedad.runner\n"
-        "from fedad.fl.algorithm import method_class\n"
+        "from fedad.core.algorithm import method_class\n"
         "from fedad.detector import detector_class\n"
         "assert method_class('onlad') is not None\n"
         "assert detector_class('oselm-autoencoder') is not None\n"
@@ -76,7 +76,8 @@ def test_a_declared_method_takes_summary_kinds_and_detectors_from_its_declaratio
     """The catalog entry is the one source: the class gets its values at registration, and a
     declared class that writes its own is refused."""
     import fedad.catalog as catalog
-    from fedad.fl import algorithm
+
+    from fedad.core import algorithm
 
     monkeypatch.setattr(algorithm, "_REGISTRY", dict(algorithm._REGISTRY))
     entry = catalog.MethodEntry("catalog-probe", __name__, "a probe", ("graph",), ("deepsvdd",))

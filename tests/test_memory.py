@@ -115,7 +115,7 @@ def test_an_allocation_failure_in_a_client_fails_the_method_not_the_client(
 ) -> None:
     """In-process every client shares the machine: its allocation failure is the method's
     (it read 'no client answered in any round' before)."""
-    from fedad.fl.algorithm import Setup, build_algorithm
+    from fedad.core.algorithm import Setup, build_algorithm
     from fedad.fl.engine import run_inprocess
 
     setup = Setup(

@@ -5,13 +5,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fedad.seeding import rng as seeded_rng
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fedad.config import PrivacyConfig
-from fedad.fl.algorithm import Requirements, Setup, build_algorithm, registry
+from fedad.core.algorithm import Requirements, Setup, build_algorithm, registry
+from fedad.core.messages import Message
 from fedad.fl.engine import run_inprocess
-from fedad.fl.messages import Message
 from fedad.fl.node import update_phases
 from fedad.methods.baselines.federated import FedAvg
 from fedad.metrics import auroc
@@ -22,7 +23,6 @@ from fedad.privacy import (
     private_handlers,
     privatize_reply,
 )
-from fedad.seeding import rng as seeded_rng
 from tests.conftest import make_federation
 
 
@@ -386,6 +386,7 @@ def test_the_resolved_config_records_the_noise_source() -> None:
     """``--resume`` compares resolved configs: a run resumed with the other noise source is
     refused, naming the key."""
     from fedad.claim import config_difference
+
     from fedad.config import dump_toml, parse_config
 
     raw = {"data": {"name": "digits", "normal": [0], "anomaly": [1]},

@@ -11,14 +11,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fedad.data.types import Dataset
 
 from fedad.config import parse_config
+from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.messages import Message
 from fedad.data.registry import register_dataset, unregister_dataset
-from fedad.data.types import Dataset
 from fedad.evaluation.families import Pooled
 from fedad.evaluation.samples import EMBED_PER_CLIENT, embedding_indices, embedding_sample
-from fedad.fl.algorithm import Setup, build_algorithm
-from fedad.fl.messages import Message
 from fedad.report.html import render_report
 from fedad.runner import run_experiment
 from tests.conftest import make_federation
@@ -167,7 +167,7 @@ def test_no_represent_no_embeddings(toy: None, tmp_path: Path) -> None:
 
 
 def test_embeddings_of_methods_not_in_the_run_are_not_read(tmp_path: Path) -> None:
-    from fedad.report.rundir import read_embeddings
+    from fedad.rundir.read import read_embeddings
 
     rng = np.random.default_rng(0)
     arrays = {}

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import fedad.fl.engine as engine
+import fedad.fl.drive as engine
 from fedad.config import parse_config
 from fedad.data.registry import register_dataset, unregister_dataset
 from fedad.data.types import Dataset

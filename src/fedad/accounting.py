@@ -6,7 +6,7 @@ standard deviation :math:`\\sigma C` (:mod:`fedad.privacy`, on the client), and 
 such releases compose.
 
 **Adjacency and sensitivity.** fedad samples a *fixed number* :math:`k` of clients per
-round, uniformly without replacement (:meth:`fedad.fl.context.ServerContext.sample`), so
+round, uniformly without replacement (:meth:`fedad.core.context.ServerContext.sample`), so
 the number of clients :math:`n` is public and neighbouring federations differ in one
 client's whole data set, replaced by any other (replace-one). A client's clipped update
 then moves by up to :math:`2C`: each release is a Gaussian mechanism of noise multiplier

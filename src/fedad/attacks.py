@@ -11,7 +11,7 @@ federation; :func:`fedad.federation.build_federation` runs both):
 
 Model poisoning (applied to an attacked client's replies to the phases the method declares
 as model updates, :attr:`Requirements.update_phases
-<fedad.fl.algorithm.Requirements.update_phases>`, and to no other phase): with the
+<fedad.core.algorithm.Requirements.update_phases>`, and to no other phase): with the
 update :math:`u = w_k - w` between the returned and the received array of the same name,
 
 * ``scaled-update`` returns :math:`w + s\\,u` (a boosted update, ``scale`` = s);
@@ -36,9 +36,9 @@ from fedad.core.types import Federation
 from fedad.data.federation import FederationPlan, mix, streams
 from fedad.data.federation.materialize import dense
 
-if TYPE_CHECKING:  # fedad.fl.algorithm imports this module (through fedad.fl.node)
+if TYPE_CHECKING:  # fedad.core.algorithm imports this module (through fedad.fl.node)
+    from fedad.core.algorithm import ClientState, Handler
     from fedad.core.types import ClientData
-    from fedad.fl.algorithm import ClientState, Handler
 
 DATA_ATTACKS = ("gaussian-data", "contamination")
 MODEL_ATTACKS = ("scaled-update", "sign-flip")

@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 
 from fedad.config import ExperimentConfig
+from fedad.core.algorithm import Algorithm
 from fedad.core.messages import Message
 from fedad.core.types import Federation
 from fedad.devices import resolve_device
 from fedad.evaluation.families import MetricFamily, Pooled, evaluate_replies, families_for
 from fedad.evaluation.samples import embedding_sample, map_sample
-from fedad.fl.algorithm import Algorithm
-from fedad.fl.engine import RunOutcome
+from fedad.fl.drive import RunOutcome
 from fedad.rundir.checkpoints import node_models
 from fedad.rundir.outputs import EMBED_PREFIX, MAPS_PREFIX, _clean
 

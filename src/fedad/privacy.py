@@ -9,7 +9,7 @@ phase) is clipped to L2 norm :math:`C` over all its arrays together,
 (local DP). Configured by the ``[privacy]`` section.
 
 The mechanism acts on the phases the method declares as model updates
-(:attr:`Requirements.update_phases <fedad.fl.algorithm.Requirements.update_phases>`, passed
+(:attr:`Requirements.update_phases <fedad.core.algorithm.Requirements.update_phases>`, passed
 in as ``phases``) and on no other: a memory bank or a density statistic is not a model
 update.
 
@@ -44,9 +44,9 @@ from fedad.config import PrivacyConfig
 from fedad.core.messages import Message
 from fedad.core.rng import rng as seeded_rng
 
-if TYPE_CHECKING:  # fedad.fl.algorithm imports fedad.data, which imports fedad.attacks
+if TYPE_CHECKING:  # fedad.core.algorithm imports fedad.data, which imports fedad.attacks
+    from fedad.core.algorithm import ClientState, Handler
     from fedad.core.types import ClientData
-    from fedad.fl.algorithm import ClientState, Handler
 
 TRAIN_PHASE = "train"
 DEFAULT_UPDATE_PHASES = (TRAIN_PHASE,)

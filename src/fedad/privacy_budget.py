@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from fedad.config import ExperimentConfig, PrivacyConfig
-from fedad.fl.algorithm import Algorithm
-from fedad.fl.engine import RunOutcome
+from fedad.core.algorithm import Algorithm
+from fedad.fl.drive import RunOutcome
 from fedad.fl.node import update_phases
 
 __all__ = ["privacy_guarantee", "with_calibrated_noise"]

@@ -26,17 +26,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-import fedad.methods  # noqa: F401  (the composition root: the built-in methods' declarations)
 from fedad.blas import one_blas_thread
 from fedad.config import ExperimentConfig, dump_toml
+from fedad.core.algorithm import Algorithm, Setup, build_algorithm, method_class
 from fedad.core.detector import DEFAULT_CONTAMINATION
 from fedad.core.errors import FedadError, Interrupted, MethodsFailed, is_allocation_failure
 from fedad.core.types import Federation
 from fedad.devices import resolve_device
 from fedad.evaluation.families import BUILTIN, MetricFamily
 from fedad.federation import build_federation, plan_federation
-from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, method_class
-from fedad.fl.engine import RunOutcome
+from fedad.fl.drive import RunOutcome
 from fedad.fl.engines import RunSettings, engine_for
 from fedad.fl.server_inputs import check_requirements, supplied_fields
 from fedad.fl.workers import WorkerPool, resolve_workers

@@ -214,7 +214,7 @@ def top_config_text(cfg: ExperimentConfig) -> str:
 
 def _finished(d: Path) -> dict[str, Any] | None:
     """A seed directory's metrics.json data when that run finished, else None."""
-    from fedad.report.rundir import read_metrics
+    from fedad.rundir.read import read_metrics
 
     state = d / STATE_DIR / RUN_FILE
     if not (state.is_file() and (d / METRICS_FILE).is_file()):

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fedad.errors import ConfigError
 
 from fedad.bench.expand import expand_methods, pairs_for, parse_methods
 from fedad.bench.suites import data_kind, load_target, shipped_suites, suite_from_config
-from fedad.errors import ConfigError
-from fedad.fl.algorithm import method_class
+from fedad.core.algorithm import method_class
 
 FAMILIES = {"tables", "images", "graphs", "defects", "one-vs-rest"}
 

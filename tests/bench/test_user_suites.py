@@ -10,7 +10,7 @@ import pytest
 
 from fedad.bench.run import BenchRequest, federation_config
 from fedad.bench.suites import load_target
-from fedad.fl.algorithm import method_class
+from fedad.core.algorithm import method_class
 
 SUITES = sorted((Path(__file__).resolve().parents[2] / "benchmarks" / "suites").glob("*.toml"))
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from pydantic import Field
 
+from fedad.core.algorithm import Params
 from fedad.core.detector import BaseDetector, DetectorParams, shared_field
-from fedad.fl.algorithm import Params
 
 
 class _Params(DetectorParams):

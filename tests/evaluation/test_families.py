@@ -14,14 +14,18 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 import pytest
+from fedad.data.types import ClientData, Dataset, Federation
+from fedad.detector import BaseDetector, localizes
+from fedad.errors import FedadError
 from pydantic import BaseModel, ConfigDict
 from sklearn.metrics import roc_auc_score
 
 from fedad.config import parse_config
+from fedad.core import algorithm as algmod
+from fedad.core.algorithm import Algorithm, ClientState, Params, ServerResult, register
+from fedad.core.context import ServerContext
+from fedad.core.messages import Message
 from fedad.data.registry import register_dataset, unregister_dataset
-from fedad.data.types import ClientData, Dataset, Federation
-from fedad.detector import BaseDetector, localizes
-from fedad.errors import FedadError
 from fedad.evaluation.columns import (
     column_spec,
     columns_of,
@@ -40,11 +44,7 @@ from fedad.evaluation.families import (
     monitor_metrics,
 )
 from fedad.evaluation.samples import MAPS_CAP, client_sample_indices, map_sample, sample_indices
-from fedad.fl import algorithm as algmod
-from fedad.fl.algorithm import Algorithm, ClientState, Params, ServerResult, register
-from fedad.fl.context import ServerContext
 from fedad.fl.engine import run_inprocess
-from fedad.fl.messages import Message
 from fedad.metrics import normal_positive_metrics
 from fedad.pixel_metrics import pro_score
 from fedad.runner import _clean, build_algorithms, run_experiment, summarize
@@ -349,7 +349,7 @@ def test_normal_positive_is_declared_and_computed_from_the_same_decisions(toy: N
 
 
 def test_onlad_declares_normal_positive() -> None:
-    from fedad.fl.algorithm import registry
+    from fedad.core.algorithm import registry
 
     for name in ("onlad", "onlad-score", "onlad-selective", "onlad-robust"):
         assert NORMAL_POSITIVE in registry()[name].metric_families
@@ -443,7 +443,7 @@ def maps_run(toy: None, tmp_path: Path) -> Path:
 
 
 def test_run_writes_columns_maps_and_overlays(maps_run: Path) -> None:
-    from fedad.report.rundir import read_maps
+    from fedad.rundir.read import read_maps
 
     m = json.loads((maps_run / "metrics.json").read_text())
     assert list(m) == ["methods", "experiment", "columns", "families"]
@@ -478,9 +478,9 @@ def test_cli_table_shows_the_pixel_columns(maps_run: Path) -> None:
 
 
 def test_damaged_maps_npz(maps_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import fedad.report.rundir as rundir
+    import fedad.rundir.read as rundir
     from fedad.report import write_report
-    from fedad.report.rundir import read_maps
+    from fedad.rundir.read import read_maps
 
     path = maps_run / "maps.npz"
     with np.load(path) as z:

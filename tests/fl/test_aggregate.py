@@ -5,7 +5,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fedad.fl.aggregate import normalized_weights, weighted_mean, weighted_mean_dicts, weighted_sum
+from fedad.core.aggregate import (
+    normalized_weights,
+    weighted_mean,
+    weighted_mean_dicts,
+    weighted_sum,
+)
 
 
 def test_weighted_mean_exact_numbers() -> None:

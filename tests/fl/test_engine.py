@@ -1,15 +1,15 @@
 from __future__ import annotations
 
 import numpy as np
-
 from fedad.data.types import ClientData, Federation
 from fedad.detector import BaseDetector
-from fedad.fl.aggregate import weighted_mean
-from fedad.fl.algorithm import Algorithm, ClientState, Handler, Params, ServerResult, Setup
-from fedad.fl.context import ServerContext
+
+from fedad.core.aggregate import weighted_mean
+from fedad.core.algorithm import Algorithm, ClientState, Handler, Params, ServerResult, Setup
+from fedad.core.context import ServerContext
+from fedad.core.messages import Message
+from fedad.core.validate import ArraySpec
 from fedad.fl.engine import InProcessGrid, run_inprocess
-from fedad.fl.messages import Message
-from fedad.fl.validate import ArraySpec
 from tests.conftest import make_federation
 
 
@@ -144,7 +144,7 @@ def test_failing_handler_is_a_missing_node(vector_federation: Federation) -> Non
 
 
 def test_eval_every_records_curves_without_changing_the_run() -> None:
-    from fedad.fl.algorithm import build_algorithm
+    from fedad.core.algorithm import build_algorithm
 
     fed = make_federation(clients=3)
     setup = Setup("vector", (6,), rounds=3, seed=0, contamination=0.1, num_clients=3)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedad.fl.messages import Message, payload_nbytes, prefixed, unprefixed
+from fedad.core.messages import Message, payload_nbytes, prefixed, unprefixed
 
 
 def test_nbytes_is_sum_of_array_sizes() -> None:
@@ -62,10 +62,10 @@ def test_in_process_secagg_and_flower_counts_agree(msg: Message) -> None:
     its SecAgg+ glue counts a record); a secure reply, in process and on Flower, its masked
     int64 vector (with the weight factor) and its clear scalars."""
     pytest.importorskip("flwr")
+    from fedad.core.secagg import reply_nbytes
+    from fedad.core.validate import spec_of
     from fedad.fl.flower.codec import ARRAYS_KEY, SCALARS_KEY, from_recorddict, to_recorddict
     from fedad.fl.flower.secagg import config_nbytes, decode_clear, encode_fitres
-    from fedad.fl.secagg import reply_nbytes
-    from fedad.fl.validate import spec_of
 
     record = to_recorddict(msg, {"partition-id": 1})  # transport facts are not payload
     wire = payload_nbytes(a.numpy() for a in record.array_records[ARRAYS_KEY].values())

@@ -16,14 +16,14 @@ from typing import Any, Self
 import numpy as np
 import pytest
 import torch
-from pydantic import BaseModel, ConfigDict
-
-from fedad.config import parse_config
 from fedad.data.types import ClientData
 from fedad.detector import BaseDetector, register_detector
 from fedad.errors import ConfigError
-from fedad.fl import algorithm as algmod
-from fedad.fl.algorithm import (
+from pydantic import BaseModel, ConfigDict
+
+from fedad.config import parse_config
+from fedad.core import algorithm as algmod
+from fedad.core.algorithm import (
     Algorithm,
     ClientState,
     Handler,
@@ -32,8 +32,8 @@ from fedad.fl.algorithm import (
     ServerResult,
     register,
 )
-from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message
+from fedad.core.context import ServerContext
+from fedad.core.messages import Message
 from fedad.resources import InputSpec, register_resource
 from fedad.resources.base import Backbone
 
@@ -208,7 +208,7 @@ def test_unmet_requirements_are_one_line_errors(toy: None, tmp_path: Path) -> No
 
 
 def test_onlad_declares_its_server_sets() -> None:
-    from fedad.fl.algorithm import registry
+    from fedad.core.algorithm import registry
 
     req = registry()["onlad"].requirements({"init_samples": 10, "observed": 30})
     assert req.server_normal == 40 and req.update_phases == ("train",)

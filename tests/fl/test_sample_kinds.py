@@ -19,14 +19,13 @@ from typing import Any, Self
 import numpy as np
 import pytest
 import torch
+from fedad.data.types import ClientData, GraphSet, dense
+from fedad.detector import _DETECTORS, BaseDetector, register_detector
 from pydantic import BaseModel, ConfigDict
 
 from fedad.config import parse_config
-from fedad.data.registry import register_dataset, unregister_dataset
-from fedad.data.types import ClientData, GraphSet, dense
-from fedad.detector import _DETECTORS, BaseDetector, register_detector
-from fedad.fl import algorithm as algmod
-from fedad.fl.algorithm import (
+from fedad.core import algorithm as algmod
+from fedad.core.algorithm import (
     Algorithm,
     ClientState,
     Handler,
@@ -35,9 +34,10 @@ from fedad.fl.algorithm import (
     ServerResult,
     register,
 )
-from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message
-from fedad.fl.validate import ArraySpec
+from fedad.core.context import ServerContext
+from fedad.core.messages import Message
+from fedad.core.validate import ArraySpec
+from fedad.data.registry import register_dataset, unregister_dataset
 from fedad.resources import InputSpec, register_resource
 from fedad.resources.base import Backbone
 from tests.data.datahelpers import synth_graphs, synth_masked
@@ -337,6 +337,7 @@ def test_localising_method_on_flower_equals_inprocess(
 
 def test_a_mask_method_on_data_without_masks_is_refused(toys: None, tmp_path: Path) -> None:
     from fedad.errors import ConfigError
+
     from fedad.runner import run_experiment
 
     raw = {**MASK_RAW, "data": {"name": "digits", "normal": [0], "anomaly": [7], "size": 8}}

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedad.fl.messages import Message
+from fedad.core.messages import Message
+from fedad.core.validate import ArraySpec, spec_of
 from fedad.fl.secagg import (
     MAX_QUANTIZATION,
     MODULUS,
@@ -24,7 +25,6 @@ from fedad.fl.secagg import (
     secure_mean,
     unflatten,
 )
-from fedad.fl.validate import ArraySpec, spec_of
 
 pytest.importorskip("flwr", reason="the arithmetic uses Flower's quantizer")
 

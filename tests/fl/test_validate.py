@@ -7,10 +7,10 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message
-from fedad.fl.secagg import WEIGHT, check_secure_reply
-from fedad.fl.validate import (
+from fedad.core.context import ServerContext
+from fedad.core.messages import Message
+from fedad.core.secagg import WEIGHT, check_secure_reply
+from fedad.core.validate import (
     NON_NEGATIVE,
     ArraySpec,
     check_reply,

@@ -7,16 +7,16 @@ import os
 import numpy as np
 import pytest
 import torch
-
-from fedad.config import AttackConfig, PrivacyConfig, parse_config
 from fedad.data.types import ClientData
 from fedad.errors import ConfigError
+
+from fedad.config import AttackConfig, PrivacyConfig, parse_config
+from fedad.core.algorithm import ClientState, Handler, ServerResult
+from fedad.core.context import ServerContext
+from fedad.core.messages import Message
+from fedad.core.validate import ArraySpec
 from fedad.federation import build_federation
-from fedad.fl.algorithm import ClientState, Handler, ServerResult
-from fedad.fl.context import ServerContext
 from fedad.fl.engine import run_inprocess
-from fedad.fl.messages import Message
-from fedad.fl.validate import ArraySpec
 from fedad.fl.workers import resolve_workers
 from tests.conftest import make_federation
 from tests.fl.test_engine import MeanAlgorithm, _algo

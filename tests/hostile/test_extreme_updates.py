@@ -4,7 +4,7 @@ A hostile grid replaces the arrays of chosen clients' replies (every phase but `
 by finite values of magnitude 1e-300 .. 1e300 (clamped to the largest finite value of the
 array's dtype). The server program must finish, the evaluation and the metrics must be
 computed, and nothing may raise: the engine rejects absurd updates of a model-update phase
-(:func:`fedad.fl.validate.outlying_updates`), excluding or discarding the rest is the
+(:func:`fedad.core.validate.outlying_updates`), excluding or discarding the rest is the
 methods' job; when every client is hostile and every update is rejected, the run ends in a
 one-line :class:`~fedad.errors.RunError`.
 """
@@ -17,15 +17,16 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fedad.errors import RunError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedad.attacks import attacked_clients
 from fedad.config import AttackConfig, PrivacyConfig
-from fedad.errors import RunError
-from fedad.fl.algorithm import EVALUATE, Setup, build_algorithm, registry
-from fedad.fl.engine import InProcessGrid, drive, run_inprocess
-from fedad.fl.messages import Message
+from fedad.core.algorithm import EVALUATE, Setup, build_algorithm, registry
+from fedad.core.messages import Message
+from fedad.fl.drive import drive
+from fedad.fl.engine import InProcessGrid, run_inprocess
 from fedad.runner import summarize
 from tests.conftest import make_federation
 

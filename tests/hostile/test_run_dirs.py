@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fedad.claim import RunDir
+from fedad.errors import FedadError, Interrupted, RunError
 
 import fedad
-from fedad.claim import RunDir
 from fedad.cli.app import app
 from fedad.config import dump_toml, parse_config
-from fedad.errors import FedadError, Interrupted, RunError
-from fedad.report.rundir import read_history
+from fedad.rundir.read import read_history
 from fedad.runner import TIMING_KEYS, run_experiment
 from tests.hostile.conftest import SMALL_RUN, one_line_error, runner
 

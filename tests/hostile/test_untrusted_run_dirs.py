@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fedad.detector import InputMismatch, detector_from_config
+from fedad.errors import FedadError
 from numpy.lib import format as npy_format
 
 import fedad
 from fedad.cli.app import app
-from fedad.detector import InputMismatch, detector_from_config
-from fedad.errors import FedadError
-from fedad.report.rundir import npz_shapes, read_npz
+from fedad.rundir.read import npz_shapes, read_npz
 from tests.hostile.conftest import one_line_error, runner
 
 HUGE = (2**40,)

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from fedad.checkpoints import save_checkpoint
 from fedad.data.types import Federation
-from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
-from fedad.fl.engine import RunOutcome, run_inprocess
-from fedad.runner import summarize
 from fedad.runs import load_run
+
+from fedad.core.algorithm import Algorithm, Setup, build_algorithm, registry
+from fedad.fl.drive import RunOutcome
+from fedad.fl.engine import run_inprocess
+from fedad.runner import summarize
 from tests.conftest import failures, make_federation
 
 FIXTURES = {"vector": ("vector", False), "image": ("image", False),
@@ -96,7 +97,7 @@ def test_method_contract(name: str, det: str | None, case: str, tmp_path: Path) 
 
 
 def _eval_msg(out: RunOutcome):  # type: ignore[no-untyped-def]
-    from fedad.fl.messages import Message
+    from fedad.core.messages import Message
 
     return Message("evaluate", out.result.arrays, out.result.scalars)
 

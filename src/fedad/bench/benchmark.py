@@ -208,8 +208,8 @@ def federation_config(fed: Federation, req: BenchRequest) -> tuple[ExperimentCon
 def usable(cfg: ExperimentConfig) -> tuple[ExperimentConfig, list[dict[str, str]]]:
     """``cfg`` without the methods whose requirements its data cannot meet (each built on
     the first seed's federation, as a run checks them), and those left out with why."""
+    from fedad.core.algorithm import build_algorithm
     from fedad.federation import build_federation
-    from fedad.fl.algorithm import build_algorithm
     from fedad.fl.server_inputs import check_requirements, supplied_fields
     from fedad.runner import make_setup, with_server_data
 
@@ -236,7 +236,7 @@ Done = dict[str, tuple[ExperimentConfig, str]]
 
 def collect(req: BenchRequest, done: Done) -> list[dict[str, Any]]:
     """Every row finished so far: per federation run, each seed's ``metrics.json``."""
-    from fedad.report.rundir import read_metrics
+    from fedad.rundir.read import read_metrics
     from fedad.seeds import seed_dir
 
     rows: list[dict[str, Any]] = []
@@ -273,7 +273,7 @@ def _failed_row(
 
 
 def _failed_seeds(path: Path) -> dict[int, str]:
-    from fedad.report.rundir import read_metrics
+    from fedad.rundir.read import read_metrics
 
     if not path.is_file():
         return {}

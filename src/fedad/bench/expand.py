@@ -39,9 +39,8 @@ class Pair:
 
 def pairs_for(kind: str) -> list[Pair]:
     """Every (method, detector) pair declared for data of ``kind``, in catalog order."""
-    import fedad.methods  # noqa: F401  (the built-in methods' declarations)
+    from fedad.core.algorithm import method_class
     from fedad.core.catalog import method_entries
-    from fedad.fl.algorithm import method_class
 
     out: list[Pair] = []
     for name, entry in method_entries().items():

@@ -28,7 +28,6 @@ PARTITIONS = {
 def method_rows() -> list[tuple[str, str, str, str]]:
     """One row per method: name, detectors (``own`` if none), data kinds, what it is; from
     the catalog's declarations (:mod:`fedad.core.catalog`), importing no method module."""
-    import fedad.methods  # noqa: F401  (the built-in methods' declarations)
     from fedad.core.catalog import method_entries
 
     return [

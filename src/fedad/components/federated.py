@@ -45,14 +45,7 @@ from fedad.components.detectors.pyod_reference import (
     check_pyod,
     make_pyod,
 )
-from fedad.core.detector import shared_field
-from fedad.core.errors import ConfigError, RunError
-from fedad.core.messages import Message, prefixed, unprefixed
-from fedad.core.rng import rng as seeded_rng
-from fedad.core.types import ClientData, DataKind, Features, dense
-from fedad.core.validate import ArraySpec
-from fedad.devices import resolve_device
-from fedad.fl.algorithm import (
+from fedad.core.algorithm import (
     Algorithm,
     ClientState,
     Handler,
@@ -60,8 +53,15 @@ from fedad.fl.algorithm import (
     ServerResult,
     Setup,
 )
-from fedad.fl.context import ServerContext
-from fedad.fl.rounds import fedavg_rounds
+from fedad.core.context import ServerContext
+from fedad.core.detector import shared_field
+from fedad.core.errors import ConfigError, RunError
+from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.rounds import fedavg_rounds
+from fedad.core.types import ClientData, DataKind, Features, dense
+from fedad.core.validate import ArraySpec
+from fedad.devices import resolve_device
 
 TRAIN = "train"
 

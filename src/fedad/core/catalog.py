@@ -3,12 +3,15 @@
 Each method folder declares its entries in its torch-free ``__init__.py``
 (:func:`declare_method`, :func:`declare_detector`): a name, the module that defines the
 class, and the facts ``fedad list methods`` and the config checks need (summary, data
-kinds, detectors). Importing :mod:`fedad.methods` (the composition root does: the CLI, the
-runner, :func:`fedad.load`, the Flower apps) reads those declarations and nothing heavy;
-the module behind a name is imported when that name is looked up
-(:func:`import_method`, :func:`import_detector`), so a run imports only the methods and
-detectors its config or checkpoint names. A contract test checks every declaration against
-the class it names (``tests/test_catalog.py``).
+kinds, detectors). The packages that hold declarations are found as installed plugins: the
+entry points of group :data:`ENTRY_POINT_GROUP` (fedad's own: ``builtin = "fedad.methods"``
+in ``pyproject.toml``; another package adds its methods the same way), each imported once,
+at the first look-up (:func:`discover`). That reads the declarations and nothing heavy; the
+module behind a name is imported when that name is looked up (:func:`import_method`,
+:func:`import_detector`), so a run imports only the methods and detectors its config or
+checkpoint names. Nothing of fedad imports :mod:`fedad.methods` to fill the catalog. A
+contract test checks every declaration against the class it names
+(``tests/test_catalog.py``).
 
 Names from untrusted input (a checkpoint, a config) only select among declared entries:
 the module paths come from the declarations in code, never from the input.
@@ -17,7 +20,10 @@ the module paths come from the declarations in code, never from the input.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from dataclasses import dataclass
+
+from fedad.core.errors import FedadError
 
 __all__ = [
     "GRAPHS_NOT_EXPORTABLE",
@@ -26,6 +32,7 @@ __all__ = [
     "declare_detector",
     "declare_method",
     "detector_entries",
+    "discover",
     "import_detector",
     "import_method",
     "method_entries",
@@ -35,7 +42,7 @@ __all__ = [
 @dataclass(frozen=True)
 class MethodEntry:
     """A declared method: ``name`` (the ``[[methods]]`` name), the ``module`` whose import
-    registers its :class:`~fedad.fl.algorithm.Algorithm`, a one-line ``summary``, the data
+    registers its :class:`~fedad.core.algorithm.Algorithm`, a one-line ``summary``, the data
     ``kinds`` it handles and the ``detectors`` it can use (``()``: its own)."""
 
     name: str
@@ -68,6 +75,30 @@ GRAPHS_NOT_EXPORTABLE = (
 _METHODS: dict[str, MethodEntry] = {}
 _DETECTORS: dict[str, DetectorEntry] = {}
 
+ENTRY_POINT_GROUP = "fedad.methods"
+"""The entry-point group whose packages declare methods and detectors when imported."""
+_discovered = False
+
+
+def discover() -> None:
+    """Import every package of :data:`ENTRY_POINT_GROUP` (once per process): their
+    ``declare_*`` calls fill the catalog. A plugin that fails to import is a one-line
+    :class:`~fedad.core.errors.FedadError` naming it."""
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            point.load()
+        except Exception as err:
+            _discovered = False
+            raise FedadError(
+                f"the methods of plugin '{point.name}' ({point.value}) failed to import: "
+                f"{type(err).__name__}: {err}",
+                "reinstall or remove the package that provides it",
+            ) from err
+
 
 def declare_method(
     name: str,
@@ -97,17 +128,20 @@ def declare_detector(
 
 def method_entries() -> dict[str, MethodEntry]:
     """Every declared method by name, sorted."""
+    discover()
     return dict(sorted(_METHODS.items()))
 
 
 def detector_entries() -> dict[str, DetectorEntry]:
     """Every declared detector class by name, sorted."""
+    discover()
     return dict(sorted(_DETECTORS.items()))
 
 
 def import_method(name: str) -> bool:
     """Import the module that defines the declared method ``name``; ``False`` when no such
     method is declared."""
+    discover()
     entry = _METHODS.get(name)
     if entry is None:
         return False
@@ -118,6 +152,7 @@ def import_method(name: str) -> bool:
 def import_detector(name: str) -> bool:
     """Import the module that defines the declared detector ``name``; ``False`` when no such
     detector is declared."""
+    discover()
     entry = _DETECTORS.get(name)
     if entry is None:
         return False

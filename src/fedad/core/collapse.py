@@ -24,7 +24,7 @@ anchor's own rotations as negatives, which the warm-up had made the nearest), an
 again as the encoder learns. A random encoder whose representations spread but do not
 learn also stays at the collapsed value (positives no closer than negatives), and is named
 too. The server context calls both when it closes a round
-(:meth:`fedad.fl.context.ServerContext.end_round`), so every engine warns alike, in one
+(:meth:`fedad.core.context.ServerContext.end_round`), so every engine warns alike, in one
 line, and the report draws both columns per round.
 """
 

@@ -120,7 +120,7 @@ class BaseDetector(ABC):
     ``x`` ``(N, C, H, W)`` at the images' resolution, higher = more anomalous
     (:class:`Localizer`). A detector that defines it localises: on data with defect masks
     its maps are evaluated with pixel AUROC and PRO and a sample is kept for the report's
-    overlays (:meth:`fedad.fl.algorithm.Algorithm.client_evaluate`). The base class does not
+    overlays (:meth:`fedad.core.algorithm.Algorithm.client_evaluate`). The base class does not
     define it, so ``localizes(det)`` tells.
     """
 
@@ -424,7 +424,7 @@ def _lookup(name: object) -> type[BaseDetector]:
         f"checkpoint names detector class {shown}, which is not a registered detector",
         f"known: {', '.join(known)}"
         if known
-        else "no detector is declared yet: `import fedad.methods` first (fedad.load does)",
+        else "no detector is declared: install fedad (its entry points declare them)",
     )
 
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Protocol
 from fedad.core.messages import Message
 
 if TYPE_CHECKING:
+    from fedad.core.secagg import SecAggSettings, SecureOutcome
     from fedad.core.validate import ArraySpec
-    from fedad.fl.secagg import SecAggSettings, SecureOutcome
 
 
 class Grid(Protocol):

@@ -27,7 +27,7 @@ def payload_nbytes(values: Iterable[Any]) -> int:
     An array counts its ``nbytes``, text its UTF-8 length, ``bytes`` their length, a list
     the sum of its items, a number or boolean :data:`SCALAR_BYTES`. :attr:`Message.nbytes`
     (both engines' ``bytes_up`` and ``bytes_down``), a SecAgg+ reply
-    (:func:`fedad.fl.secagg.reply_nbytes`) and the SecAgg+ protocol's own records on Flower
+    (:func:`fedad.core.secagg.reply_nbytes`) and the SecAgg+ protocol's own records on Flower
     (``fedad.fl.flower.secagg.config_nbytes``) are all counted with it.
     """
     total = 0

@@ -50,7 +50,7 @@ the phase, and the norm of the arrays it was sent (or 1)."""
 
 NON_NEGATIVE: frozenset[str] = frozenset({"num_examples"})
 """Scalars that must be finite and non-negative in every reply that declares them:
-``num_examples``, the weight of a client's update (:data:`fedad.fl.secagg.WEIGHT`); a
+``num_examples``, the weight of a client's update (:data:`fedad.core.secagg.WEIGHT`); a
 negative one would turn a weighted mean into an extrapolation."""
 
 

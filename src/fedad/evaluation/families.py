@@ -7,11 +7,11 @@ Evaluation computes every family that applies to a method:
 * :data:`IMAGE`, image (sample) level, always: AUROC, AUPR, EER from the scores,
   F1/precision/recall/accuracy/FE/ME from the detector's own decisions (anomaly positive);
 * :data:`PIXEL`, pixel level, when every reply carries anomaly maps and ground-truth masks
-  (``"map"`` and ``"mask"``, see :meth:`fedad.fl.algorithm.Algorithm.client_evaluate`):
+  (``"map"`` and ``"mask"``, see :meth:`fedad.core.algorithm.Algorithm.client_evaluate`):
   pixel AUROC and PRO (:mod:`fedad.pixel_metrics`), pooled over all clients' pixels and
   regions, and per client;
 * the families a method declares in :attr:`Algorithm.metric_families
-  <fedad.fl.algorithm.Algorithm.metric_families>`, e.g. :data:`NORMAL_POSITIVE`
+  <fedad.core.algorithm.Algorithm.metric_families>`, e.g. :data:`NORMAL_POSITIVE`
   (ONLAD's Table I convention), and only for the methods that declare them.
 """
 
@@ -337,7 +337,7 @@ BUILTIN: tuple[MetricFamily, ...] = (IMAGE, PIXEL, TRAINING)
 
 class DeclaresFamilies(Protocol):
     """A method (class or instance) and the metric families it declares
-    (:attr:`fedad.fl.algorithm.Algorithm.metric_families`)."""
+    (:attr:`fedad.core.algorithm.Algorithm.metric_families`)."""
 
     @property
     def metric_families(self) -> tuple[MetricFamily, ...]: ...

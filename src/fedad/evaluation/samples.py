@@ -13,6 +13,12 @@ from typing import Any
 import numpy as np
 
 from fedad.core.messages import Message
+from fedad.core.sampling import (
+    EMBED_PER_CLIENT,
+    MAPS_CAP,
+    embedding_indices,
+    sample_indices,
+)
 from fedad.evaluation.families import Pooled
 
 log = logging.getLogger("fedad")
@@ -29,32 +35,6 @@ __all__ = [
 ]
 
 # -- anomaly maps for the report --------------------------------------------------------------
-
-MAPS_CAP = 16
-"""At most this many test images per method are kept in ``maps.npz``."""
-MAPS_ANOMALOUS = 12
-"""Of which at most this many anomalous ones (the rest normal, when there are enough)."""
-
-
-def sample_indices(
-    label: np.ndarray, cap: int = MAPS_CAP, anomalous: int = MAPS_ANOMALOUS
-) -> np.ndarray:
-    """Positions (sorted) of at most ``cap`` samples: up to ``anomalous`` anomalies and the
-    rest normal ones (more of either when the other runs short), each evenly spaced over
-    the pooled order, so that every client's test set tends to be represented. Depends only
-    on the labels: every method of a run shows the same images."""
-    y = np.asarray(label).reshape(-1)
-    pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y != 1)
-    n_pos = min(len(pos), max(anomalous, cap - len(neg)))
-    n_neg = min(len(neg), cap - n_pos)
-
-    def spread(idx: np.ndarray, k: int) -> np.ndarray:
-        if k <= 0:
-            return idx[:0]
-        at = np.linspace(0, len(idx) - 1, k).round().astype(np.int64)
-        return idx[np.unique(at)]
-
-    return np.sort(np.concatenate([spread(pos, n_pos), spread(neg, n_neg)]))
 
 
 def client_sample_indices(label: np.ndarray, client: np.ndarray, cap: int = MAPS_CAP) -> np.ndarray:
@@ -120,17 +100,8 @@ def map_sample(
 
 # -- representations for the report's t-SNE ---------------------------------------------------
 
-EMBED_PER_CLIENT = 200
-"""At most this many test samples per client are represented in an evaluate reply."""
 EMBED_CAP = 2000
 """At most this many represented test samples per method are kept in ``embeddings.npz``."""
-
-
-def embedding_indices(label: np.ndarray, cap: int = EMBED_PER_CLIENT) -> np.ndarray:
-    """Positions (sorted, int64) of the test samples a client represents: at most ``cap``,
-    half of them anomalous when there are enough (:func:`sample_indices`: evenly spaced
-    within each class, so both classes are kept). Depends only on the labels."""
-    return sample_indices(label, cap, cap // 2).astype(np.int64)
 
 
 def _reply_embedding(cid: int, reply: Message) -> tuple[np.ndarray, np.ndarray] | None:
@@ -168,7 +139,7 @@ def embedding_sample(ev: Pooled, cap: int = EMBED_CAP) -> dict[str, np.ndarray]:
     ``embeddings.npz``, or ``{}`` when no reply carries any.
 
     A reply's ``embedding`` ``(n, D)`` holds the representations of its test samples at
-    ``embedding_index`` (:meth:`fedad.fl.algorithm.Algorithm.client_evaluate`). Replies whose
+    ``embedding_index`` (:meth:`fedad.core.algorithm.Algorithm.client_evaluate`). Replies whose
     arrays do not fit (or whose ``D`` differs from the first one's) are left out with a
     warning. At most ``cap`` rows are kept (:func:`sample_indices` over the pooled labels,
     half anomalous when there are enough). Arrays: ``embedding`` float32 ``(n, D)``,

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-import fedad.methods  # noqa: F401  (the composition root: the declarations name the exporters)
 from fedad.core.detector import BaseDetector
 from fedad.core.errors import FedadError
 from fedad.export import deps

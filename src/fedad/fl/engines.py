@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from fedad.config import ExperimentConfig
+from fedad.core.algorithm import Algorithm
 from fedad.core.errors import ConfigError
 from fedad.core.types import Federation
-from fedad.fl.algorithm import Algorithm
-from fedad.fl.engine import RunOutcome, run_inprocess
+from fedad.fl.drive import RunOutcome
+from fedad.fl.engine import run_inprocess
 from fedad.fl.workers import WorkerPool, resolve_workers
 
 __all__ = ["ENGINES", "Engine", "InProcessEngine", "OnRound", "RunSettings", "engine_for"]

@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING
 
 from fedad.attacks import MODEL_ATTACKS, attacked_clients, client_handlers
 from fedad.config import AttackConfig, PrivacyConfig
-from fedad.fl.algorithm import EVALUATE
+from fedad.core.algorithm import EVALUATE
 from fedad.privacy import private_handlers
 
 if TYPE_CHECKING:
-    from fedad.fl.algorithm import Algorithm, Handler
+    from fedad.core.algorithm import Algorithm, Handler
 
 
 def update_phases(algorithm: Algorithm) -> tuple[str, ...]:
     """The phases whose replies are ``algorithm``'s model updates.
 
-    Those its :meth:`~fedad.fl.algorithm.Algorithm.requirements` declare
+    Those its :meth:`~fedad.core.algorithm.Algorithm.requirements` declare
     (``update_phases``) that it has a client handler for, in declared order, each once.
     ``evaluate`` is the harness's scoring phase and never counts as an update.
     """

@@ -1,6 +1,6 @@
 """What a server program gets besides its clients, resolved from a method's requirements.
 
-:meth:`Algorithm.requirements <fedad.fl.algorithm.Algorithm.requirements>` declares it;
+:meth:`Algorithm.requirements <fedad.core.algorithm.Algorithm.requirements>` declares it;
 this module checks it before anything trains (:func:`check_requirements`) and builds the
 public set by name (:func:`public_set`) where the server program runs, so every engine,
 the Flower ServerApp included, derives the same set from the run config alone: nothing is
@@ -14,9 +14,9 @@ import zlib
 
 import numpy as np
 
+from fedad.core.algorithm import Algorithm, Requirements, SampleField
 from fedad.core.errors import ConfigError
 from fedad.core.types import Federation
-from fedad.fl.algorithm import Algorithm, Requirements, SampleField
 
 PUBLIC_STREAM = zlib.crc32(b"fedad-public-set")
 """Mixed into the run's seed for the public set's own random stream."""

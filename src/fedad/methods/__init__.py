@@ -1,8 +1,9 @@
 """Built-in methods. Importing this package reads each method folder's declarations (its
 ``__init__.py``: names, data kinds, detectors, the module behind each; nothing heavy) into
 :mod:`fedad.core.catalog`; a method's own modules are imported when its name is looked up.
-Only the composition root imports it: the CLI, the runner, :func:`fedad.load` and the
-Flower apps. A new method is a folder and one line here."""
+The catalog imports it at its first look-up, as the entry point ``builtin`` of group
+``fedad.methods`` (``pyproject.toml``); nothing else of fedad imports it. A new method is a
+folder and one line here."""
 
 from fedad.methods import baselines as _baselines  # noqa: F401
 from fedad.methods import fadngs as _fadngs  # noqa: F401

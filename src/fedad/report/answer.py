@@ -34,8 +34,8 @@ import numpy as np
 from fedad.core.collapse import NOT_LEARNING
 from fedad.core.errors import FedadError
 from fedad.report.fmt import esc
-from fedad.report.rundir import read_metrics
 from fedad.rundir.layout import METRICS_FILE
+from fedad.rundir.read import read_metrics
 
 __all__ = ["Standing", "answer_section", "caveats", "reading", "score_scales", "standings"]
 
@@ -305,7 +305,7 @@ def _table(ranked: Sequence[Standing], n_seeds: int, same: bool) -> str:
 
 def score_scales(entries: Mapping[str, Mapping[str, Any]]) -> str:
     """One sentence on how each method's scores were put on one scale before pooling: a
-    method's ``score_scale`` (:meth:`fedad.fl.algorithm.Algorithm.score_scale`), the rest
+    method's ``score_scale`` (:meth:`fedad.core.algorithm.Algorithm.score_scale`), the rest
     raw; empty when every method's scores are raw."""
     scaled = {
         label: str(e["score_scale"])[:400]

@@ -14,9 +14,8 @@ from fedad.evaluation.columns import FamilySpec, families_of
 def known_families() -> tuple[FamilySpec, ...]:
     """The built-in families, ONLAD's normal-positive one (which every method reported
     before families were declared per method) and every family a method declares."""
-    import fedad.methods  # noqa: F401  (old runs only: the built-in methods' families)
+    from fedad.core.algorithm import registry
     from fedad.evaluation.families import BUILTIN, NORMAL_POSITIVE
-    from fedad.fl.algorithm import registry
 
     out: dict[str, FamilySpec] = {f.name: f for f in (*BUILTIN, NORMAL_POSITIVE)}
     for cls in registry().values():

@@ -16,15 +16,15 @@ from fedad.core.errors import FedadError
 from fedad.evaluation.columns import FamilySpec
 from fedad.report import plots
 from fedad.report.fmt import esc, figure_html, num, threshold
-from fedad.report.rundir import (
+from fedad.rundir.files import LinkError
+from fedad.rundir.layout import EMBEDDINGS_FILE, MAPS_FILE
+from fedad.rundir.read import (
     MethodEmbedding,
     MethodMaps,
     MethodScores,
     read_embeddings,
     read_maps,
 )
-from fedad.rundir.files import LinkError
-from fedad.rundir.layout import EMBEDDINGS_FILE, MAPS_FILE
 
 FigureSpec = tuple[bool, str, Callable[[], Figure], str]
 """(available, title, how to draw it, caption) of one figure."""

@@ -49,15 +49,15 @@ from fedad.report.figures import (
     read_map_sample,
 )
 from fedad.report.fmt import CSS, DASH, esc, figure_html, fmt, num
-from fedad.report.rundir import (
+from fedad.rundir.files import reading
+from fedad.rundir.layout import CONFIG_FILE, HISTORY_FILE, METRICS_FILE, REPORT_FILE, SCORES_FILE
+from fedad.rundir.read import (
     MethodScores,
     read_config_text,
     read_history,
     read_metrics,
     read_scores,
 )
-from fedad.rundir.files import reading
-from fedad.rundir.layout import CONFIG_FILE, HISTORY_FILE, METRICS_FILE, REPORT_FILE, SCORES_FILE
 
 __all__ = ["render_report", "write_report"]
 

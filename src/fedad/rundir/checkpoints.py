@@ -21,8 +21,8 @@ from fedad.rundir.files import staged_dir, write_npz, write_text
 from fedad.rundir.layout import CHECKPOINTS_DIR
 
 if TYPE_CHECKING:
-    from fedad.fl.algorithm import Algorithm
-    from fedad.fl.engine import RunOutcome
+    from fedad.core.algorithm import Algorithm
+    from fedad.fl.drive import RunOutcome
 
 
 def node_models(algorithm: Algorithm, outcome: RunOutcome) -> dict[int, str]:

@@ -24,18 +24,17 @@ from typing import Any
 
 import numpy as np
 
-import fedad.methods  # noqa: F401  (a run's detectors are looked up among the built-in ones)
 from fedad.core.detector import BaseDetector, detector_from_config
 from fedad.core.errors import FedadError
-from fedad.report.rundir import NPZ_MAX_BYTES, npz_shapes, read_metrics
-from fedad.report.rundir import read_npz as _read_npz
 from fedad.rundir.files import read_text, reading
 from fedad.rundir.inputs import Inputs, read_inputs
 from fedad.rundir.layout import CHECKPOINTS_DIR, CONFIG_FILE, INPUTS_FILE, METRICS_FILE
+from fedad.rundir.read import NPZ_MAX_BYTES, npz_shapes, read_metrics
+from fedad.rundir.read import read_npz as _read_npz
 
 MAX_NPZ_BYTES = NPZ_MAX_BYTES
 """Largest uncompressed checkpoint or kept-results file accepted (why this size:
-:data:`fedad.report.rundir.NPZ_MAX_BYTES`)."""
+:data:`fedad.rundir.read.NPZ_MAX_BYTES`)."""
 _CLIENT_ID = re.compile(r"0|[1-9][0-9]{0,7}")
 _DAMAGED = "the run directory is damaged: run the experiment again"
 
@@ -80,7 +79,7 @@ class Run:
 
 def read_npz(path: Path) -> dict[str, np.ndarray]:
     """The arrays of a checkpoint or kept-results ``.npz`` through the one reader of run
-    directories (:func:`fedad.report.rundir.read_npz`: no pickles, every declared shape
+    directories (:func:`fedad.rundir.read.read_npz`: no pickles, every declared shape
     checked before anything is allocated), at most :data:`MAX_NPZ_BYTES` unpacked."""
     return _read_npz(path, MAX_NPZ_BYTES, _DAMAGED)
 
@@ -205,7 +204,7 @@ def _checkpoint(
 
     What can be checked without building is checked now: ``detector.json`` (client ids
     bounded by the run's ``n_clients``, finite thresholds) and every client file's headers
-    (:func:`~fedad.report.rundir.npz_shapes`); a global method's one detector is built now.
+    (:func:`~fedad.rundir.read.npz_shapes`); a global method's one detector is built now.
     """
     meta_path = d / "detector.json"
     meta = _read_json(meta_path)

@@ -8,18 +8,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fedad.data.types import dense
+from fedad.detector import detector_from_config
+from fedad.errors import ConfigError, FedadError
 from sklearn.datasets import load_digits
 
 import fedad
 from fedad.components.detectors import contrastive
 from fedad.components.detectors.contrastive import ContrastiveDetector, max_similarity
 from fedad.config import parse_config
-from fedad.data.types import dense
-from fedad.detector import detector_from_config
-from fedad.errors import ConfigError, FedadError
-from fedad.fl.algorithm import Setup, build_algorithm
+from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.messages import Message
 from fedad.fl.engine import run_inprocess
-from fedad.fl.messages import Message
 from fedad.metrics import auroc
 from fedad.runner import run_experiment
 from tests.conftest import failures, make_federation

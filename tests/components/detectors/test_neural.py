@@ -3,11 +3,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from fedad.data.types import Federation
 
 from fedad.components.detectors.neural import AutoEncoderDetector, DeepSVDDDetector
 from fedad.components.nn.model import fix_center
-from fedad.data.types import Federation
-from fedad.fl.algorithm import Setup, build_algorithm
+from fedad.core.algorithm import Setup, build_algorithm
 from fedad.fl.engine import run_inprocess
 from fedad.metrics import auroc
 from tests.conftest import make_federation

@@ -8,16 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fedad.detector import detector_from_config
+from fedad.errors import FedadError
 
 from fedad.components.detectors import patchcore
 from fedad.components.detectors.patchcore import PatchCoreDetector, greedy_coreset
 from fedad.components.detectors.pretrained import PretrainedDetector
 from fedad.components.federated import TrainParams
-from fedad.detector import detector_from_config
-from fedad.errors import FedadError
-from fedad.fl.algorithm import Setup, build_algorithm
+from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.messages import Message
 from fedad.fl.engine import run_inprocess
-from fedad.fl.messages import Message
 from fedad.resources import efficientnet_lite0 as lite0
 from fedad.resources.multilevel import MultiLevelFeatures
 from tests.conftest import make_federation

@@ -8,18 +8,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from fedad.checkpoints import save_checkpoint
-from fedad.components.detectors.pretrained import PretrainedDetector, ShrinkageGaussian
 from fedad.data.types import ClientData, Federation
 from fedad.detector import detector_from_config
 from fedad.errors import ConfigError, FedadError
-from fedad.fl.algorithm import Setup, build_algorithm
+from fedad.runs import load_run
+
+from fedad.components.detectors.pretrained import PretrainedDetector, ShrinkageGaussian
+from fedad.core.algorithm import Setup, build_algorithm
 from fedad.fl.engine import run_inprocess
 from fedad.metrics import auroc
 from fedad.resources.efficientnet_lite0 import PACKAGE
 from fedad.runner import summarize
-from fedad.runs import load_run
 from tests.conftest import make_federation
 
 needs_weights = pytest.mark.skipif(

@@ -16,6 +16,8 @@ import pytest
 
 pytest.importorskip("pyod")
 
+from fedad.detector import detector_from_config, quantile_threshold
+from fedad.errors import FedadError
 from pyod.models.ecod import ECOD
 from pyod.models.iforest import IForest
 from pyod.models.knn import KNN
@@ -32,9 +34,7 @@ from fedad.components.detectors.pyod_reference import (
     PyODKNN,
     PyODOCSVM,
 )
-from fedad.detector import detector_from_config, quantile_threshold
-from fedad.errors import FedadError
-from fedad.fl.algorithm import Setup, build_algorithm
+from fedad.core.algorithm import Setup, build_algorithm
 from fedad.metrics import auroc
 
 

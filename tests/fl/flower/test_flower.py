@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from fedad.config import parse_config
-from fedad.fl.messages import Message
+from fedad.core.messages import Message
 
 flwr = pytest.importorskip("flwr", reason="flwr (the flower extra) is not installed")
 

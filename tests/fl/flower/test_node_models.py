@@ -13,16 +13,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fedad.errors import ConfigError, FedadError
 
 from fedad.config import parse_config
-from fedad.errors import ConfigError, FedadError
-from fedad.fl.algorithm import EVALUATE
-from fedad.fl.messages import Message
+from fedad.core.algorithm import EVALUATE
+from fedad.core.messages import Message
 
 pytest.importorskip("flwr", reason="flwr (the flower extra) is not installed")
 
-from fedad import load
 from fedad.checkpoints import save_checkpoint
+
+from fedad import load
 from fedad.federation import build_federation
 from fedad.fl.flower.app import keep_detector_home, node_model_dir
 from fedad.fl.flower.codec import NODE_MODEL

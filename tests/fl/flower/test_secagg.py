@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fedad.errors import RunError
 
 from fedad.config import parse_config
-from fedad.errors import RunError
-from fedad.fl.messages import Message
+from fedad.core.messages import Message
 
 pytest.importorskip("flwr", reason="flwr (the flower extra) is not installed")
 
@@ -191,8 +191,8 @@ def test_protocol_sizes_are_flowers(n: int, shares: float, threshold: float) -> 
     from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
     from flwr.server.workflow.secure_aggregation.secaggplus_workflow import WorkflowState
 
+    from fedad.core.secagg import SecAggSettings
     from fedad.fl.flower.secagg import PhaseStrategy, SecAggPlus, encode_fitins
-    from fedad.fl.secagg import SecAggSettings
 
     fitins = {i: encode_fitins(Message("train"), {}, [], 1.0) for i in range(n)}
     ctx = LegacyContext(Context(0, 0, {}, RecordDict(), {}), strategy=PhaseStrategy(fitins))

@@ -11,21 +11,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from fedad.checkpoints import save_checkpoint
-from fedad.components.detectors.neural import DeepSVDDDetector
-from fedad.components.nn.model import GRAPH_HIDDEN, GRAPH_INPUT_LAYER, GRAPH_LAYERS
-from fedad.config import parse_config
-from fedad.data.registry import register_dataset, unregister_dataset
 from fedad.data.types import Dataset, Federation, GraphSet
 from fedad.detector import detector_from_config
 from fedad.errors import ConfigError, FedadError
-from fedad.fl.algorithm import Algorithm, Setup, build_algorithm
-from fedad.fl.engine import RunOutcome, run_inprocess
-from fedad.fl.messages import unprefixed
+from fedad.runs import load_run
+
+from fedad.components.detectors.neural import DeepSVDDDetector
+from fedad.components.nn.model import GRAPH_HIDDEN, GRAPH_INPUT_LAYER, GRAPH_LAYERS
+from fedad.config import parse_config
+from fedad.core.algorithm import Algorithm, Setup, build_algorithm
+from fedad.core.messages import unprefixed
+from fedad.data.registry import register_dataset, unregister_dataset
+from fedad.fl.drive import RunOutcome
+from fedad.fl.engine import run_inprocess
 from fedad.metrics import auroc
 from fedad.runner import summarize
-from fedad.runs import load_run
 from tests.conftest import make_federation
 from tests.data.datahelpers import synth_graphs
 
@@ -211,7 +212,7 @@ def test_only_the_input_layer_stays_on_the_client(name: str, mixed: Federation) 
     # a client's reply to a train message is the same set of tensors
     client = mixed.clients[3]
     state = dict(out.client_states[3])
-    from fedad.fl.messages import Message
+    from fedad.core.messages import Message
 
     reply = algo.handlers()["train"](state, client, Message("train", out.result.arrays, {}))
     assert set(reply.arrays) == every - {GRAPH_INPUT_LAYER}

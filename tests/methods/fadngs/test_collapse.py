@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fedad.data.types import Federation
 
 from fedad.config import parse_config
-from fedad.data.types import Federation
+from fedad.core.algorithm import Setup, build_algorithm
 from fedad.federation import build_federation
-from fedad.fl.algorithm import Setup, build_algorithm
-from fedad.fl.engine import RunOutcome, run_inprocess
+from fedad.fl.drive import RunOutcome
+from fedad.fl.engine import run_inprocess
 from tests.conftest import COLLAPSE_WARNING
 
 

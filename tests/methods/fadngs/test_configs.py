@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fedad.config import parse_config, read_toml
-from fedad.fl.algorithm import Setup, build_algorithm
+from fedad.core.algorithm import Setup, build_algorithm
 
 CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("fadngs_*.toml"))
 

@@ -6,12 +6,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from fedad.data.types import Federation
 from fedad.errors import ConfigError
-from fedad.fl.algorithm import Setup, build_algorithm
-from fedad.fl.engine import RunOutcome, run_inprocess
-from fedad.fl.messages import Message
+
+from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.messages import Message
+from fedad.fl.drive import RunOutcome
+from fedad.fl.engine import run_inprocess
 from fedad.methods.fadngs.federated import _FADngs
 from tests.conftest import failures, make_federation
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fedad.data.types import Federation
 from torch import nn
 
 from fedad.components.detectors.neural import TorchDetector
-from fedad.data.types import Federation
-from fedad.fl.algorithm import Algorithm, Setup, build_algorithm
-from fedad.fl.engine import RunOutcome, run_inprocess
+from fedad.core.algorithm import Algorithm, Setup, build_algorithm
+from fedad.fl.drive import RunOutcome
+from fedad.fl.engine import run_inprocess
 from fedad.methods.fedbn.federated import local_keys, shared_arrays
 from fedad.methods.fedbn.norms import norm_keys
 from tests.conftest import make_federation
@@ -80,7 +81,7 @@ def test_norm_layers_stay_local_and_are_not_counted() -> None:
     n = len(fed.clients)
     assert avg.bytes_up - bn.bytes_up == ROUNDS * n * norm_bytes
     # every client's final model: the global shared tensors, its own normalisation layers
-    from fedad.fl.messages import Message
+    from fedad.core.messages import Message
 
     msg = Message("evaluate", bn.result.arrays, bn.result.scalars)
     dets = [algo.client_detector(bn.client_states[i], fed.clients[i], msg) for i in range(n)]

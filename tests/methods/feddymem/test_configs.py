@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("skimage")
 
 from fedad.config import parse_config, read_toml
+from fedad.core.algorithm import Setup, build_algorithm
 from fedad.federation import build_federation
-from fedad.fl.algorithm import Setup, build_algorithm
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 

@@ -10,9 +10,11 @@ import pytest
 pytest.importorskip("torch_geometric")
 
 from fedad.data.types import Federation, GraphSet
-from fedad.fl.algorithm import Setup, build_algorithm
-from fedad.fl.engine import RunOutcome, run_inprocess
-from fedad.fl.messages import Message
+
+from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.messages import Message
+from fedad.fl.drive import RunOutcome
+from fedad.fl.engine import run_inprocess
 from fedad.methods.fedstar.detector import FedStarDetector
 from fedad.methods.fedstar.federated import FedStar
 from fedad.methods.fedstar.model import structure_features

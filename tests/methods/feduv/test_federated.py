@@ -6,12 +6,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from fedad.detector import detector_from_config
 from fedad.errors import FedadError
-from fedad.fl.algorithm import Algorithm, Setup, build_algorithm
-from fedad.fl.engine import RunOutcome, run_inprocess
-from fedad.fl.messages import Message
+
+from fedad.core.algorithm import Algorithm, Setup, build_algorithm
+from fedad.core.messages import Message
+from fedad.fl.drive import RunOutcome
+from fedad.fl.engine import run_inprocess
 from fedad.methods.feduv.detector import FedUVDetector
 from fedad.methods.feduv.federated import STATE_CODE, FedUV, client_code
 from fedad.methods.feduv.model import secret_code

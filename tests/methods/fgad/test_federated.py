@@ -10,9 +10,11 @@ import pytest
 pytest.importorskip("torch_geometric")
 
 from fedad.data.types import Federation
-from fedad.fl.algorithm import Setup, build_algorithm
-from fedad.fl.engine import RunOutcome, run_inprocess
-from fedad.fl.messages import Message
+
+from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.messages import Message
+from fedad.fl.drive import RunOutcome
+from fedad.fl.engine import run_inprocess
 from fedad.methods.fgad.federated import FGAD
 from tests.conftest import make_federation, mixed_width_graph_federation
 
@@ -98,7 +100,8 @@ def test_without_distillation_the_averaged_teacher_head_scores(
     """FGAD_v3 with the generator options: the teacher head goes up, the server's head is the
     example-weighted mean of the replies, and that head (not the untrained student) scores."""
     from fedad.detector import detector_from_config
-    from fedad.fl.messages import unprefixed
+
+    from fedad.core.messages import unprefixed
     from fedad.metrics import auroc
 
     fed = make_federation("graph", clients=2)

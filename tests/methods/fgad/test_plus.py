@@ -13,9 +13,11 @@ import torch
 pytest.importorskip("torch_geometric")
 
 from fedad.data.types import Federation, GraphSet
-from fedad.fl.algorithm import Algorithm, Setup, build_algorithm
-from fedad.fl.engine import RunOutcome, run_inprocess
-from fedad.fl.messages import Message
+
+from fedad.core.algorithm import Algorithm, Setup, build_algorithm
+from fedad.core.messages import Message
+from fedad.fl.drive import RunOutcome
+from fedad.fl.engine import run_inprocess
 from fedad.methods.fgad import train as fgad_train
 from fedad.methods.fgad.detector import FGADDetector
 from fedad.methods.fgad.federated import FGAD, FGADParams, FGADPlus, FGADPlusParams
@@ -109,7 +111,7 @@ def test_the_upload_is_the_student_head_and_no_more_than_fgads(
         assert a["bytes_up"] == b["bytes_up"] > 0  # the same head, the same scalars
 
 
-def test_validation_reads_no_test_graph_and_no_test_label(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_validation_reads_no_test_graph_and_no_test_label() -> None:
     """The choice's numbers come from a federation whose test sets are held-out training
     graphs (labelled 0): they do not change when every test label and test graph of the
     federation is replaced, and the engine never sees a test graph."""
@@ -125,9 +127,8 @@ def test_validation_reads_no_test_graph_and_no_test_label(monkeypatch: pytest.Mo
         seen.append(f)
         return real_run(algo, f, **kw)
 
-    monkeypatch.setattr(engine, "run_inprocess", spy)
     cands = [("a", "fgad-plus", FAST), ("b", "fgad-plus", {**FAST, "tau": 2.0})]
-    rows, _ = select.validate(fed, cands, rounds=1, seed=0, fraction=0.25)
+    rows, _ = select.validate(fed, cands, rounds=1, seed=0, run_inprocess=spy, fraction=0.25)
     assert len(seen) == 2
     test_graphs = {_key(c.x_test, i) for c in fed.clients for i in range(len(c.x_test))}
     for f in seen:
@@ -141,7 +142,7 @@ def test_validation_reads_no_test_graph_and_no_test_label(monkeypatch: pytest.Mo
         replace(c, y_test=1 - c.y_test, x_test=c.x_train[np.zeros(len(c.y_test), dtype=int)])
         for c in fed.clients
     ])  # fmt: skip
-    again, _ = select.validate(flipped, cands, rounds=1, seed=0, fraction=0.25)
+    again, _ = select.validate(flipped, cands, rounds=1, seed=0, run_inprocess=spy, fraction=0.25)
     assert again == rows
     assert select.choose({"a": [0.6], "b": [0.7]}, {"a": True, "b": True}) == "b"
     assert select.choose({"a": [0.6], "b": [0.7]}, {"a": True, "b": False}) == "a"

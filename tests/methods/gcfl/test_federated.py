@@ -10,9 +10,11 @@ import pytest
 pytest.importorskip("torch_geometric")
 
 from fedad.data.types import ClientData, Federation, GraphSet, concat
-from fedad.fl.algorithm import Setup, build_algorithm
-from fedad.fl.engine import RunOutcome, run_inprocess
-from fedad.fl.messages import Message, unprefixed
+
+from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.messages import Message, unprefixed
+from fedad.fl.drive import RunOutcome
+from fedad.fl.engine import run_inprocess
 from fedad.methods.gcfl.cluster import bipartition, cosine_distances, dtw, update_norms
 from fedad.methods.gcfl.federated import GCFL, REL_EPS1, REL_EPS2, cluster_arrays, split_thresholds
 from tests.conftest import make_federation

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from fedad.config import parse_config
+from fedad.core.messages import Message
 from fedad.federation import build_federation
-from fedad.fl.engine import RunOutcome
-from fedad.fl.messages import Message
+from fedad.fl.drive import RunOutcome
 from fedad.methods.onlad.federated import stream_chunks
 from fedad.runner import build_algorithms, run_method, summarize, with_server_data
 
@@ -86,7 +86,7 @@ def test_normal_positive_metrics_come_from_onlads_declared_family() -> None:
 
 
 def _algo_and(out: RunOutcome) -> tuple[Any, RunOutcome]:
-    from fedad.fl.algorithm import Setup, build_algorithm
+    from fedad.core.algorithm import Setup, build_algorithm
 
     return build_algorithm("onlad", {}, Setup("image", (1, 8, 8), 3, 0, 0.05, 5)), out
 

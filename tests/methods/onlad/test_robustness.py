@@ -10,6 +10,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fedad.data.types import ClientData, Federation
+from fedad.detector import detector_from_config
+from fedad.errors import FedadError, RunError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
@@ -17,15 +20,13 @@ from sklearn.metrics import roc_auc_score
 import fedad
 from fedad.attacks import attacked_clients, poison_update
 from fedad.config import AttackConfig, parse_config
+from fedad.core.algorithm import Algorithm, Setup, build_algorithm, registry
+from fedad.core.messages import Message
 from fedad.data.idx import FASHION_MNIST_DIR
-from fedad.data.types import ClientData, Federation
-from fedad.detector import detector_from_config
-from fedad.errors import FedadError, RunError
 from fedad.evaluation.families import pooled_arrays
 from fedad.federation import build_federation
-from fedad.fl.algorithm import Algorithm, Setup, build_algorithm, registry
-from fedad.fl.engine import RunOutcome, run_inprocess
-from fedad.fl.messages import Message
+from fedad.fl.drive import RunOutcome
+from fedad.fl.engine import run_inprocess
 from fedad.methods.onlad.credit import exceedance_mass
 from fedad.methods.onlad.detector import OSELMAutoEncoder
 from fedad.methods.onlad.federated import (

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 import pytest
 
+from fedad.core.messages import Message
 from fedad.fl.engine import InProcessGrid
-from fedad.fl.messages import Message
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedad.config import parse_config, read_toml
-from fedad.fl.algorithm import Setup, build_algorithm
+from fedad.core.algorithm import Setup, build_algorithm
 from fedad.methods.protofl.federated import ProtoFL
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"

@@ -15,7 +15,7 @@ import pytest
 
 from fedad.bench.results import write_results
 from fedad.bench.suites import Suite, load_target
-from fedad.fl.algorithm import Setup, build_algorithm
+from fedad.core.algorithm import Setup, build_algorithm
 from fedad.methods.protofl.federated import ProtoFL
 
 BENCH = Path(__file__).resolve().parents[3] / "benchmarks"

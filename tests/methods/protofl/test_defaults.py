@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedad.fl.algorithm import Setup, build_algorithm
+from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.messages import Message
 from fedad.fl.engine import run_inprocess
-from fedad.fl.messages import Message
 from fedad.methods.protofl.detector import ProtoFLDetector
 from fedad.methods.protofl.features import prefix_shape
 from fedad.methods.protofl.federated import ProtoFL, ProtoFLParams

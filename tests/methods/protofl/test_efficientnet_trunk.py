@@ -8,10 +8,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-
 from fedad.data.types import Federation, dense
-from fedad.fl.algorithm import Setup, build_algorithm
-from fedad.fl.engine import RunOutcome, run_inprocess
+
+from fedad.core.algorithm import Setup, build_algorithm
+from fedad.fl.drive import RunOutcome
+from fedad.fl.engine import run_inprocess
 from fedad.methods.protofl.detector import ProtoFLDetector
 from fedad.methods.protofl.features import prefix_maps, prefix_shape
 from fedad.methods.protofl.federated import ProtoFL

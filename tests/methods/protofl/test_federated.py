@@ -6,11 +6,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from fedad.data.types import Federation
-from fedad.fl.algorithm import Setup, build_algorithm
-from fedad.fl.engine import RunOutcome, run_inprocess
-from fedad.fl.messages import Message
+
+from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.messages import Message
+from fedad.fl.drive import RunOutcome
+from fedad.fl.engine import run_inprocess
 from fedad.fl.server_inputs import public_set
 from fedad.methods.protofl.detector import ProtoFLDetector
 from fedad.methods.protofl.federated import ProtoFL, farthest_point

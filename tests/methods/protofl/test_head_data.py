@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedad.fl.algorithm import Setup, build_algorithm
+from fedad.core.algorithm import Setup, build_algorithm
 from fedad.methods.protofl import detector as det_mod
 from fedad.methods.protofl import train
 from fedad.methods.protofl.augment import augmentation, image_augmenter

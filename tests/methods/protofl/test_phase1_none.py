@@ -8,11 +8,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from fedad.data.types import Federation, dense
-from fedad.fl.algorithm import Setup, build_algorithm
-from fedad.fl.engine import RunOutcome, run_inprocess
-from fedad.fl.messages import Message
+
+from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.messages import Message
+from fedad.fl.drive import RunOutcome
+from fedad.fl.engine import run_inprocess
 from fedad.methods.protofl import detector as detector_module
 from fedad.methods.protofl.federated import ProtoFL
 from tests.conftest import failures, make_federation

@@ -67,7 +67,7 @@ def test_a_table_flow_trains_on_one_thread_and_an_image_flow_keeps_its_threads(
 def test_a_clients_phase_one_on_a_table_trains_on_one_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from fedad.fl.algorithm import Setup, build_algorithm
+    from fedad.core.algorithm import Setup, build_algorithm
     from fedad.fl.engine import run_inprocess
     from tests.conftest import make_federation
 

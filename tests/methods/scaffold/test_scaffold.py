@@ -9,15 +9,16 @@ from typing import Any, cast
 import numpy as np
 import pytest
 import torch
+from fedad.errors import FedadError
 from torch import nn
 
 from fedad.components.detectors.neural import TorchDetector
 from fedad.components.federated import client_rng
 from fedad.components.train import iterate_batches
-from fedad.errors import FedadError
-from fedad.fl.algorithm import Setup, build_algorithm
-from fedad.fl.context import ServerContext
-from fedad.fl.engine import RunOutcome, run_inprocess
+from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.context import ServerContext
+from fedad.fl.drive import RunOutcome
+from fedad.fl.engine import run_inprocess
 from fedad.methods.scaffold.control import (
     client_deltas,
     corrected_step,
@@ -163,7 +164,7 @@ def test_reply_carries_y_as_a_model_update() -> None:
     """The reply holds y_i under the model's names (what [privacy] and [attack] act on) and
     Delta c_i under dc/; the client keeps c_i+ in its state."""
     from fedad.config import PrivacyConfig
-    from fedad.fl.messages import Message, prefixed
+    from fedad.core.messages import Message, prefixed
     from fedad.privacy import privatize_reply
 
     fed = make_federation("vector")

@@ -70,7 +70,7 @@ from fedad.core.types import DataKind
 from fedad.resources import check_available, resource_info, resource_names
 
 if TYPE_CHECKING:
-    from fedad.fl.algorithm import Setup
+    from fedad.core.algorithm import Setup
 
 EXTRA = "pyod"
 PYOD_IFOREST = "pyod-iforest"

@@ -1,10 +1,10 @@
 """Flower engine: any registered algorithm on Flower (``flwr``, the ``flower`` extra).
 
-The same :class:`~fedad.fl.algorithm.Algorithm` object that the in-process engine runs
+The same :class:`~fedad.core.algorithm.Algorithm` object that the in-process engine runs
 runs here, unchanged:
 
 * **Server.** ``algorithm.server(ctx)`` runs inside a Flower ``ServerApp`` with the same
-  :class:`~fedad.fl.context.ServerContext`; its grid is a
+  :class:`~fedad.core.context.ServerContext`; its grid is a
   :class:`~fedad.fl.flower.grid.FlowerGrid`, an adapter that wraps Flower's ``Grid``
   (``get_node_ids``, ``push_messages``/``pull_messages``). The adapter maps Flower node ids
   to our client ids (the node's ``partition-id``, learned by a one-off ``query.fedad_hello``
@@ -15,14 +15,14 @@ runs here, unchanged:
   the addressed nodes answer stops the run with a one-line
   :class:`~fedad.fl.flower.spec.FlowerRunError`.
 * **Clients.** One ``ClientApp`` (:mod:`fedad.fl.flower.app`) whose handlers are the
-  algorithm's :meth:`~fedad.fl.algorithm.Algorithm.handlers`, registered by phase name
+  algorithm's :meth:`~fedad.core.algorithm.Algorithm.handlers`, registered by phase name
   (``train`` -> ``@app.train()``, ``evaluate`` -> ``@app.evaluate()``, any other phase ``p``
   -> ``@app.query("p")``). Client state (a dict of named arrays) lives in Flower's
   ``context.state`` as an ``ArrayRecord``. A SuperNode builds its data with
   :func:`fedad.federation.build_federation` from the run's config and seed and takes
   client ``partition-id`` of its ``node_config``.
 * **SecAgg+.** With ``privacy.secagg`` a phase the program runs through
-  :meth:`ServerContext.mean <fedad.fl.context.ServerContext.mean>` becomes one run of
+  :meth:`ServerContext.mean <fedad.core.context.ServerContext.mean>` becomes one run of
   Flower's SecAgg+ workflow (:meth:`FlowerGrid.secure_mean
   <fedad.fl.flower.grid.FlowerGrid.secure_mean>`, :mod:`fedad.fl.flower.secagg`).
 * **Messages** convert losslessly to ``RecordDict``: arrays in an ``ArrayRecord``

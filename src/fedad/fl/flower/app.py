@@ -57,12 +57,12 @@ from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-import fedad.methods  # noqa: F401  (the Flower apps' composition root: the built-in methods)
 from fedad.config import ExperimentConfig, read_toml
+from fedad.core.algorithm import EVALUATE, Algorithm, Handler
 from fedad.core.errors import ConfigError, FedadError
 from fedad.core.messages import Message, unprefixed
+from fedad.core.secagg import rounding_seed
 from fedad.core.types import ClientData, Features, Samples
-from fedad.fl.algorithm import EVALUATE, Algorithm, Handler
 from fedad.fl.flower.codec import (
     HELLO,
     META_KEY,
@@ -80,12 +80,11 @@ from fedad.fl.flower.results import ResultsDir
 from fedad.fl.flower.secagg import RefusedReply, checked, decode_content, encode_fitres
 from fedad.fl.flower.server import serve
 from fedad.fl.flower.spec import RunSpec
-from fedad.fl.secagg import rounding_seed
 from fedad.fl.timeline import timeline_event
 from fedad.rundir.layout import CONFIG_FILE, METRICS_FILE
 
 if TYPE_CHECKING:
-    from fedad.fl.engine import RunOutcome  # (pulls in scipy: not needed by the handshake)
+    from fedad.fl.drive import RunOutcome  # (pulls in scipy: not needed by the handshake)
 
 CACHE_ENV = "FEDAD_FLOWER_CACHE"
 """Environment variable: a directory where a SuperNode caches its partition."""
@@ -132,10 +131,10 @@ def _save_client(path: Path, c: ClientData) -> None:
 
 def _load_client(path: Path) -> ClientData:
     """A client's cached data (:func:`_save_client`) through the one reader of run
-    directories' ``.npz`` files (:func:`fedad.report.rundir.read_npz`): the cache lies in a
+    directories' ``.npz`` files (:func:`fedad.rundir.read.read_npz`): the cache lies in a
     run's ``.flower/`` or a folder the node names, so it gets the same checks; a cache
     larger than that reader's cap (8 GiB) is refused and so rebuilt."""
-    from fedad.report.rundir import read_npz
+    from fedad.rundir.read import read_npz
 
     z = read_npz(path)
     train = Samples.from_arrays(z, "train/")
@@ -292,9 +291,9 @@ def keep_detector_home(
     if not _SAFE_LABEL.fullmatch(label) or label in (".", ".."):
         raise ValueError(f"the method label {label[:40]!r} cannot name a folder")
     from fedad.config import dump_toml
+    from fedad.core.algorithm import ServerResult
     from fedad.core.errors import FedadError
-    from fedad.fl.algorithm import ServerResult
-    from fedad.fl.engine import RunOutcome
+    from fedad.fl.drive import RunOutcome
     from fedad.rundir.checkpoints import save_checkpoint
     from fedad.rundir.files import anchored, mkdir, staged_dir, write_text
 

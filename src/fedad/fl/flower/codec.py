@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedad.core.algorithm import EVALUATE
 from fedad.core.messages import Message, Scalar
-from fedad.fl.algorithm import EVALUATE
 
 if TYPE_CHECKING:  # flwr is imported only where a record is built
     from flwr.app import RecordDict

@@ -7,10 +7,11 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from fedad.core.algorithm import EVALUATE
 from fedad.core.messages import Message
 from fedad.core.rng import rng as seeded_rng
+from fedad.core.secagg import SecAggSettings, SecureOutcome, reply_nbytes
 from fedad.core.validate import ArraySpec
-from fedad.fl.algorithm import EVALUATE
 from fedad.fl.flower.codec import (
     HELLO,
     META_KEY,
@@ -21,7 +22,6 @@ from fedad.fl.flower.codec import (
     to_recorddict,
 )
 from fedad.fl.flower.spec import DEFAULT_TIMEOUT, FlowerRunError
-from fedad.fl.secagg import SecAggSettings, SecureOutcome, reply_nbytes
 from fedad.fl.timeline import timeline_event
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ where it is used. What fedad needs beyond it is imported here and nowhere else i
   Flower's task loop of ``flwr-clientapp`` (``flwr.supernode.runtime.run_clientapp``): the
   runtime's protobuf requests and serde, the inflatable-object helpers, the task heartbeat,
   the HTTP client and its interceptors;
-* SecAgg+ (:mod:`fedad.fl.flower.secagg`, :mod:`fedad.fl.secagg`): the record keys and
+* SecAgg+ (:mod:`fedad.fl.flower.secagg`, :mod:`fedad.core.secagg`): the record keys and
   stages of ``secaggplus_mod``, the workflow's state and constants, the legacy
   ``RecordDict`` conversions, and the quantisation arithmetic that fedad reproduces to
   check a secure mean against the clear one.

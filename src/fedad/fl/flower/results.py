@@ -16,7 +16,7 @@ from fedad.core.errors import FedadError
 from fedad.core.messages import Message
 
 if TYPE_CHECKING:  # the engine pulls in scipy; the ClientApp's handshake stays light
-    from fedad.fl.engine import RunOutcome
+    from fedad.fl.drive import RunOutcome
 
 
 log = logging.getLogger("fedad")
@@ -140,9 +140,9 @@ class ResultsDir:
         tmp.replace(self.error_file)
 
     def read(self) -> RunOutcome:
-        from fedad.fl.algorithm import ServerResult
-        from fedad.fl.engine import RunOutcome
-        from fedad.report.rundir import read_npz
+        from fedad.core.algorithm import ServerResult
+        from fedad.fl.drive import RunOutcome
+        from fedad.rundir.read import read_npz
 
         doc = json.loads(self.outcome_file.read_text())
         # the run directory's one .npz reader: this is fedad's own hand-off, but it lies in

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedad.config import ExperimentConfig
+from fedad.core.algorithm import Algorithm
 from fedad.core.errors import ConfigError
 from fedad.core.types import Federation
-from fedad.fl.algorithm import Algorithm
 from fedad.fl.flower.spec import require_flwr
 
 if TYPE_CHECKING:  # the engine pulls in scipy; the ClientApp's handshake stays light
-    from fedad.fl.engine import RunOutcome
+    from fedad.fl.drive import RunOutcome
     from fedad.fl.engines import RunSettings
 
 

@@ -4,7 +4,7 @@ Flower 1.41 ships SecAgg+ as a workflow for its legacy ``Strategy`` API
 (``SecAggPlusWorkflow`` needs a ``LegacyContext`` whose strategy answers ``configure_fit``
 and ``aggregate_fit``) and as a client mod (``secaggplus_mod``) that wraps the ``train``
 handler. fedad's server programs drive a grid instead, so one secure phase
-(:meth:`ServerContext.mean <fedad.fl.context.ServerContext.mean>`) becomes one run of the
+(:meth:`ServerContext.mean <fedad.core.context.ServerContext.mean>`) becomes one run of the
 workflow:
 
 * **Server** (:func:`secure_mean`): a :class:`PhaseStrategy` hands the workflow one
@@ -18,9 +18,9 @@ workflow:
   (:func:`decode_content`), runs the algorithm's handler, checks the reply
   (:func:`checked`) and returns it as a ``FitRes`` (:func:`encode_fitres`); the mod then
   quantizes, masks and sends it. It also seeds the stochastic rounding
-  (:func:`~fedad.fl.secagg.rounding_seed`).
+  (:func:`~fedad.core.secagg.rounding_seed`).
 
-The arithmetic and its error bound are in :mod:`fedad.fl.secagg`. This module imports
+The arithmetic and its error bound are in :mod:`fedad.core.secagg`. This module imports
 ``flwr``.
 """
 
@@ -49,6 +49,14 @@ from flwr.server.strategy import Strategy
 from flwr.server.workflow import SecAggPlusWorkflow
 
 from fedad.core.messages import Message, Scalar, payload_nbytes
+from fedad.core.secagg import (
+    WEIGHT,
+    SecAggSettings,
+    SecureOutcome,
+    check_secure_reply,
+    flatten,
+    quantization_range,
+)
 from fedad.core.validate import ArraySpec
 from fedad.fl.flower.internals import (
     MAIN_CONFIGS_RECORD,
@@ -61,14 +69,6 @@ from fedad.fl.flower.internals import (
 )
 from fedad.fl.flower.internals import SecAggPlusKey as Key
 from fedad.fl.flower.internals import recorddict_compat as compat
-from fedad.fl.secagg import (
-    WEIGHT,
-    SecAggSettings,
-    SecureOutcome,
-    check_secure_reply,
-    flatten,
-    quantization_range,
-)
 
 KIND = "fedad.kind"
 NAMES = "fedad.names"

@@ -6,17 +6,17 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from fedad.core.algorithm import Algorithm
 from fedad.core.messages import Message
+from fedad.core.secagg import SecAggSettings
 from fedad.core.types import Features
-from fedad.fl.algorithm import Algorithm
 from fedad.fl.flower.codec import NODE_MODEL
 from fedad.fl.flower.grid import FlowerGrid, FlwrGridLike
 from fedad.fl.flower.results import ResultsDir
 from fedad.fl.flower.spec import RunSpec
-from fedad.fl.secagg import SecAggSettings
 
 if TYPE_CHECKING:  # the engine pulls in scipy; the ClientApp's handshake stays light
-    from fedad.fl.engine import RunOutcome
+    from fedad.fl.drive import RunOutcome
 
 
 def serve(
@@ -33,7 +33,7 @@ def serve(
     (``server_data``: the federation's ``server_normal``). Client states stay on the nodes
     (``RunOutcome.client_states`` is empty).
     """
-    from fedad.fl.engine import drive
+    from fedad.fl.drive import drive
 
     cfg = spec.config()
     e = cfg.engine

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from fedad.config import ExperimentConfig
+from fedad.core.algorithm import Algorithm
 from fedad.core.errors import ConfigError
 from fedad.core.types import Federation
-from fedad.fl.algorithm import Algorithm
-from fedad.fl.engine import RunOutcome
+from fedad.fl.drive import RunOutcome
 from fedad.fl.flower.spec import FlowerRunError, RunSpec
 
 QUIET_ENV = {

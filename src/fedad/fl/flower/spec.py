@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from fedad.config import ExperimentConfig
+from fedad.core.algorithm import Algorithm, Setup, build_algorithm
 from fedad.core.errors import ConfigError, FedadError
-from fedad.fl.algorithm import Algorithm, Setup, build_algorithm
 
 DEFAULT_TIMEOUT = 600.0
 """Reply timeout (seconds) on Flower when ``engine.timeout`` is not set."""
@@ -121,7 +121,7 @@ class RunSpec:
         return ExperimentConfig.model_validate_json(self.config_json)
 
     def setup(self) -> Setup:
-        """The algorithm's :class:`~fedad.fl.algorithm.Setup`."""
+        """The algorithm's :class:`~fedad.core.algorithm.Setup`."""
         d = json.loads(self.setup_json)
         d["feature_shape"] = tuple(d["feature_shape"])
         return Setup(**d)

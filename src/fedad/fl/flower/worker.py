@@ -376,9 +376,7 @@ def warm_up() -> None:
     first message of a run does not pay for them."""
     import torch
 
-    import fedad.fl.flower.app
-    import fedad.methods  # noqa: F401  (the built-in declarations)
-    from fedad.fl.algorithm import registry
+    from fedad.core.algorithm import registry
 
     registry()  # imports every declared method's modules
 

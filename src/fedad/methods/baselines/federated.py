@@ -65,7 +65,7 @@ ignored (the projection keeps the feature width); and it takes keys of its own,
 detectors); docs/methods/baselines.md.
 
 ``fedavg`` and ``fedprox`` aggregate through :meth:`ServerContext.mean
-<fedad.fl.context.ServerContext.mean>`, so both their phases run under SecAgg+ when
+<fedad.core.context.ServerContext.mean>`, so both their phases run under SecAgg+ when
 ``privacy.secagg`` is on.
 """
 
@@ -92,19 +92,19 @@ from fedad.components.federated import (
     TrainParams,
     client_rng,
 )
-from fedad.core.detector import quantile_threshold
-from fedad.core.errors import RunError
-from fedad.core.messages import Message, prefixed, unprefixed
-from fedad.core.rng import rng as seeded_rng
-from fedad.core.types import ClientData, dense
-from fedad.fl.algorithm import (
+from fedad.core.algorithm import (
     ClientState,
     Handler,
     ServerResult,
     register,
 )
-from fedad.fl.context import ServerContext
-from fedad.fl.rounds import close_round, fedavg_rounds
+from fedad.core.context import ServerContext
+from fedad.core.detector import quantile_threshold
+from fedad.core.errors import RunError
+from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.rounds import close_round, fedavg_rounds
+from fedad.core.types import ClientData, dense
 
 
 class BaselineParams(PretrainedOptions, TrainParams):

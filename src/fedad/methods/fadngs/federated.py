@@ -4,7 +4,7 @@
 The paper's equations and the functions implementing each: :mod:`fedad.methods.fadngs`.
 
 Round :math:`t` of [FADngs Algorithm 1], for the sampled clients :math:`S_t`
-(:meth:`~fedad.fl.context.ServerContext.sample`):
+(:meth:`~fedad.core.context.ServerContext.sample`):
 
 1. **Warm-up** (the first ``warmup_rounds`` rounds): federated SimCLR, FedAvg
    [FADngs Sec. IV: "the model is trained using SimCLR at first"].
@@ -17,7 +17,7 @@ Round :math:`t` of [FADngs Algorithm 1], for the sampled clients :math:`S_t`
    global density set; :math:`\\delta` is the 95% quantile of the client's own training scores
    under it, recomputed each epoch.
 4. **Aggregate**: ``fadngs-nosed`` takes the example-weighted mean (FedAvg; through
-   :meth:`~fedad.fl.context.ServerContext.mean`, so SecAgg+ applies); ``fadngs`` starts from
+   :meth:`~fedad.core.context.ServerContext.mean`, so SecAgg+ applies); ``fadngs`` starts from
    that mean [FADngs eq. 10] and distils the clients' models into it on the server's public
    set (SED), teachers weighted by the Pearson correlation of their normalised anomaly
    scores on the public set with the mean score. By default (``sed_form = "cosine"``, not
@@ -52,14 +52,7 @@ import numpy as np
 import torch
 
 from fedad.core.aggregate import weighted_mean_dicts
-from fedad.core.errors import ConfigError, RunError
-from fedad.core.messages import Message, prefixed, unprefixed
-from fedad.core.rng import rng as seeded_rng
-from fedad.core.types import ClientData, dense
-from fedad.core.validate import ArraySpec, spec_of
-from fedad.devices import resolve_device
-from fedad.evaluation.families import MetricFamily
-from fedad.fl.algorithm import (
+from fedad.core.algorithm import (
     Algorithm,
     ClientState,
     Handler,
@@ -70,8 +63,15 @@ from fedad.fl.algorithm import (
     Setup,
     register,
 )
-from fedad.fl.context import ServerContext
-from fedad.fl.rounds import log_weighted_scalars
+from fedad.core.context import ServerContext
+from fedad.core.errors import ConfigError, RunError
+from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.rounds import log_weighted_scalars
+from fedad.core.types import ClientData, dense
+from fedad.core.validate import ArraySpec, spec_of
+from fedad.devices import resolve_device
+from fedad.evaluation.families import MetricFamily
 from fedad.methods.fadngs.density import min_mahalanobis
 from fedad.methods.fadngs.detector import (
     COVS,

@@ -8,8 +8,8 @@ from typing import Literal
 
 from pydantic import Field
 
+from fedad.core.algorithm import Params
 from fedad.core.detector import shared_field
-from fedad.fl.algorithm import Params
 from fedad.methods.fadngs.detector import FADngsDetectorParams
 from fedad.methods.fadngs.losses import SedForm
 

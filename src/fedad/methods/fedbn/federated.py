@@ -12,7 +12,7 @@ for ``fedavg`` with the ``contrastive`` detector or on graphs).
 Same detectors, parameters and phases as ``fedavg`` (:mod:`fedad.methods.baselines.federated`):
 the Deep SVDD centre is averaged once before round 1; on graphs the input layer is local as
 well. The average is example-weighted, through :meth:`ServerContext.mean
-<fedad.fl.context.ServerContext.mean>`, so SecAgg+ applies; only the shared tensors travel
+<fedad.core.context.ServerContext.mean>`, so SecAgg+ applies; only the shared tensors travel
 and are counted in the run's bytes.
 
 Where the network has **no** normalisation layer, the shared set is the whole model and
@@ -36,13 +36,13 @@ from fedad.components.federated import (
     TrainParams,
     client_rng,
 )
+from fedad.core.algorithm import ClientState, ServerResult, register
+from fedad.core.context import ServerContext
 from fedad.core.errors import RunError
 from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.rounds import fedavg_rounds
 from fedad.core.types import ClientData
 from fedad.core.validate import ArraySpec
-from fedad.fl.algorithm import ClientState, ServerResult, register
-from fedad.fl.context import ServerContext
-from fedad.fl.rounds import fedavg_rounds
 from fedad.methods.fedbn.norms import norm_keys
 
 

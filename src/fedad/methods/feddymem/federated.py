@@ -40,13 +40,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
-from fedad.core.detector import shared_field
-from fedad.core.messages import Message, prefixed, unprefixed
-from fedad.core.rng import rng as seeded_rng
-from fedad.core.types import ClientData
-from fedad.core.validate import ArraySpec
-from fedad.evaluation.families import MetricFamily
-from fedad.fl.algorithm import (
+from fedad.core.algorithm import (
     Algorithm,
     ClientState,
     Handler,
@@ -56,8 +50,14 @@ from fedad.fl.algorithm import (
     Setup,
     register,
 )
-from fedad.fl.context import ServerContext
-from fedad.fl.rounds import close_round, log_weighted_scalars
+from fedad.core.context import ServerContext
+from fedad.core.detector import shared_field
+from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.rounds import close_round, log_weighted_scalars
+from fedad.core.types import ClientData
+from fedad.core.validate import ArraySpec
+from fedad.evaluation.families import MetricFamily
 from fedad.methods.feddymem.detector import (
     BANK,
     SCALE_REF,

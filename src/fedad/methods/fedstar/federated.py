@@ -16,7 +16,7 @@ node features but much in their structure. FedStar therefore splits each client'
 Each round a sampled client loads the server's structure encoder into its own network,
 trains ``local_epochs`` epochs of Deep SVDD (:mod:`.model`) on both encoders, keeps the
 whole network in its state and replies with the structure encoder only; the server takes
-the example-weighted mean (:meth:`~fedad.fl.context.ServerContext.mean`, so SecAgg+ applies).
+the example-weighted mean (:meth:`~fedad.core.context.ServerContext.mean`, so SecAgg+ applies).
 The first time a client trains it builds its network from the run's seed for its width (the
 structure encoder's initial weights equal the server's) and fixes its **own** Deep SVDD
 centre, the mean embedding of its graphs under the initial weights: the representation has a
@@ -35,12 +35,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from fedad.core.detector import shared_field
-from fedad.core.messages import Message, prefixed, unprefixed
-from fedad.core.rng import rng as seeded_rng
-from fedad.core.types import ClientData, GraphSet
-from fedad.evaluation.families import MetricFamily
-from fedad.fl.algorithm import (
+from fedad.core.algorithm import (
     Algorithm,
     ClientState,
     Handler,
@@ -49,8 +44,13 @@ from fedad.fl.algorithm import (
     ServerResult,
     register,
 )
-from fedad.fl.context import ServerContext
-from fedad.fl.rounds import fedavg_rounds
+from fedad.core.context import ServerContext
+from fedad.core.detector import shared_field
+from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.rounds import fedavg_rounds
+from fedad.core.types import ClientData, GraphSet
+from fedad.evaluation.families import MetricFamily
 from fedad.methods.fedstar.detector import FedStarDetector, FedStarDetectorParams
 
 TRAIN = "train"

@@ -2,7 +2,7 @@
 
 Server: sends the global network's weights (and the round number), takes the
 example-weighted mean of the returned weights (through :meth:`ServerContext.mean
-<fedad.fl.context.ServerContext.mean>`, so SecAgg+ applies with ``privacy.secagg``).
+<fedad.core.context.ServerContext.mean>`, so SecAgg+ applies with ``privacy.secagg``).
 Nothing else ever goes to a client.
 
 Client k: its code :math:`c_k` is drawn on the client (:func:`client_code`) and kept
@@ -30,12 +30,7 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from fedad.core.detector import shared_field
-from fedad.core.messages import Message
-from fedad.core.rng import rng as seeded_rng
-from fedad.core.types import ClientData, dense
-from fedad.devices import resolve_device
-from fedad.fl.algorithm import (
+from fedad.core.algorithm import (
     Algorithm,
     ClientState,
     Handler,
@@ -43,8 +38,13 @@ from fedad.fl.algorithm import (
     ServerResult,
     register,
 )
-from fedad.fl.context import ServerContext
-from fedad.fl.rounds import fedavg_rounds
+from fedad.core.context import ServerContext
+from fedad.core.detector import shared_field
+from fedad.core.messages import Message
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.rounds import fedavg_rounds
+from fedad.core.types import ClientData, dense
+from fedad.devices import resolve_device
 from fedad.methods.feduv.detector import FedUVDetector, FedUVDetectorParams
 from fedad.methods.feduv.model import secret_code
 

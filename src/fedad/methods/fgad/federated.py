@@ -13,7 +13,7 @@ travels [FGAD eq. 15, Algorithm 1]:
    distilling the teacher on its graphs), keeps everything in its state and replies with
    the student head only.
 3. The server takes the example-weighted mean of the heads [FGAD eq. 15] (through
-   :meth:`~fedad.fl.context.ServerContext.mean`, so SecAgg+ applies) and sends it back.
+   :meth:`~fedad.core.context.ServerContext.mean`, so SecAgg+ applies) and sends it back.
 
 At evaluation each client scores with its own backbone and the final global student head
 (Algorithm 1, line 15); with ``distill = false``, with the final global teacher head (the
@@ -35,12 +35,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from fedad.core.detector import BaseDetector, shared_field
-from fedad.core.messages import Message, prefixed, unprefixed
-from fedad.core.rng import rng as seeded_rng
-from fedad.core.types import ClientData, GraphSet
-from fedad.evaluation.families import MetricFamily, ranking_scores
-from fedad.fl.algorithm import (
+from fedad.core.algorithm import (
     Algorithm,
     ClientState,
     Handler,
@@ -49,8 +44,13 @@ from fedad.fl.algorithm import (
     ServerResult,
     register,
 )
-from fedad.fl.context import ServerContext
-from fedad.fl.rounds import fedavg_rounds
+from fedad.core.context import ServerContext
+from fedad.core.detector import BaseDetector, shared_field
+from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.rounds import fedavg_rounds
+from fedad.core.types import ClientData, GraphSet
+from fedad.evaluation.families import MetricFamily, ranking_scores
 from fedad.methods.fgad.detector import GENERATOR, FGADDetector, FGADDetectorParams
 from fedad.methods.fgad.train import LOSS_KEYS
 from fedad.metrics import auroc

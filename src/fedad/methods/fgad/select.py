@@ -13,7 +13,7 @@ of its test sets, every one labelled normal, and :func:`choose` sees validation 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -27,6 +27,10 @@ from fedad.methods.fgad.losses import edge_prior_shift
 from fedad.methods.fgad.model import Generator
 from fedad.methods.fgad.train import degree_cap, degree_features, sample_adjacency
 from fedad.metrics import auroc
+
+InProcessRun = Callable[..., Any]
+"""The in-process engine's run function (:func:`fedad.fl.engine.run_inprocess`), passed in by
+the caller: a method folder runs no engine of its own."""
 
 __all__ = [
     "Candidate",
@@ -134,15 +138,19 @@ def validation_auc(
 
 
 def _train(
-    fed: Federation, name: str, params: Mapping[str, Any], rounds: int, seed: int
+    fed: Federation,
+    name: str,
+    params: Mapping[str, Any],
+    rounds: int,
+    seed: int,
+    run_inprocess: InProcessRun,
 ) -> tuple[dict[int, FGADDetector], dict[str, float]]:
     """One candidate trained on ``fed`` in this process: every client's detector (its own
     networks, the server's final head) and the last round's client-weighted ``loss_g`` and
     ``recon_constant``."""
     from fedad.blas import one_blas_thread
+    from fedad.core.algorithm import Setup, build_algorithm
     from fedad.core.messages import Message
-    from fedad.fl.algorithm import Setup, build_algorithm
-    from fedad.fl.engine import run_inprocess
 
     setup = Setup(
         "graph",
@@ -170,6 +178,7 @@ def validate(
     candidates: Sequence[Candidate],
     rounds: int,
     seed: int,
+    run_inprocess: InProcessRun,
     fraction: float = 0.2,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[int, FGADDetector]]]:
     """Every candidate trained on :func:`validation_federation` of ``fed`` and scored on the
@@ -179,12 +188,13 @@ def validate(
     admissible candidate, pooled; of every candidate when none is), ``val_own`` (against its
     own generator's), ``val_teacher`` (the teacher's, pooled), each the mean over the
     clients, and ``loss_g``, ``recon_constant``. Also returns the detectors, per candidate
-    and client id. Reads nothing of ``fed``'s test sets."""
+    and client id. Each candidate trains with ``run_inprocess(algorithm, federation, rounds=,
+    seed=)`` (:func:`fedad.fl.engine.run_inprocess`). Reads nothing of ``fed``'s test sets."""
     vfed, held = validation_federation(fed, fraction, seed)
     dets: dict[str, dict[int, FGADDetector]] = {}
     rows: dict[str, dict[str, Any]] = {}
     for label, name, params in candidates:
-        dets[label], gen = _train(vfed, name, params, rounds, seed)
+        dets[label], gen = _train(vfed, name, params, rounds, seed, run_inprocess)
         rows[label] = {**gen, "admissible": bool(gen["loss_g"] < gen["recon_constant"])}
     fakes = {
         (label, cid): generated_graphs(d, held[cid], np.random.default_rng([seed, cid, 0x6E]))

@@ -81,12 +81,12 @@ from pydantic import Field
 from fedad.components.detectors.neural import DeepSVDDDetector
 from fedad.components.federated import TRAIN, BaselineDetector, GlobalModel, TrainParams
 from fedad.core.aggregate import weighted_mean_dicts
+from fedad.core.algorithm import ClientState, ServerResult, register
+from fedad.core.context import ServerContext
 from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.rounds import close_round, log_weighted_scalars
 from fedad.core.types import ClientData
 from fedad.core.validate import spec_of
-from fedad.fl.algorithm import ClientState, ServerResult, register
-from fedad.fl.context import ServerContext
-from fedad.fl.rounds import close_round, log_weighted_scalars
 from fedad.methods.gcfl.cluster import bipartition, cosine_distances, dtw_distances, update_norms
 
 MEMBERSHIP = "membership"

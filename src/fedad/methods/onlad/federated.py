@@ -74,13 +74,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from fedad.core.detector import quantile_threshold, shared_field
-from fedad.core.messages import Message
-from fedad.core.rng import rng as seeded_rng
-from fedad.core.types import ClientData, dense
-from fedad.core.validate import spec_of
-from fedad.evaluation.families import NORMAL_POSITIVE, MetricFamily
-from fedad.fl.algorithm import (
+from fedad.core.algorithm import (
     Algorithm,
     ClientState,
     Handler,
@@ -89,8 +83,14 @@ from fedad.fl.algorithm import (
     ServerResult,
     register,
 )
-from fedad.fl.context import ServerContext
-from fedad.fl.rounds import close_round
+from fedad.core.context import ServerContext
+from fedad.core.detector import quantile_threshold, shared_field
+from fedad.core.messages import Message
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.rounds import close_round
+from fedad.core.types import ClientData, dense
+from fedad.core.validate import spec_of
+from fedad.evaluation.families import NORMAL_POSITIVE, MetricFamily
 from fedad.methods.onlad.credit import (
     accept_aggregate,
     adaptive_lambda,

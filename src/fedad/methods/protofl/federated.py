@@ -13,7 +13,7 @@ sends each joined client **its own** prototype :math:`v_k` in its own message (p
 acknowledge gets its prototype again with its next training message.
 
 Phase 1, rounds ``1 .. rounds`` [ProtoFL Alg. 1]: the engine's client fraction
-(:meth:`~fedad.fl.context.ServerContext.sample`) among the joined clients; each trains the
+(:meth:`~fedad.core.context.ServerContext.sample`) among the joined clients; each trains the
 global encoder for ``local_epochs`` on [ProtoFL eq. 8] and the server takes the
 example-weighted mean (FedAvg, [ProtoFL eq. 1]).
 
@@ -41,14 +41,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from fedad.core.detector import shared_field
-from fedad.core.errors import ConfigError, RunError
-from fedad.core.messages import Message, prefixed, unprefixed
-from fedad.core.rng import rng as seeded_rng
-from fedad.core.types import ClientData, dense
-from fedad.devices import resolve_device
-from fedad.evaluation.families import MetricFamily, ranking_scores
-from fedad.fl.algorithm import (
+from fedad.core.algorithm import (
     Algorithm,
     ClientState,
     Handler,
@@ -59,8 +52,15 @@ from fedad.fl.algorithm import (
     Setup,
     register,
 )
-from fedad.fl.context import ServerContext
-from fedad.fl.rounds import Arrays, fedavg_rounds
+from fedad.core.context import ServerContext
+from fedad.core.detector import shared_field
+from fedad.core.errors import ConfigError, RunError
+from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.rng import rng as seeded_rng
+from fedad.core.rounds import Arrays, fedavg_rounds
+from fedad.core.types import ClientData, dense
+from fedad.devices import resolve_device
+from fedad.evaluation.families import MetricFamily, ranking_scores
 from fedad.methods.protofl.augment import Auto
 from fedad.methods.protofl.detector import ProtoFLDetector
 from fedad.methods.protofl.detector_params import (

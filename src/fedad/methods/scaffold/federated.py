@@ -26,7 +26,7 @@ Each round (:mod:`.control` for the equations):
    (``lr`` is at most :data:`MAX_LR`, ``server_lr`` at most :data:`MAX_SERVER_LR`).
 
 The means are taken through :meth:`ServerContext.mean
-<fedad.fl.context.ServerContext.mean>` (so SecAgg+ applies), which weights replies by their
+<fedad.core.context.ServerContext.mean>` (so SecAgg+ applies), which weights replies by their
 number of training examples, as ``fedavg`` does; with equally large clients this is the
 paper's plain mean over :math:`S`. The control variates cover the trainable parameters;
 buffers (Deep SVDD's fixed centre) travel in :math:`\\Delta y` only. A round therefore
@@ -50,12 +50,12 @@ from pydantic import Field
 from fedad.components.detectors.contrastive import ContrastiveDetector
 from fedad.components.detectors.neural import DeepSVDDDetector, TorchDetector
 from fedad.components.federated import OWN, TRAIN, GlobalModel, TrainParams, client_rng
+from fedad.core.algorithm import ClientState, Handler, Params, ServerResult, Setup, register
+from fedad.core.context import ServerContext
 from fedad.core.messages import Message, prefixed, unprefixed
+from fedad.core.rounds import Arrays, fedavg_rounds
 from fedad.core.types import ClientData
 from fedad.core.validate import spec_of
-from fedad.fl.algorithm import ClientState, Handler, Params, ServerResult, Setup, register
-from fedad.fl.context import ServerContext
-from fedad.fl.rounds import Arrays, fedavg_rounds
 from fedad.methods.scaffold.control import client_deltas, option_two, server_update, zeros_like
 from fedad.methods.scaffold.train import scaffold_epochs
 

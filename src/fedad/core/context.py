@@ -20,9 +20,9 @@ from fedad.core.collapse import add_loss_ratio, collapse_message
 from fedad.core.grid import Grid, SecureGrid
 from fedad.core.messages import Message
 from fedad.core.rng import rng as seeded_rng
+from fedad.core.secagg import WEIGHT, SecAggSettings, unflatten
 from fedad.core.types import Features
 from fedad.core.validate import ArraySpec, check_reply, outlying_updates
-from fedad.fl.secagg import WEIGHT, SecAggSettings, unflatten
 
 log = logging.getLogger("fedad")
 
@@ -50,6 +50,11 @@ class ServerContext:
         on_round: Callable[[dict[str, Any]], None] | None = None,
         server_data: Features | None = None,
         secagg: SecAggSettings | None = None,
+        *,
+        public: np.ndarray | None = None,
+        update_phases: tuple[str, ...] = (),
+        evaluator: Callable[[Any], dict[str, Any]] | None = None,
+        eval_every: int = 0,
     ) -> None:
         self.grid = grid
         self.secagg = secagg
@@ -57,11 +62,13 @@ class ServerContext:
         self.secure_phases = 0
         self.server_data = server_data
         """Normal data the server holds (``data.server_normal``; never test data), or None."""
-        self.public: np.ndarray | None = None
-        """The public set the method asked for (:class:`~fedad.fl.algorithm.PublicRequest`):
+        self.public = public
+        """The public set the method asked for (:class:`~fedad.core.algorithm.PublicRequest`):
         images unrelated to the clients, generated or loaded by name; None if not asked."""
-        self.evaluator: Callable[[Any], dict[str, Any]] | None = None
-        self.eval_every = 0
+        self.evaluator = evaluator
+        """Evaluates a round's global state for the learning curve (``eval_*`` columns), every
+        ``eval_every`` rounds (0: never)."""
+        self.eval_every = eval_every
         self.rounds = rounds
         self.seed = seed
         self.fraction = fraction
@@ -74,9 +81,9 @@ class ServerContext:
         self._t0 = time.perf_counter()
         self._b0 = (grid.bytes_up, grid.bytes_down)
         self._missing: set[int] = set()
-        self.update_phases: tuple[str, ...] = ()
+        self.update_phases = update_phases
         """The method's model-update phases: their replies' update norms are checked too
-        (:func:`~fedad.core.validate.outlying_updates`; set by the engine)."""
+        (:func:`~fedad.core.validate.outlying_updates`)."""
 
     # -- sampling ---------------------------------------------------------------------
     def sample(self, node_ids: Sequence[int] | None = None) -> list[int]:
@@ -145,7 +152,7 @@ class ServerContext:
         Algorithm 1). The program sees the mean and each reply's ``scalars`` (which always
         include ``num_examples``), never a single client's arrays, so a phase written with
         :meth:`mean` runs unchanged under Flower's SecAgg+ when ``privacy.secagg`` is on
-        (:mod:`fedad.fl.secagg`: the server then learns only the sum).
+        (:mod:`fedad.core.secagg`: the server then learns only the sum).
         """
         wanted = [WEIGHT, *(s for s in scalars if s != WEIGHT)]
         if self.secagg is None:

@@ -2,7 +2,7 @@
 
 Most methods' server programs are the same loop (McMahan et al., 2017, Alg. 1): each round
 send the global arrays to the sampled clients, replace them by the clients'
-example-weighted mean (:meth:`~fedad.fl.context.ServerContext.mean`, so SecAgg+ applies),
+example-weighted mean (:meth:`~fedad.core.context.ServerContext.mean`, so SecAgg+ applies),
 log the weighted mean of the replies' scalars, offer the round's state for a learning-curve
 evaluation and close the round's history row. :func:`fedavg_rounds` is that loop, with hooks
 for what differs between methods (the messages, the server's step from the mean, the state
@@ -20,10 +20,10 @@ from functools import partial
 import numpy as np
 
 from fedad.core.aggregate import weighted_mean
+from fedad.core.algorithm import ServerResult
+from fedad.core.context import ServerContext
 from fedad.core.messages import Message
 from fedad.core.validate import ArraySpec, spec_of
-from fedad.fl.algorithm import ServerResult
-from fedad.fl.context import ServerContext
 
 __all__ = ["Arrays", "Step", "close_round", "fedavg_rounds", "log_weighted_scalars"]
 
@@ -51,7 +51,7 @@ def close_round(
     eval_last: bool = True,
 ) -> None:
     """End round ``round_no``: offer its global state for a learning-curve evaluation
-    (:meth:`~fedad.fl.context.ServerContext.checkpoint`, when ``engine.eval_every`` asks for
+    (:meth:`~fedad.core.context.ServerContext.checkpoint`, when ``engine.eval_every`` asks for
     this round), then close its history row (:meth:`~.ServerContext.end_round`).
 
     ``result`` is the state, or a function that builds it, called only when the evaluation

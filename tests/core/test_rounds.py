@@ -1,4 +1,4 @@
-"""The round loops of fedad.fl.rounds: FedAvg rounds with their hooks, and the end of a round."""
+"""The round loops of fedad.core.rounds: FedAvg rounds with their hooks, and the end of a round."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pytest
 
-from fedad.fl.algorithm import ServerResult
-from fedad.fl.context import ServerContext
-from fedad.fl.messages import Message
-from fedad.fl.rounds import Arrays, close_round, fedavg_rounds
-from fedad.fl.validate import ArraySpec
+from fedad.core.algorithm import ServerResult
+from fedad.core.context import ServerContext
+from fedad.core.messages import Message
+from fedad.core.rounds import Arrays, close_round, fedavg_rounds
+from fedad.core.validate import ArraySpec
 
 Reply = Callable[[int, Message], Message | None]
 

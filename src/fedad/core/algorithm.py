@@ -2,7 +2,7 @@
 
 An :class:`Algorithm` owns both sides of a method. Client handlers are named functions
 ``(state, data, message) -> message``; the server program is plain Python that drives a
-:class:`~fedad.core.grid.Grid` through a :class:`~fedad.fl.context.ServerContext` and reduces
+:class:`~fedad.core.grid.Grid` through a :class:`~fedad.core.context.ServerContext` and reduces
 replies with the pure functions of :mod:`fedad.core.aggregate`. Engines (in-process, Flower)
 deliver the messages.
 
@@ -27,13 +27,12 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from fedad.core.as_written import AsWritten
 from fedad.core.catalog import import_method, method_entries
+from fedad.core.context import ServerContext
 from fedad.core.detector import BaseDetector, Localizer, flag, localizes, quantile_threshold
 from fedad.core.errors import ConfigError
 from fedad.core.messages import Message, prefixed
+from fedad.core.sampling import embedding_indices
 from fedad.core.types import ClientData, DataKind
-from fedad.evaluation.families import MetricFamily
-from fedad.evaluation.samples import embedding_indices
-from fedad.fl.context import ServerContext
 
 ClientState = dict[str, np.ndarray]
 Handler = Callable[[ClientState, ClientData, Message], Message]
@@ -139,8 +138,9 @@ class Algorithm(ABC):
     detector_kinds: ClassVar[dict[str, tuple[DataKind, ...]]] = {}
     """Detectors that take fewer data kinds than the method (default: all of ``kinds``)."""
     ParamsModel: ClassVar[type[Params]] = Params
-    metric_families: ClassVar[tuple[MetricFamily, ...]] = ()
-    """Metric families this method declares, computed beside the built-in ones (image
+    metric_families: ClassVar[tuple[Any, ...]] = ()
+    """Metric families (:class:`fedad.evaluation.families.MetricFamily` instances: the core
+    names no evaluation type) this method declares, computed beside the built-in ones (image
     level always, pixel level when the evaluate replies carry anomaly maps; see
     :mod:`fedad.evaluation.families`). Each adds its keys to ``metrics.json`` and its
     columns to the terminal table or the report, for this method only: ONLAD declares

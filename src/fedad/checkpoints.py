@@ -1,8 +1,0 @@
-"""Moved to :mod:`fedad.rundir.checkpoints` (the run directory's own package); this name stays for
-code written against it, as the same module object."""
-
-import sys
-
-from fedad.rundir import checkpoints as _moved
-
-sys.modules[__name__] = _moved

@@ -1,8 +1,0 @@
-"""Moved to :mod:`fedad.core.collapse` (the contracts every method and engine share); this name
-stays for code written against it, as the same module object."""
-
-import sys
-
-from fedad.core import collapse as _moved
-
-sys.modules[__name__] = _moved
