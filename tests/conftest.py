@@ -7,18 +7,17 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 import torch
-from fedad.data.types import ClientData, Federation, GraphSet, concat
 
-import fedad.methods  # noqa: F401  (the test session's composition root: the built-in methods)
 from fedad.cli.tuning import reusable_heap
 from fedad.core.messages import Message
+from fedad.core.types import ClientData, Federation, GraphSet, concat
 
 torch.set_num_threads(1)
 reusable_heap()  # the allocator thresholds of the `fedad` command, here and in its children
 
 
 COLLAPSE_WARNING = "encoder not learning"
-"""The start of the collapse guard's event (:mod:`fedad.collapse`)."""
+"""The start of the collapse guard's event (:mod:`fedad.core.collapse`)."""
 
 
 def failures(events: list[str]) -> list[str]:

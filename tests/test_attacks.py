@@ -80,7 +80,7 @@ def test_data_attacks_hit_only_attacked_clients_and_never_the_tests(kind: str) -
 
 
 def test_attack_clients_over_partition_is_a_config_error() -> None:
-    from fedad.errors import ConfigError
+    from fedad.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"attack\.clients"):
         _fed({"kind": "sign-flip", "clients": 9})
@@ -174,7 +174,7 @@ def test_a_model_attack_on_centralized_says_it_is_not_applied() -> None:
 
 def test_contamination_attack_with_one_vs_rest_refused_before_loading() -> None:
     """The attack step's own check runs before the planner loads anything."""
-    from fedad.errors import ConfigError
+    from fedad.core.errors import ConfigError
 
     raw: dict[str, Any] = {
         "data": {"name": "no_such_data_set", "normal": [0, 1]},

@@ -13,7 +13,7 @@ from fedad.config import (
     load_config,
     parse_config,
 )
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
 
 BASE: dict[str, Any] = {
     "data": {"name": "digits", "normal": [0], "anomaly": [1]},

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from fedad.cli.app import app
 from fedad.components.detectors.neural import AutoEncoderDetector
 from fedad.config import dump_toml, parse_config
+from fedad.core.errors import ConfigError
 from fedad.devices import resolve_device
-from fedad.errors import ConfigError
 
 runner = CliRunner()
 SMALL = {

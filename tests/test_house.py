@@ -111,6 +111,44 @@ def test_no_import_cycles() -> None:
     assert _cycles(graph) == []
 
 
+def _squashed(graph: dict[str, set[str]], depth: int) -> dict[str, set[str]]:
+    """``graph`` with every module replaced by its package ``depth`` names deep
+    (``fedad.fl.flower.app`` -> ``fedad.fl`` at depth 2); a package and what it contains
+    are one node (an ``__init__`` importing its own modules is no edge between packages)."""
+
+    def squash(m: str) -> str:
+        return ".".join(m.split(".")[:depth])
+
+    out: dict[str, set[str]] = {}
+    for a, targets in graph.items():
+        sa = squash(a)
+        out.setdefault(sa, set())
+        for b in targets:
+            sb = squash(b)
+            if sa != sb and not sb.startswith(sa + ".") and not sa.startswith(sb + "."):
+                out[sa].add(sb)
+                out.setdefault(sb, set())
+    return out
+
+
+def test_no_import_cycle_between_packages() -> None:
+    """At every depth, packages import each other without a cycle (``fedad.fl`` and
+    ``fedad.methods`` never both ways, nor ``fedad.fl.flower`` and ``fedad.fl.engine``); the
+    layers themselves are import-linter's contract in pyproject.toml."""
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    deepest = max(name.count(".") for name in modules) + 1
+    for depth in range(2, deepest + 1):
+        assert _cycles(_squashed(graph, depth)) == [], f"packages {depth} names deep"
+
+
+def test_squashing_finds_a_cycle_between_packages() -> None:
+    graph = {"fedad.a.x": {"fedad.b.y"}, "fedad.b.y": set(), "fedad.b.z": {"fedad.a.w"}}
+    graph["fedad.a.w"] = set()
+    assert _cycles(graph) == []  # no cycle between the modules
+    assert _cycles(_squashed(graph, 2)) == [["fedad.a", "fedad.b"]]
+
+
 def test_no_source_file_over_600_lines() -> None:
     long = {
         str(p.relative_to(SRC)): n

@@ -85,7 +85,7 @@ def test_cli_errors_keep_brackets(text: str, capsys: pytest.CaptureFixture[str])
     import typer
 
     from fedad.cli.options import fail
-    from fedad.errors import FedadError
+    from fedad.core.errors import FedadError
 
     with pytest.raises(typer.Exit):
         fail(FedadError(text))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fedad import interrupts
-from fedad.errors import Interrupted
+from fedad.core.errors import Interrupted
 from fedad.interrupts import deferred_while_importing, importing, raise_interrupted
 
 

@@ -12,10 +12,10 @@ from pydantic import BaseModel
 
 import fedad.runner
 from fedad.config import parse_config
-from fedad.errors import MethodsFailed, is_allocation_failure
+from fedad.core.errors import MethodsFailed, is_allocation_failure
 from fedad.memory import allocation_error, largest_size_param
 from fedad.runner import run_experiment
-from tests.test_fingerprint import table_config, write_table
+from tests.rundir.test_fingerprint import table_config, write_table
 
 TORCH_OOM = (
     "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "

@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fedad.data.types import Dataset
 
 from fedad.config import parse_config
 from fedad.core.algorithm import Setup, build_algorithm
 from fedad.core.messages import Message
+from fedad.core.types import Dataset
 from fedad.data.registry import register_dataset, unregister_dataset
 from fedad.evaluation.families import Pooled
 from fedad.evaluation.samples import EMBED_PER_CLIENT, embedding_indices, embedding_sample

@@ -18,8 +18,8 @@ import pytest
 
 import fedad.fl.drive as engine
 from fedad.config import parse_config
+from fedad.core.types import Dataset
 from fedad.data.registry import register_dataset, unregister_dataset
-from fedad.data.types import Dataset
 from fedad.runner import TIMING_KEYS, run_experiment
 
 PAUSE = 0.4

@@ -14,9 +14,10 @@ from typer.testing import CliRunner
 import fedad
 from fedad.cli.app import app
 from fedad.config import parse_config
-from fedad.errors import ConfigError, FedadError
+from fedad.core.errors import ConfigError, FedadError
+from fedad.evaluation.seeds import aggregate, aggregate_method, history_with_seeds
 from fedad.runner import TIMING_KEYS, run_experiment
-from fedad.seeds import aggregate, aggregate_method, history_with_seeds, run_seeds
+from fedad.seeds import run_seeds
 
 BASE: dict[str, Any] = {
     "rounds": 1,
@@ -206,7 +207,7 @@ def test_a_failing_seed_is_reported_and_the_others_kept(
 def test_interrupted_seeds_resume_to_the_same_metrics(
     two_seeds: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fedad.errors import Interrupted
+    from fedad.core.errors import Interrupted
 
     out = tmp_path / "run"
     calls: list[tuple[int, str]] = []

@@ -24,9 +24,9 @@ from typer.testing import CliRunner
 
 from fedad.cli.app import app
 from fedad.config import dump_toml, parse_config
+from fedad.core.errors import FedadError
+from fedad.core.types import Dataset
 from fedad.data.registry import register_dataset, unregister_dataset
-from fedad.data.types import Dataset
-from fedad.errors import FedadError
 from fedad.runner import run_experiment
 from fedad.seeds import run_seeds
 from fedad.tracking import MAX_PARAM, experiment_id, flatten, run_name, start, tracking_uri
@@ -288,7 +288,7 @@ def test_a_failure_after_the_last_method_ends_the_mlflow_run_as_failed(
 
 def _interrupted(store: Path, out: Path) -> str:
     """A run stopped (Ctrl-C) after its first method; the MLflow run id it recorded."""
-    from fedad.errors import Interrupted
+    from fedad.core.errors import Interrupted
 
     def stop(label: str) -> None:
         if label == "svm":

@@ -32,7 +32,7 @@ import fedad
 from fedad.config import load_config
 from fedad.export import export_run
 from fedad.federation import build_federation
-from fedad.scoring import score_data
+from fedad.rundir.score import score_data
 
 HERE = Path(__file__).resolve().parent
 ALONE = """

@@ -27,7 +27,6 @@ __all__ = [
     "mean_over_clients",
     "method_entries",
     "method_seconds",
-    "resolved_config",
     "run_families",
     "summarize",
 ]
@@ -144,16 +143,6 @@ def mean_over_clients(per_client: list[dict[str, Any]], key: str) -> float | Non
         if isinstance(r.get(key), int | float) and math.isfinite(float(r[key]))
     ]
     return float(np.mean(values)) if values else None
-
-
-def resolved_config(cfg: ExperimentConfig, algorithms: dict[str, Algorithm]) -> dict[str, Any]:
-    """The config with every default filled in, methods' params included."""
-    raw = cfg.model_dump(mode="json", exclude_none=True)
-    for m, alg in zip(raw["methods"], algorithms.values(), strict=True):
-        m["params"] = alg.params.model_dump(mode="json", exclude_none=True)
-        if alg.detector is not None:
-            m["detector"] = alg.detector
-    return raw
 
 
 def experiment_facts(cfg: ExperimentConfig, fed: Federation) -> dict[str, Any]:

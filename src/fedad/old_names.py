@@ -53,6 +53,11 @@ MOVED: dict[str, str] = {
     "fedad.cli.running": "fedad.cli.progress",
     "fedad.bench.run": "fedad.bench.benchmark",
     "fedad.data.federation.catalog": "fedad.data.federation.blocks",
+    "fedad.metrics": "fedad.evaluation.metrics",
+    "fedad.pixel_metrics": "fedad.evaluation.pixel",
+    "fedad.report.families": "fedad.evaluation.run_families",
+    "fedad.accounting": "fedad.privacy.accounting",
+    "fedad.privacy_budget": "fedad.privacy.budget",
 }
 """Old module name -> the module that holds its code now."""
 

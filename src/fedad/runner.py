@@ -24,32 +24,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from fedad.blas import one_blas_thread
 from fedad.config import ExperimentConfig, dump_toml
-from fedad.core.algorithm import Algorithm, Setup, build_algorithm, method_class
-from fedad.core.detector import DEFAULT_CONTAMINATION
+from fedad.core.algorithm import Algorithm
 from fedad.core.errors import FedadError, Interrupted, MethodsFailed, is_allocation_failure
 from fedad.core.types import Federation
 from fedad.devices import resolve_device
 from fedad.evaluation.families import BUILTIN, MetricFamily
-from fedad.federation import build_federation, plan_federation
 from fedad.fl.drive import RunOutcome
 from fedad.fl.engines import RunSettings, engine_for
-from fedad.fl.server_inputs import check_requirements, supplied_fields
-from fedad.fl.workers import WorkerPool, resolve_workers
+from fedad.fl.workers import WorkerPool, run_pool
 from fedad.interrupts import stop_if_swallowed
 from fedad.memory import allocation_error
 from fedad.method_metrics import (
     experiment_facts,
     method_seconds,
-    resolved_config,
     run_families,
     summarize,
 )
 from fedad.peak_memory import peak_mb, reset_peak
-from fedad.privacy_budget import privacy_guarantee, with_calibrated_noise
+from fedad.privacy.budget import privacy_guarantee
+from fedad.resolve import resolve
 from fedad.rundir import fingerprint
 from fedad.rundir.checkpoints import save_checkpoint
 from fedad.rundir.claim import Done, RunDir
@@ -65,60 +60,6 @@ TIMING_KEYS = ("seconds", "train_seconds", "client_seconds", "peak_mb")
 """metrics.json keys that measure wall time or memory, and so differ between identical runs."""
 
 RoundCallback = Callable[[str, dict[str, Any]], None]
-
-
-SERVER_SHARE = 5
-"""Server-side data a method asks for is capped at 1/SERVER_SHARE of the normal training pool."""
-
-
-def with_server_data(cfg: ExperimentConfig) -> ExperimentConfig:
-    """``cfg`` with ``data.server_normal`` large enough for every method's server program.
-
-    A method asks via :meth:`Algorithm.requirements`; the request is capped at a fifth of
-    the normal training pool so that small data sets still leave clients most of their data.
-    All methods of a run share the federation, so they all train without those samples.
-    """
-
-    def asks(name: str, params: dict[str, Any]) -> int:
-        cls = method_class(name)
-        try:
-            return cls.server_samples(params) if cls is not None else 0
-        except ValidationError:  # reported, in one line, when the method is built
-            return 0
-
-    asked = max((asks(m.name, m.params) for m in cfg.methods), default=0)
-    if asked <= cfg.data.server_normal:
-        return cfg
-    pool = int(plan_federation(cfg).notes["normal_pool"])  # type: ignore[call-overload]
-    take = max(cfg.data.server_normal, min(asked, pool // SERVER_SHARE))
-    data = cfg.data.model_copy(update={"server_normal": take})
-    return cfg.model_copy(update={"data": data})
-
-
-def make_setup(cfg: ExperimentConfig, fed: Federation) -> Setup:
-    contamination = cfg.partition.contamination or DEFAULT_CONTAMINATION
-    return Setup(
-        kind=fed.kind,
-        feature_shape=tuple(fed.feature_shape),
-        rounds=cfg.rounds,
-        seed=cfg.seed,
-        contamination=contamination,
-        num_clients=len(fed.clients),
-        device=cfg.engine.device,
-    )
-
-
-def build_algorithms(cfg: ExperimentConfig, fed: Federation) -> dict[str, Algorithm]:
-    """Every configured method, validated before anything trains."""
-    setup = make_setup(cfg, fed)
-    out = {
-        label: build_algorithm(m.name, m.params, setup, m.detector, where=f"methods.{i}")
-        for i, (label, m) in enumerate(zip(cfg.labels(), cfg.methods, strict=True))
-    }
-    fields = supplied_fields(fed)
-    for label, alg in out.items():
-        check_requirements(alg, label, fields)
-    return out
 
 
 def run_method(
@@ -169,19 +110,15 @@ class Prepared:
 def prepare(rd: RunDir, cfg: ExperimentConfig, resume: bool) -> Prepared:
     """Everything that can fail before a method trains, then the run's first files.
 
-    The device, the data, every method and the tracking store are checked and, with
+    The device, the config (:func:`fedad.resolve.resolve`: the data, every method), the
+    tracking store are checked and, with
     ``resume``, the config and the data against the run's (:func:`_resumable`) before a
     byte is written; only then ``inputs.json`` (kept as it is on a resume), the
     fingerprint, the state and ``config.toml``."""
     out = rd.root
     resolve_device(cfg.engine.device)  # a device that is not there: stop now
-    cfg = with_server_data(cfg)
-    fed = build_federation(cfg)
-    if cfg.partition.scheme == "natural":  # the resolved config names the count
-        cfg = cfg.natural_counts_checked(len(fed.clients))
-    algorithms = build_algorithms(cfg, fed)
-    cfg = with_calibrated_noise(cfg, algorithms.values(), len(fed.clients))
-    resolved = resolved_config(cfg, algorithms)
+    settled = resolve(cfg)
+    cfg, fed, algorithms, resolved = settled.cfg, settled.fed, settled.algorithms, settled.config
     config_text = dump_toml(resolved)
     inputs_text = Inputs.from_federation(cfg, fed).to_json()
     fp = Fingerprint(files_digest(cfg.data), federation_digest(fed, inputs_text))
@@ -247,7 +184,7 @@ def run_experiment(
                 tracker.method(label, done[label].history, done[label].metrics)
         facts = experiment_facts(cfg, fed)
         families = run_families(algorithms.values())
-        pool = _worker_pool(cfg, fed, [lab for lab in labels if lab not in done])
+        pool = run_pool(cfg, fed, [lab for lab in labels if lab not in done])
         try:
             failed = _train_all(rd, run, facts, families, t0, pool, on_round, on_method, keep_going)
             if failed and not done:  # nothing to keep: a failure like any other
@@ -358,18 +295,12 @@ def _run_one(
     metrics.update(method_seconds(outcome, time.perf_counter() - started))
     metrics["peak_mb"] = peak_mb()
     if cfg.privacy.mechanism == "gaussian":
-        metrics["privacy"] = privacy_guarantee(cfg, alg, outcome, len(fed.clients))
+        metrics["privacy"] = privacy_guarantee(
+            cfg, alg, outcome.releases, outcome.array_replies, len(fed.clients)
+        )
     rows = [{"method": label, **row} for row in outcome.history]
     save_checkpoint(out, label, alg, outcome)
     return Done(_clean(metrics), _clean(rows), arr)
-
-
-def _worker_pool(cfg: ExperimentConfig, fed: Federation, todo: list[str]) -> WorkerPool | None:
-    """One pool of worker processes for every method of the run (``engine.workers``)."""
-    workers = resolve_workers(cfg.engine.workers)
-    if cfg.engine.name != "inprocess" or workers <= 1 or len(fed.clients) <= 1 or not todo:
-        return None
-    return WorkerPool(fed.clients, cfg.seed, cfg.attack, cfg.privacy, workers)
 
 
 def _keep(

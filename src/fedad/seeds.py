@@ -4,14 +4,15 @@ A config with ``seeds = [0, 1, 2]`` runs :func:`fedad.runner.run_experiment` onc
 (the config with ``seed = N``), each into its own directory with every file a single run
 writes, and keeps an aggregate at the top of ``OUT``:
 
-* ``metrics.json``: today's shape; each method's numeric metrics are the **mean over
-  seeds**, ``std`` holds their standard deviations (numpy's ``np.std``, ``ddof = 0``) and
-  ``per_seed`` lists ``{"seed": N, metric: value, ...}``. A metric is averaged only when
-  every finished seed has a finite value for it; otherwise its mean and std are ``null``
-  (never a mean over the seeds that happened to work). ``per_client`` and ``events`` stay
-  in each seed's own ``metrics.json``. ``experiment`` keeps the facts all seeds share and
-  adds ``seeds``; ``columns`` lists the metric columns of every seed (their union, in
-  order), so a new metric family's numbers are aggregated and shown like any other.
+* ``metrics.json`` (:mod:`fedad.evaluation.seeds`): today's shape; each method's numeric
+  metrics are the **mean over seeds**, ``std`` holds their standard deviations (numpy's
+  ``np.std``, ``ddof = 0``) and ``per_seed`` lists ``{"seed": N, metric: value, ...}``. A
+  metric is averaged only when every finished seed has a finite value for it; otherwise its
+  mean and std are ``null`` (never a mean over the seeds that happened to work).
+  ``per_client`` and ``events`` stay in each seed's own ``metrics.json``. ``experiment``
+  keeps the facts all seeds share and adds ``seeds``; ``columns`` lists the metric columns
+  of every seed (their union, in order), so a new metric family's numbers are aggregated and
+  shown like any other.
 * ``history.csv``: every seed's rows, with a ``seed`` column first.
 * ``report.html``: mean +- std, the per-seed spread, links to each seed's report.
 * ``config.toml``: the config as given (with ``seeds``); each seed's resolved config is in
@@ -27,172 +28,34 @@ the run.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
-import math
 import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fedad.config import ExperimentConfig, dump_toml
 from fedad.core.errors import FedadError, Interrupted, MethodsFailed
+from fedad.evaluation.seeds import aggregate, history_with_seeds
 from fedad.interrupts import keep_swallowed_signals, raise_interrupted
 from fedad.rundir import fingerprint
 from fedad.rundir.claim import RunDir, has_results
 from fedad.rundir.files import anchored, write_text
 from fedad.rundir.fingerprint import Fingerprint, files_digest
 from fedad.rundir.layout import HISTORY_FILE, METRICS_FILE, RUN_FILE, SEED_DIR, STATE_DIR
+from fedad.rundir.seeds import finished_seed, seed_dir
 from fedad.tracking import track_seeds
 
 log = logging.getLogger("fedad")
 
 
-SHARED = ("method", "detector", "params", "personalized", "privacy", "score_scale")
-"""Non-numeric entries of a method kept in the aggregate (equal across seeds)."""
-DROPPED = ("per_client", "events", "missing_nodes")
-"""Entries left in each seed's own metrics.json."""
-
 OnSeed = Callable[[int, str], None]
 """Called with (seed, "start" | "done" | "failed") as seeds progress."""
-
-
-def seed_dir(out: Path, seed: int) -> Path:
-    """``OUT/seed-N``."""
-    return out / SEED_DIR.format(seed)
-
-
-# -- aggregation (pure) -----------------------------------------------------------------------
-
-
-def _number(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    return float(v) if math.isfinite(v) else None
-
-
-def _is_metric(v: Any) -> bool:
-    return v is None or (isinstance(v, int | float) and not isinstance(v, bool))
-
-
-def aggregate_method(entries: Sequence[tuple[int, Mapping[str, Any]]]) -> dict[str, Any]:
-    """One method's aggregate entry from ``[(seed, metrics entry), ...]``.
-
-    Numeric keys: the mean over seeds (``None`` unless every seed has a finite value), with
-    ``std[key]`` the population standard deviation; ``per_seed`` the seeds' own values.
-    """
-    keys: list[str] = []
-    for _, e in entries:
-        for k, v in e.items():
-            if k not in keys and k not in SHARED and k not in DROPPED and _is_metric(v):
-                keys.append(k)
-    keys = [k for k in keys if any(_number(e.get(k)) is not None for _, e in entries)]
-    first = next((e for _, e in entries if e), {})
-    out: dict[str, Any] = {}
-    std: dict[str, float | None] = {}
-    for k in keys:
-        values = [_number(e.get(k)) for _, e in entries]
-        if all(v is not None for v in values):
-            arr = np.asarray(values, dtype=np.float64)
-            out[k], std[k] = float(np.mean(arr)), float(np.std(arr))
-        else:
-            out[k], std[k] = None, None
-    for k in SHARED:
-        if k in first and all(e.get(k) == first[k] for _, e in entries if e):
-            out[k] = first[k]
-    out["std"] = std
-    out["per_seed"] = [{"seed": s, **{k: e.get(k) for k in keys}} for s, e in entries]
-    return out
-
-
-def aggregate(
-    per_seed: Mapping[int, Mapping[str, Any]], seeds: Sequence[int], labels: Sequence[str]
-) -> dict[str, Any]:
-    """``metrics.json`` of a several-seed run from the seeds' own ``metrics.json`` data.
-
-    ``per_seed`` holds the finished seeds; ``seeds`` all seeds in config order; ``labels``
-    the methods in config order. A method appears when at least one seed finished it; one
-    that failed in a finished seed (that seed's ``experiment.failed_methods``) has no mean.
-    """
-    done = [s for s in seeds if s in per_seed]
-    methods: dict[str, Any] = {}
-    for label in labels:
-        got = {s: per_seed[s].get("methods", {}).get(label) for s in done}
-        if any(isinstance(e, dict) for e in got.values()):  # failed in a seed: no mean
-            methods[label] = aggregate_method(
-                [(s, e if isinstance(e, dict) else {}) for s, e in got.items()]
-            )
-    experiment: dict[str, Any] = {}
-    facts = [per_seed[s].get("experiment", {}) for s in done]
-    if facts:
-        for k, v in facts[0].items():
-            if k not in ("seed", "status", "pending", "total_seconds") and all(
-                f.get(k) == v for f in facts[1:]
-            ):
-                experiment[k] = v
-    experiment["seeds"] = list(seeds)
-    out: dict[str, Any] = {
-        "methods": methods,
-        "experiment": experiment,
-        "columns": _columns(per_seed, done),
-    }
-    families = {k: v for s in reversed(done) for k, v in _families(per_seed[s]).items()}
-    if families:  # none when every seed predates `families`: the report falls back then
-        out["families"] = families
-    return out
-
-
-def _families(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """A seed's ``families`` (the description of its metric families), or ``{}``."""
-    raw = metrics.get("families")
-    return raw if isinstance(raw, dict) else {}
-
-
-def _columns(
-    per_seed: Mapping[int, Mapping[str, Any]], done: Sequence[int]
-) -> dict[str, list[str]]:
-    """The union, in order, of the finished seeds' ``columns`` (each seed's runs the same
-    methods on the same kind of data, so they are normally equal)."""
-    from fedad.evaluation.columns import columns_of
-    from fedad.report.families import run_families
-
-    out: dict[str, list[str]] = {}
-    for s in done:
-        metrics = per_seed[s]  # a seed written before columns were listed: as the report
-        listed = isinstance(metrics.get("columns"), dict)
-        for group, cols in columns_of(metrics, () if listed else run_families(metrics)).items():
-            have = out.setdefault(group, [])
-            have += [c for c in cols if c not in have]
-    return out
-
-
-def history_with_seeds(texts: Sequence[tuple[int, str]]) -> str:
-    """Every seed's ``history.csv`` text as one CSV with a ``seed`` column first."""
-    rows: list[dict[str, str]] = []
-    columns: list[str] = ["seed"]
-    for seed, text in texts:
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        for c in reader.fieldnames or []:
-            if c and c not in columns:
-                columns.append(c)
-        for row in reader:
-            rows.append({"seed": str(seed), **{k: v for k, v in row.items() if k}})
-    buf = io.StringIO(newline="")
-    w = csv.DictWriter(buf, fieldnames=columns, restval="", extrasaction="ignore")
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
-
-
-# -- running ---------------------------------------------------------------------------------
 
 
 def as_given(cfg: ExperimentConfig) -> dict[str, Any]:
@@ -210,23 +73,6 @@ def as_given(cfg: ExperimentConfig) -> dict[str, Any]:
 def top_config_text(cfg: ExperimentConfig) -> str:
     """``OUT/config.toml``: the config as given, with ``seeds`` (no ``seed``)."""
     return dump_toml(as_given(cfg))
-
-
-def _finished(d: Path) -> dict[str, Any] | None:
-    """A seed directory's metrics.json data when that run finished, else None."""
-    from fedad.rundir.read import read_metrics
-
-    state = d / STATE_DIR / RUN_FILE
-    if not (state.is_file() and (d / METRICS_FILE).is_file()):
-        return None
-    try:
-        info = json.loads(state.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    if not isinstance(info, dict) or info.get("state") != "finished":
-        return None
-    data = read_metrics(d / METRICS_FILE)
-    return data if data["experiment"].get("status") == "complete" else None
 
 
 class _Aggregate:
@@ -322,7 +168,7 @@ def run_seeds(
                     f"'{seed_dir(out, s)}' is a symbolic link, not a seed's run",
                     "remove it, or start anew with --force",
                 )
-            prior = _finished(seed_dir(out, s)) if resume else None
+            prior = finished_seed(seed_dir(out, s)) if resume else None
             if prior is not None:
                 agg.per_seed[s] = prior
             else:

@@ -10,7 +10,7 @@ import pytest
 
 from fedad.bench.ranks import MIN_BLOCKS, rank_kind
 from fedad.bench.results import COLUMNS, read_results, rows_of_run, write_results
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 
 
 def row(

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 import fedad.runner
+from fedad.bench.benchmark import BenchRequest, run_bench
 from fedad.bench.results import read_results
-from fedad.bench.run import BenchRequest, run_bench
 from fedad.bench.suites import load_target
 from fedad.cli.app import app
-from fedad.errors import Interrupted
+from fedad.core.errors import Interrupted
 from tests.hostile.conftest import one_line_error, runner
 
 CONFIG = """

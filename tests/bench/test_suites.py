@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fedad.errors import ConfigError
 
 from fedad.bench.expand import expand_methods, pairs_for, parse_methods
 from fedad.bench.suites import data_kind, load_target, shipped_suites, suite_from_config
 from fedad.core.algorithm import method_class
+from fedad.core.errors import ConfigError
 
 FAMILIES = {"tables", "images", "graphs", "defects", "one-vs-rest"}
 
@@ -89,7 +89,7 @@ def test_methods_on_a_federation_with_its_own_rows_keep_their_params(tmp_path: P
     """--methods on a suite with explicit rows: the rows of a named method (or label) keep
     their params and labels; a name with no row there runs the catalog's pair at default
     params."""
-    from fedad.bench.run import BenchRequest, federation_config
+    from fedad.bench.benchmark import BenchRequest, federation_config
 
     path = tmp_path / "mine.toml"
     path.write_text(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fedad.bench.run import BenchRequest, federation_config
+from fedad.bench.benchmark import BenchRequest, federation_config
 from fedad.bench.suites import load_target
 from fedad.core.algorithm import method_class
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 from fedad.fl.flower.deploy.launch import free_port
 from fedad.fl.flower.deploy.local import WORKER_RESTARTS
 

@@ -13,7 +13,7 @@ import pytest
 import typer
 
 from fedad.cli.options import interrupted
-from fedad.errors import Interrupted
+from fedad.core.errors import Interrupted
 
 
 def said(stop: Interrupted, config: Path, capsys: pytest.CaptureFixture[str]) -> str:

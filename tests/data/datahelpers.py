@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fedad.data.types import DataKind, Dataset, GraphSet
+from fedad.core.types import DataKind, Dataset, GraphSet
 
 IDX_CODES = {np.uint8: 0x08, np.int8: 0x09, np.int16: 0x0B, np.int32: 0x0C,
              np.float32: 0x0D, np.float64: 0x0E}  # fmt: skip

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedad.core.errors import DataError, FedadError
+from fedad.core.types import Dataset
 from fedad.data.registry import (
     dataset_info,
     list_datasets,
@@ -12,8 +14,6 @@ from fedad.data.registry import (
     register_dataset,
     unregister_dataset,
 )
-from fedad.data.types import Dataset
-from fedad.errors import DataError, FedadError
 
 BUILTIN = {
     "fashion_mnist", "mnist", "kmnist", "digits", "cifar10",

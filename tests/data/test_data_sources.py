@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedad.core.errors import DataError
 from fedad.data.idx import FASHION_MNIST_DIR, parse_idx, read_idx
 from fedad.data.imageops import resize_images
 from fedad.data.odds import R_LIBRARY_DIRS
 from fedad.data.registry import load_dataset
-from fedad.errors import DataError
 from tests.data.datahelpers import idx_bytes, write_cifar_like, write_idx, write_mnist_like
 
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from fedad.config import parse_config
+from fedad.core.errors import ConfigError, DataError
+from fedad.core.types import Federation
 from fedad.data.federation import as_class_set
-from fedad.data.types import Federation
-from fedad.errors import ConfigError, DataError
 from fedad.federation import build_federation
 from tests.data.datahelpers import make_config, synth_defects
 

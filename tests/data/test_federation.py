@@ -21,13 +21,13 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from fedad.config import parse_config
+from fedad.core.errors import ConfigError, DataError, FedadError
+from fedad.core.types import Federation, GraphSet
 from fedad.data.federation import PartitionSpec, pooled_mean_std
 from fedad.data.federation import plan_federation as plan_sections
 from fedad.data.idx import FASHION_MNIST_DIR
 from fedad.data.missing import MissingPolicy
 from fedad.data.partition import round_half_up
-from fedad.data.types import Federation, GraphSet
-from fedad.errors import ConfigError, DataError, FedadError
 from fedad.federation import build_federation, plan_federation
 from tests.data.datahelpers import SYNTH_PER_CLASS, make_config, write_mnist_like
 

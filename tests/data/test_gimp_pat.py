@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedad.core.errors import DataError
 from fedad.data.gimp_pat import read_pat
-from fedad.errors import DataError
 
 
 def pat(width: int, height: int, depth: int, pixels: bytes, name: bytes = b"t\0") -> bytes:

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from fedad.config import parse_config
+from fedad.core.types import GraphSet
 from fedad.data.graph_domains import DOMAINS, make_domain
 from fedad.data.registry import load_dataset
-from fedad.data.types import GraphSet
 from fedad.federation import build_federation
 
 NAMES = sorted(DOMAINS)

@@ -11,8 +11,8 @@ from PIL import Image
 
 import fedad.data.image_folder  # noqa: F401  (registers the data set)
 from fedad.config import parse_config
+from fedad.core.errors import DataError
 from fedad.data.image_folder import list_images, load_image_folder, read_images
-from fedad.errors import DataError
 from fedad.federation import build_federation
 from tests.data.datahelpers import make_config
 

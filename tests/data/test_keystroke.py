@@ -11,10 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from fedad.cli.app import app
+from fedad.core.errors import DataError
 from fedad.data import keystroke
 from fedad.data.keystroke import FILENAME, TIMING_COLUMNS, load_keystroke, parse_keystroke_csv
 from fedad.data.registry import list_datasets, load_dataset
-from fedad.errors import DataError
 
 HEADER = ["subject", "sessionIndex", "rep", *TIMING_COLUMNS]
 REAL_HEADER = (

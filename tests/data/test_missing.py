@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedad.core.errors import DataError
+from fedad.core.types import Dataset
 from fedad.data.missing import check_missing, fill_missing, training_means
-from fedad.data.types import Dataset
-from fedad.errors import DataError
 
 
 def _ds() -> Dataset:
@@ -58,7 +58,7 @@ def test_feature_never_observed_in_training() -> None:
 
 
 def test_graphs_with_missing_node_features_are_dropped_or_refused() -> None:
-    from fedad.data.types import GraphSet
+    from fedad.core.types import GraphSet
 
     def g(v: float, nodes: int = 2) -> tuple[np.ndarray, np.ndarray]:
         return np.full((nodes, 2), v, np.float32), np.zeros((2, 0), np.int64)

@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 
 from fedad.config import parse_config
+from fedad.core.errors import DataError
 from fedad.data.mvtec import load_mvtec
-from fedad.errors import DataError
 from fedad.federation import build_federation
 from tests.data.datahelpers import make_config
 

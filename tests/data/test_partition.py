@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedad.core.errors import DataError
 from fedad.data.partition import (
     by_source,
     dirichlet,
@@ -17,7 +18,6 @@ from fedad.data.partition import (
     partition,
     round_half_up,
 )
-from fedad.errors import DataError
 
 FAST = settings(max_examples=30, deadline=None)
 

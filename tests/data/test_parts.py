@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from fedad.config import parse_config
+from fedad.core.errors import FedadError
+from fedad.core.types import Dataset, Features, GraphSet
 from fedad.data.parts import halves, sample_bytes, take_part
 from fedad.data.registry import dataset_info, list_datasets, load_dataset
-from fedad.data.types import Dataset, Features, GraphSet
-from fedad.errors import FedadError
 
 
 def contents(x: Features) -> set[bytes]:

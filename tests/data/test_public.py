@@ -7,8 +7,8 @@ import importlib.util
 import numpy as np
 import pytest
 
+from fedad.core.errors import ConfigError, FedadError
 from fedad.data.public import public_images, public_names
-from fedad.errors import ConfigError, FedadError
 
 SHAPES = [(1, 16, 16), (3, 20, 12)]
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from fedad.config import parse_config
+from fedad.core.errors import DataError
 from fedad.data.registry import dataset_info, load_dataset
-from fedad.errors import DataError
 from fedad.federation import build_federation
 
 

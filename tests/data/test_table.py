@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from fedad.config import parse_config
+from fedad.core.errors import ConfigError, DataError, FedadError
 from fedad.data.registry import load_dataset
-from fedad.errors import ConfigError, DataError, FedadError
 from fedad.federation import build_federation
 
 

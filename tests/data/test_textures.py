@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("skimage")
 
+from fedad.core.types import Dataset
 from fedad.data import textures
 from fedad.data.textures import CHANGED, DEFECTS, _defect, load_textures
-from fedad.data.types import Dataset
 
 
 @pytest.mark.parametrize("kind", DEFECTS)

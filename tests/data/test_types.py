@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedad.data.types import GraphSet, Samples, concat, take
-from fedad.errors import DataError
+from fedad.core.errors import DataError
+from fedad.core.types import GraphSet, Samples, concat, take
 
 Pairs = list[tuple[np.ndarray, np.ndarray]]
 

@@ -14,9 +14,6 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 import pytest
-from fedad.data.types import ClientData, Dataset, Federation
-from fedad.detector import BaseDetector, localizes
-from fedad.errors import FedadError
 from pydantic import BaseModel, ConfigDict
 from sklearn.metrics import roc_auc_score
 
@@ -24,7 +21,10 @@ from fedad.config import parse_config
 from fedad.core import algorithm as algmod
 from fedad.core.algorithm import Algorithm, ClientState, Params, ServerResult, register
 from fedad.core.context import ServerContext
+from fedad.core.detector import BaseDetector, localizes
+from fedad.core.errors import FedadError
 from fedad.core.messages import Message
+from fedad.core.types import ClientData, Dataset, Federation
 from fedad.data.registry import register_dataset, unregister_dataset
 from fedad.evaluation.columns import (
     column_spec,
@@ -43,11 +43,12 @@ from fedad.evaluation.families import (
     families_for,
     monitor_metrics,
 )
+from fedad.evaluation.metrics import normal_positive_metrics
+from fedad.evaluation.pixel import pro_score
 from fedad.evaluation.samples import MAPS_CAP, client_sample_indices, map_sample, sample_indices
 from fedad.fl.engine import run_inprocess
-from fedad.metrics import normal_positive_metrics
-from fedad.pixel_metrics import pro_score
-from fedad.runner import _clean, build_algorithms, run_experiment, summarize
+from fedad.resolve import build_algorithms
+from fedad.runner import _clean, run_experiment, summarize
 
 SIDE = 12
 
@@ -161,7 +162,7 @@ def toy() -> Iterator[None]:
     register_dataset("toy_defects", lambda path=None, size=None: _defects(), kind="image")
     register(_Toy)
     register(_Plain)
-    from fedad.detector import _DETECTORS, register_detector
+    from fedad.core.detector import _DETECTORS, register_detector
 
     for name, cls in (("toy-dev", _Dev), ("toy-dev-maps", _DevMaps)):
         if name not in _DETECTORS:
@@ -232,7 +233,7 @@ def test_maps_of_the_wrong_shape_name_the_detector(toy: None) -> None:
 def test_the_threshold_is_the_quantile_of_the_detectors_training_scores(toy: None) -> None:
     """client_evaluate thresholds on ``training_scores`` (held-out scores where a detector
     overrides it), not on ``score`` of the training data."""
-    from fedad.detector import quantile_threshold
+    from fedad.core.detector import quantile_threshold
 
     class _Held(_DevMaps):
         def training_scores(self, x: np.ndarray) -> np.ndarray:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedad.detector import BaseDetector
+from fedad.core.detector import BaseDetector
 from fedad.export.api import build
 from fedad.export.check import Parity, compare, session
-from fedad.inputs import Inputs
+from fedad.rundir.inputs import Inputs
 
 
 def parity_on(det: BaseDetector, x: np.ndarray, seed: int = 0) -> Parity:

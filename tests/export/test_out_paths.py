@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from fedad.cli.app import app
-from fedad.errors import FedadError
-from fedad.outdir import refuse_inside_run, target_path
+from fedad.core.errors import FedadError
+from fedad.rundir.files import refuse_inside_run, target_path
 from tests.hostile.conftest import one_line_error, runner
 
 

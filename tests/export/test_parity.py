@@ -20,12 +20,12 @@ from fedad.components.detectors.pretrained import PretrainedDetector
 from fedad.components.nn.patchscore import anomaly_maps
 from fedad.export.check import TOLERANCE, session
 from fedad.export.detectors.baselines import GaussianScore, KNNScore
-from fedad.export.detectors.feddymem import FedDyMemScore
 from fedad.export.detectors.images import PatchMaps, Prepare
 from fedad.export.registry import NotExportable, exporter_for, exporters
 from fedad.export.torchgraph import to_onnx
 from fedad.methods.fadngs.detector import FADngsDetector
 from fedad.methods.feddymem.detector import FedDyMemDetector
+from fedad.methods.feddymem.export import FedDyMemScore
 from fedad.methods.feduv.detector import FedUVDetector
 from fedad.methods.onlad.detector import OSELMAutoEncoder
 from fedad.methods.onlad.model import standardizer

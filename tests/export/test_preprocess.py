@@ -1,5 +1,5 @@
 """The preprocessing of inputs.json inside an exported model equals fedad's
-(:meth:`fedad.inputs.Inputs.table`), bit for bit, on random tables and raw rows."""
+(:meth:`fedad.rundir.inputs.Inputs.table`), bit for bit, on random tables and raw rows."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 from fedad.export.check import session, table_feeds
 from fedad.export.preprocess import MISSING_TEXT, X, preprocessing, standalone
 from fedad.export.registry import NotExportable
-from fedad.inputs import Inputs
+from fedad.rundir.inputs import Inputs
 
 CATS = ("acme", "omni", "zeta", "NA-like")
 

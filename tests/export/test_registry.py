@@ -4,7 +4,6 @@ imported only when a detector of its name is exported."""
 
 from __future__ import annotations
 
-import fedad.methods  # noqa: F401  (the declarations)
 from fedad.core.catalog import detector_entries
 from fedad.export.registry import exporters
 from tests.fresh import run_fresh

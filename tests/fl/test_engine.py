@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 import numpy as np
-from fedad.data.types import ClientData, Federation
-from fedad.detector import BaseDetector
 
 from fedad.core.aggregate import weighted_mean
 from fedad.core.algorithm import Algorithm, ClientState, Handler, Params, ServerResult, Setup
 from fedad.core.context import ServerContext
+from fedad.core.detector import BaseDetector
 from fedad.core.messages import Message
+from fedad.core.types import ClientData, Federation
 from fedad.core.validate import ArraySpec
 from fedad.fl.engine import InProcessGrid, run_inprocess
 from tests.conftest import make_federation

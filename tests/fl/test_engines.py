@@ -11,7 +11,7 @@ from fedad.core.errors import ConfigError
 from fedad.federation import build_federation
 from fedad.fl.engine import run_inprocess
 from fedad.fl.engines import ENGINES, Engine, InProcessEngine, RunSettings, engine_for
-from fedad.runner import build_algorithms
+from fedad.resolve import build_algorithms
 from tests.fresh import run_fresh
 
 CFG = {

@@ -16,9 +16,6 @@ from typing import Any, Self
 import numpy as np
 import pytest
 import torch
-from fedad.data.types import ClientData
-from fedad.detector import BaseDetector, register_detector
-from fedad.errors import ConfigError
 from pydantic import BaseModel, ConfigDict
 
 from fedad.config import parse_config
@@ -33,7 +30,10 @@ from fedad.core.algorithm import (
     register,
 )
 from fedad.core.context import ServerContext
+from fedad.core.detector import BaseDetector, register_detector
+from fedad.core.errors import ConfigError
 from fedad.core.messages import Message
+from fedad.core.types import ClientData
 from fedad.resources import InputSpec, register_resource
 from fedad.resources.base import Backbone
 
@@ -139,7 +139,7 @@ RAW = {
 @pytest.fixture
 def toy() -> Iterator[None]:
     register(_Toy)
-    if "toy-center" not in __import__("fedad.detector").detector._DETECTORS:
+    if "toy-center" not in __import__("fedad.core.detector").detector._DETECTORS:
         register_detector("toy-center")(_CenterDetector)
     register_resource("toy-res", _Tiny, input_spec=_Tiny.input_spec, feature_dim=4, overwrite=True)
     SEEN.clear()
@@ -168,7 +168,8 @@ def test_same_public_set_on_flower(toy: None, monkeypatch: pytest.MonkeyPatch) -
     from fedad.federation import build_federation
     from fedad.fl.flower.server import serve
     from fedad.fl.flower.spec import RunSpec
-    from fedad.runner import build_algorithms, run_method
+    from fedad.resolve import build_algorithms
+    from fedad.runner import run_method
     from tests.fl.flower.fake_flower import FakeFlowerGrid, as_server_app
 
     as_server_app(monkeypatch)

@@ -19,8 +19,6 @@ from typing import Any, Self
 import numpy as np
 import pytest
 import torch
-from fedad.data.types import ClientData, GraphSet, dense
-from fedad.detector import _DETECTORS, BaseDetector, register_detector
 from pydantic import BaseModel, ConfigDict
 
 from fedad.config import parse_config
@@ -35,7 +33,9 @@ from fedad.core.algorithm import (
     register,
 )
 from fedad.core.context import ServerContext
+from fedad.core.detector import _DETECTORS, BaseDetector, register_detector
 from fedad.core.messages import Message
+from fedad.core.types import ClientData, GraphSet, dense
 from fedad.core.validate import ArraySpec
 from fedad.data.registry import register_dataset, unregister_dataset
 from fedad.resources import InputSpec, register_resource
@@ -269,7 +269,8 @@ def _flower_equals_inprocess(raw: dict[str, Any], monkeypatch: pytest.MonkeyPatc
     from fedad.federation import build_federation
     from fedad.fl.flower.server import serve
     from fedad.fl.flower.spec import RunSpec
-    from fedad.runner import build_algorithms, run_method
+    from fedad.resolve import build_algorithms
+    from fedad.runner import run_method
     from tests.fl.flower.fake_flower import FakeFlowerGrid, as_server_app
 
     as_server_app(monkeypatch)
@@ -336,8 +337,7 @@ def test_localising_method_on_flower_equals_inprocess(
 
 
 def test_a_mask_method_on_data_without_masks_is_refused(toys: None, tmp_path: Path) -> None:
-    from fedad.errors import ConfigError
-
+    from fedad.core.errors import ConfigError
     from fedad.runner import run_experiment
 
     raw = {**MASK_RAW, "data": {"name": "digits", "normal": [0], "anomaly": [7], "size": 8}}

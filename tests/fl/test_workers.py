@@ -7,13 +7,13 @@ import os
 import numpy as np
 import pytest
 import torch
-from fedad.data.types import ClientData
-from fedad.errors import ConfigError
 
 from fedad.config import AttackConfig, PrivacyConfig, parse_config
 from fedad.core.algorithm import ClientState, Handler, ServerResult
 from fedad.core.context import ServerContext
+from fedad.core.errors import ConfigError
 from fedad.core.messages import Message
+from fedad.core.types import ClientData
 from fedad.core.validate import ArraySpec
 from fedad.federation import build_federation
 from fedad.fl.engine import run_inprocess
@@ -41,7 +41,7 @@ def _fed_and_algo(method: str, detector: str) -> tuple[object, object]:
     }  # fmt: skip
     cfg = parse_config(raw)
     fed = build_federation(cfg)
-    from fedad.runner import build_algorithms
+    from fedad.resolve import build_algorithms
 
     return fed, next(iter(build_algorithms(cfg, fed).values()))
 

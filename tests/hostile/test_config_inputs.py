@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from fedad.cli.app import app
-from fedad.errors import FedadError
-from fedad.inputs import read_inputs
+from fedad.core.errors import FedadError
+from fedad.rundir.inputs import read_inputs
 from tests.hostile.conftest import one_line_error, runner
 
 GOOD = """

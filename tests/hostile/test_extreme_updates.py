@@ -6,7 +6,7 @@ array's dtype). The server program must finish, the evaluation and the metrics m
 computed, and nothing may raise: the engine rejects absurd updates of a model-update phase
 (:func:`fedad.core.validate.outlying_updates`), excluding or discarding the rest is the
 methods' job; when every client is hostile and every update is rejected, the run ends in a
-one-line :class:`~fedad.errors.RunError`.
+one-line :class:`~fedad.core.errors.RunError`.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fedad.errors import RunError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedad.attacks import attacked_clients
 from fedad.config import AttackConfig, PrivacyConfig
 from fedad.core.algorithm import EVALUATE, Setup, build_algorithm, registry
+from fedad.core.errors import RunError
 from fedad.core.messages import Message
 from fedad.fl.drive import drive
 from fedad.fl.engine import InProcessGrid, run_inprocess

@@ -12,8 +12,8 @@ import pytest
 
 import fedad
 from fedad.cli.app import app
-from fedad.detector import detector_classes, detector_from_config
-from fedad.errors import FedadError
+from fedad.core.detector import detector_classes, detector_from_config
+from fedad.core.errors import FedadError
 from tests.hostile.conftest import one_line_error, runner
 
 ATTACKS = [
@@ -22,7 +22,7 @@ ATTACKS = [
     ("os:system", {"command": "touch {sentinel}"}),
     ("subprocess:Popen", {"args": ["touch", "{sentinel}"]}),
     ("builtins:eval", {"source": "open('{sentinel}', 'w')"}),
-    ("fedad.detector:BaseDetector", {}),
+    ("fedad.core.detector:BaseDetector", {}),
     ("fedad.fl.flower.deploy.processes:Supervisor", {"logdir": "{sentinel}"}),
     (["autoencoder"], {}),
     (None, {}),
@@ -172,7 +172,7 @@ def test_damaged_files_give_one_line_errors(run_copy: Path, name: str, how: str)
 
 
 def test_zip_bomb_is_refused(run_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import fedad.runs as runs
+    import fedad.rundir.load as runs
 
     monkeypatch.setattr(runs, "MAX_NPZ_BYTES", 1000)
     with pytest.raises(FedadError, match="would unpack"):

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from fedad.cli.app import app
+from fedad.core.errors import DataError, FedadError
 from fedad.data.image_folder import list_images
 from fedad.data.registry import load_dataset
 from fedad.data.table import read_table
-from fedad.errors import DataError, FedadError
-from fedad.inputs import read_inputs
+from fedad.rundir.inputs import read_inputs
 from tests.data.test_table import frame
 from tests.hostile.conftest import one_line_error, runner
 

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from fedad.cli.app import app
+from fedad.core.errors import DataError
 from fedad.data.cifar import read_cifar_batch
 from fedad.data.idx import parse_idx, read_idx
 from fedad.data.registry import load_dataset
-from fedad.errors import DataError
 from tests.data.datahelpers import idx_bytes, write_cifar_like, write_idx, write_mnist_like
 from tests.hostile.conftest import one_line_error, runner
 

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-import fedad.outdir as outdir
-from fedad.claim import RunDir
+import fedad.rundir.files as outdir
 from fedad.cli.app import app
 from fedad.config import dump_toml
-from fedad.errors import FedadError
-from fedad.outdir import staged_dir, write_text
+from fedad.core.errors import FedadError
+from fedad.rundir.claim import RunDir
+from fedad.rundir.files import staged_dir, write_text
 from tests.hostile.conftest import SMALL_RUN, one_line_error, runner
 
 LINK_ERROR = "is a symbolic link; fedad does not follow links inside a run directory"

@@ -26,9 +26,9 @@ import pytest
 from PIL import Image
 
 import fedad
-import fedad.outdir as outdir
+import fedad.rundir.files as outdir
 from fedad.cli.app import app
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 from tests.hostile.conftest import one_line_error, runner
 
 LINK_ERROR = "is a symbolic link; fedad does not follow links inside a run directory"

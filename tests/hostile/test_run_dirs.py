@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fedad.claim import RunDir
-from fedad.errors import FedadError, Interrupted, RunError
 
 import fedad
 from fedad.cli.app import app
 from fedad.config import dump_toml, parse_config
+from fedad.core.errors import FedadError, Interrupted, RunError
+from fedad.rundir.claim import RunDir
 from fedad.rundir.read import read_history
 from fedad.runner import TIMING_KEYS, run_experiment
 from tests.hostile.conftest import SMALL_RUN, one_line_error, runner
@@ -111,7 +111,7 @@ def test_a_second_run_into_a_locked_directory_stops(tmp_path: Path) -> None:
 def test_write_errors_are_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:
-    import fedad.outdir as outdir
+    import fedad.rundir.files as outdir
 
     real = outdir._atomic
 
@@ -144,12 +144,12 @@ def read_only_dir(tmp_path: Path) -> Any:
 def test_read_only_out_fails_before_training(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_only_dir: Path, sub: str
 ) -> None:
-    import fedad.runner as runner_mod
+    import fedad.resolve as resolve_mod
 
     def never(*a: object, **k: object) -> None:
         raise AssertionError("the federation was built before the output was checked")
 
-    monkeypatch.setattr(runner_mod, "build_federation", never)
+    monkeypatch.setattr(resolve_mod, "build_federation", never)
     msg = one_line_error(_run(_config_file(tmp_path), read_only_dir / sub))
     assert "Read-only file system" in msg
 

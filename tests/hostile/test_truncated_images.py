@@ -19,10 +19,10 @@ from PIL import Image, ImageFile
 
 import fedad.data.image_folder  # noqa: F401  (registers the data set)
 from fedad.cli.app import app
+from fedad.core.errors import DataError
 from fedad.data.image_folder import list_images, load_image_folder, read_images
 from fedad.data.imagefiles import png_rows_missing
 from fedad.data.mvtec import load_mvtec
-from fedad.errors import DataError
 from tests.data.test_mvtec import SIDE as MVTEC_SIDE
 from tests.data.test_mvtec import write_category
 from tests.hostile.conftest import one_line_error, runner
@@ -133,7 +133,7 @@ def test_mvtec_names_a_truncated_file(tmp_path: Path) -> None:
 
 
 def test_nothing_lets_pillow_load_truncated_images() -> None:
-    import fedad.scoring  # noqa: F401
+    import fedad.rundir.score  # noqa: F401
 
     assert ImageFile.LOAD_TRUNCATED_IMAGES is False
     setters = [

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fedad.detector import InputMismatch, detector_from_config
-from fedad.errors import FedadError
 from numpy.lib import format as npy_format
 
 import fedad
 from fedad.cli.app import app
+from fedad.core.detector import InputMismatch, detector_from_config
+from fedad.core.errors import FedadError
 from fedad.rundir.read import npz_shapes, read_npz
 from tests.hostile.conftest import one_line_error, runner
 
@@ -182,7 +182,7 @@ def test_client_ids_are_bounded_by_the_runs_clients(run_copy: Path) -> None:
 def test_many_clients_of_a_global_method_share_one_detector_built_lazily(
     run_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import fedad.runs as runs
+    import fedad.rundir.load as runs
 
     n = 100_000
     _edit(run_copy / "metrics.json", lambda m: m["experiment"].update(clients=n))

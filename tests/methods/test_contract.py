@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fedad.checkpoints import save_checkpoint
-from fedad.data.types import Federation
-from fedad.runs import load_run
 
 from fedad.core.algorithm import Algorithm, Setup, build_algorithm, registry
+from fedad.core.types import Federation
 from fedad.fl.drive import RunOutcome
 from fedad.fl.engine import run_inprocess
+from fedad.rundir.checkpoints import save_checkpoint
+from fedad.rundir.load import load_run
 from fedad.runner import summarize
 from tests.conftest import failures, make_federation
 

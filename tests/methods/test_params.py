@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fedad.detector import BaseDetector, DetectorParams, detector_classes, detector_from_config
-from fedad.errors import FedadError
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from fedad.core.algorithm import Algorithm, Params, Setup, build_algorithm, registry
+from fedad.core.detector import BaseDetector, DetectorParams, detector_classes, detector_from_config
+from fedad.core.errors import FedadError
 
 DETECTORS = detector_classes()
 METHODS = registry()

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from fedad.collapse import NOT_LEARNING
+from fedad.core.collapse import NOT_LEARNING
+from fedad.evaluation.seeds import aggregate
 from fedad.report.answer import Standing, caveats, reading, standings
 from fedad.report.html import render_report
-from fedad.seeds import aggregate
 
 SEEDS = [0, 1, 2]
 POOLED = {  # label -> (method, detector, pooled AUROC per seed)

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fedad.errors import FedadError
 
-from fedad.metrics import evaluate, evaluate_clients
+from fedad.core.errors import FedadError
+from fedad.evaluation.metrics import evaluate, evaluate_clients
 from fedad.report import write_report
 from fedad.report.html import render_report
 from fedad.rundir.read import read_history, read_scores

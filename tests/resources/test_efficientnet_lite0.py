@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import fedad.resources as resources
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
 from fedad.resources import check_available, get_resource, resource_info, resource_names
 from fedad.resources import efficientnet_lite0 as lite0
 

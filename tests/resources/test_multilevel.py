@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
 from fedad.resources import efficientnet_lite0 as lite0
 from fedad.resources.multilevel import (
     MultiLevelFeatures,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
 from fedad.resources.wide_resnet import WideResNet50, load_wide_resnet50_2
 
 

@@ -211,7 +211,7 @@ def usable(cfg: ExperimentConfig) -> tuple[ExperimentConfig, list[dict[str, str]
     from fedad.core.algorithm import build_algorithm
     from fedad.federation import build_federation
     from fedad.fl.server_inputs import check_requirements, supplied_fields
-    from fedad.runner import make_setup, with_server_data
+    from fedad.resolve import make_setup, with_server_data
 
     first = with_server_data(cfg.for_seed(cfg.seed_list()[0]))
     fed = build_federation(first)
@@ -237,7 +237,7 @@ Done = dict[str, tuple[ExperimentConfig, str]]
 def collect(req: BenchRequest, done: Done) -> list[dict[str, Any]]:
     """Every row finished so far: per federation run, each seed's ``metrics.json``."""
     from fedad.rundir.read import read_metrics
-    from fedad.seeds import seed_dir
+    from fedad.rundir.seeds import seed_dir
 
     rows: list[dict[str, Any]] = []
     for name, (cfg, kind) in done.items():

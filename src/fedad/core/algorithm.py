@@ -339,6 +339,18 @@ def register(cls: type[Algorithm]) -> type[Algorithm]:
     return cls
 
 
+def update_phases(algorithm: Algorithm) -> tuple[str, ...]:
+    """The phases whose replies are ``algorithm``'s model updates.
+
+    Those its :meth:`~fedad.core.algorithm.Algorithm.requirements` declare
+    (``update_phases``) that it has a client handler for, in declared order, each once.
+    ``evaluate`` is the harness's scoring phase and never counts as an update.
+    """
+    declared = type(algorithm).requirements(algorithm.params.model_dump()).update_phases
+    handled = algorithm.handlers()
+    return tuple(p for p in dict.fromkeys(declared) if p in handled and p != EVALUATE)
+
+
 def registry() -> dict[str, type[Algorithm]]:
     """Every method by name: each declared one imported (:mod:`fedad.core.catalog`), and those
     registered without a declaration (a test's, a user's). Imports every method module:

@@ -11,7 +11,7 @@ module behind a name is imported when that name is looked up (:func:`import_meth
 :func:`import_detector`), so a run imports only the methods and detectors its config or
 checkpoint names. Nothing of fedad imports :mod:`fedad.methods` to fill the catalog. A
 contract test checks every declaration against the class it names
-(``tests/test_catalog.py``).
+(``tests/core/test_catalog.py``).
 
 Names from untrusted input (a checkpoint, a config) only select among declared entries:
 the module paths come from the declarations in code, never from the input.

@@ -8,7 +8,7 @@ Evaluation computes every family that applies to a method:
   F1/precision/recall/accuracy/FE/ME from the detector's own decisions (anomaly positive);
 * :data:`PIXEL`, pixel level, when every reply carries anomaly maps and ground-truth masks
   (``"map"`` and ``"mask"``, see :meth:`fedad.core.algorithm.Algorithm.client_evaluate`):
-  pixel AUROC and PRO (:mod:`fedad.pixel_metrics`), pooled over all clients' pixels and
+  pixel AUROC and PRO (:mod:`fedad.evaluation.pixel`), pooled over all clients' pixels and
   regions, and per client;
 * the families a method declares in :attr:`Algorithm.metric_families
   <fedad.core.algorithm.Algorithm.metric_families>`, e.g. :data:`NORMAL_POSITIVE`
@@ -29,8 +29,13 @@ from scipy.stats import rankdata
 
 from fedad.core.messages import Message
 from fedad.evaluation.columns import Column, FamilySpec, MonitorFigure
-from fedad.metrics import EVALUATE_KEYS, evaluate, evaluate_clients, normal_positive_metrics
-from fedad.pixel_metrics import PIXEL_KEYS, pixel_metrics
+from fedad.evaluation.metrics import (
+    EVALUATE_KEYS,
+    evaluate,
+    evaluate_clients,
+    normal_positive_metrics,
+)
+from fedad.evaluation.pixel import PIXEL_KEYS, pixel_metrics
 
 log = logging.getLogger("fedad")
 
@@ -206,7 +211,7 @@ IMAGE: MetricFamily = _Image(
         ),
     ),
 )
-"""Image-level metrics (:func:`fedad.metrics.evaluate`), for every method."""
+"""Image-level metrics (:func:`fedad.evaluation.metrics.evaluate`), for every method."""
 
 
 def _finite_maps(maps: np.ndarray) -> np.ndarray:
@@ -254,7 +259,7 @@ PIXEL: MetricFamily = _Pixel(
         "definition). “–” where a test set has no defect pixel."
     ),
 )
-"""Pixel-level metrics (:func:`fedad.pixel_metrics.pixel_metrics`), when replies carry maps."""
+"""Pixel-level metrics (:func:`fedad.evaluation.pixel.pixel_metrics`), when replies carry maps."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from fedad.config import AttackConfig, PrivacyConfig
-from fedad.core.algorithm import EVALUATE, Algorithm, ClientState, ServerResult
+from fedad.core.algorithm import EVALUATE, Algorithm, ClientState, ServerResult, update_phases
 from fedad.core.context import ServerContext
 from fedad.core.errors import RunError
 from fedad.core.grid import Grid
@@ -21,7 +21,7 @@ from fedad.core.secagg import SecAggSettings, SecureOutcome
 from fedad.core.types import Features
 from fedad.core.validate import ArraySpec
 from fedad.evaluation.families import families_for, monitor_metrics
-from fedad.fl.node import unapplied_note, update_phases
+from fedad.fl.node import unapplied_note
 from fedad.fl.server_inputs import public_set
 
 log = logging.getLogger("fedad")

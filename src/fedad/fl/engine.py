@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fedad.config import AttackConfig, PrivacyConfig
-from fedad.core.algorithm import EVALUATE, Algorithm, ClientState
+from fedad.core.algorithm import EVALUATE, Algorithm, ClientState, update_phases
 from fedad.core.errors import is_allocation_failure
 from fedad.core.messages import Message
 from fedad.core.rng import rng as seeded_rng
@@ -32,7 +32,7 @@ from fedad.core.secagg import (
 from fedad.core.types import Federation
 from fedad.core.validate import ArraySpec
 from fedad.fl.drive import RunOutcome, drive
-from fedad.fl.node import node_handlers, update_phases
+from fedad.fl.node import node_handlers
 from fedad.fl.secagg import secure_mean
 from fedad.fl.workers import WorkerPool
 

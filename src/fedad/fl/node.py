@@ -3,7 +3,7 @@
 Both engines build every node's handlers with :func:`node_handlers`, so attacks and privacy
 behave identically in-process (worker processes included) and on Flower; the noise of
 ``[privacy]`` is drawn on the node, from its own entropy unless ``privacy.noise_source`` is
-``"seeded"`` (:mod:`fedad.privacy`). Both act on the algorithm's model-update phases
+``"seeded"`` (:mod:`fedad.privacy.mechanism`). Both act on the algorithm's model-update phases
 (:func:`update_phases`) and on no other phase; a run whose method has none says so in its
 events (:func:`unapplied_note`, recorded by :func:`fedad.fl.engine.drive`).
 """
@@ -15,23 +15,11 @@ from typing import TYPE_CHECKING
 
 from fedad.attacks import MODEL_ATTACKS, attacked_clients, client_handlers
 from fedad.config import AttackConfig, PrivacyConfig
-from fedad.core.algorithm import EVALUATE
-from fedad.privacy import private_handlers
+from fedad.core.algorithm import update_phases
+from fedad.privacy.mechanism import private_handlers
 
 if TYPE_CHECKING:
     from fedad.core.algorithm import Algorithm, Handler
-
-
-def update_phases(algorithm: Algorithm) -> tuple[str, ...]:
-    """The phases whose replies are ``algorithm``'s model updates.
-
-    Those its :meth:`~fedad.core.algorithm.Algorithm.requirements` declare
-    (``update_phases``) that it has a client handler for, in declared order, each once.
-    ``evaluate`` is the harness's scoring phase and never counts as an update.
-    """
-    declared = type(algorithm).requirements(algorithm.params.model_dump()).update_phases
-    handled = algorithm.handlers()
-    return tuple(p for p in dict.fromkeys(declared) if p in handled and p != EVALUATE)
 
 
 def unapplied_note(

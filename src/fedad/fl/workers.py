@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from fedad.config import AttackConfig, PrivacyConfig
+from fedad.config import AttackConfig, ExperimentConfig, PrivacyConfig
 from fedad.core.messages import Message
-from fedad.core.types import ClientData
+from fedad.core.types import ClientData, Federation
 
 __all__ = ["WorkerPool", "resolve_workers"]
 
@@ -285,3 +285,13 @@ class WorkerPool:
                 if p.is_alive():
                     p.terminate()
         self._conns = [None] * self.workers
+
+
+def run_pool(cfg: ExperimentConfig, fed: Federation, todo: list[str]) -> WorkerPool | None:
+    """One pool of worker processes for every method of a run (``engine.workers`` of the
+    in-process engine), or ``None`` when the run needs none: another engine, one worker,
+    one client, or no method left to train (``todo``)."""
+    workers = resolve_workers(cfg.engine.workers)
+    if cfg.engine.name != "inprocess" or workers <= 1 or len(fed.clients) <= 1 or not todo:
+        return None
+    return WorkerPool(fed.clients, cfg.seed, cfg.attack, cfg.privacy, workers)

@@ -11,7 +11,7 @@ maps; t-SNE maps of the test samples' representations when it kept those), a per
 table, the evaluation protocol and the resolved config.
 Which metric columns the tables show comes from metrics.json's ``columns``
 (:func:`fedad.evaluation.columns.columns_of`), their headers, formats and the families'
-titles and notes from its ``families`` (:func:`fedad.report.families.run_families`). The
+titles and notes from its ``families`` (:func:`fedad.evaluation.run_families.run_families`). The
 page has no external CSS, JS or images, so it can be mailed or archived as one file. Every
 piece of text taken from the run directory is HTML-escaped. The run directory is read as
 untrusted input (:func:`fedad.rundir.files.reading`): a symbolic link anywhere in its structure is
@@ -37,10 +37,10 @@ from fedad.evaluation.columns import (
     column_spec,
     columns_of,
 )
-from fedad.metrics import evaluate_clients
+from fedad.evaluation.metrics import evaluate_clients
+from fedad.evaluation.run_families import run_families
 from fedad.report import plots
 from fedad.report.answer import answer_section
-from fedad.report.families import run_families
 from fedad.report.figures import (
     embedding_section,
     figures_section,
@@ -539,7 +539,7 @@ def write_report(run_dir: str | Path) -> Path:
     Requires ``metrics.json``; ``history.csv``, ``scores.npz`` and ``config.toml`` are used
     when present (what is missing is listed in the report's notes). Per-client metrics come
     from ``metrics.json``'s ``per_client`` lists, or are computed from ``scores.npz`` with
-    :func:`fedad.metrics.evaluate_clients` when a method has none. Raises
+    :func:`fedad.evaluation.metrics.evaluate_clients` when a method has none. Raises
     :class:`~fedad.core.errors.FedadError` when ``metrics.json`` is missing or malformed.
     """
     from fedad.rundir.files import anchored, write_text

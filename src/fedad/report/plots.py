@@ -24,7 +24,7 @@ from matplotlib.text import Text
 from matplotlib.ticker import EngFormatter, MaxNLocator
 from numpy.typing import ArrayLike, NDArray
 
-from fedad.metrics import auroc, roc_curve
+from fedad.evaluation.metrics import auroc, roc_curve
 from fedad.printable import printable
 
 __all__ = [

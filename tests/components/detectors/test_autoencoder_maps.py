@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedad.components.detectors.neural import AutoEncoderDetector
-from fedad.detector import localizes
+from fedad.core.detector import localizes
 
 
 def test_maps_are_the_per_pixel_error_and_average_to_the_score() -> None:

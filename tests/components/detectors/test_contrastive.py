@@ -8,9 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fedad.data.types import dense
-from fedad.detector import detector_from_config
-from fedad.errors import ConfigError, FedadError
 from sklearn.datasets import load_digits
 
 import fedad
@@ -18,9 +15,12 @@ from fedad.components.detectors import contrastive
 from fedad.components.detectors.contrastive import ContrastiveDetector, max_similarity
 from fedad.config import parse_config
 from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.detector import detector_from_config
+from fedad.core.errors import ConfigError, FedadError
 from fedad.core.messages import Message
+from fedad.core.types import dense
+from fedad.evaluation.metrics import auroc
 from fedad.fl.engine import run_inprocess
-from fedad.metrics import auroc
 from fedad.runner import run_experiment
 from tests.conftest import failures, make_federation
 

@@ -3,13 +3,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from fedad.data.types import Federation
 
 from fedad.components.detectors.neural import AutoEncoderDetector, DeepSVDDDetector
 from fedad.components.nn.model import fix_center
 from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.types import Federation
+from fedad.evaluation.metrics import auroc
 from fedad.fl.engine import run_inprocess
-from fedad.metrics import auroc
 from tests.conftest import make_federation
 
 
@@ -76,7 +76,7 @@ def test_fedprox_mu_keeps_models_near_global() -> None:
 
 
 def test_unknown_params_and_detectors_are_one_line_errors() -> None:
-    from fedad.errors import ConfigError
+    from fedad.core.errors import ConfigError
 
     setup = Setup("vector", (6,), rounds=1, seed=0, contamination=0.05, num_clients=3)
     with pytest.raises(ConfigError, match="unknown parameter 'lrr'"):

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fedad.detector import detector_from_config
-from fedad.errors import ConfigError
 from sklearn.svm import OneClassSVM
 
 from fedad.components.detectors.ocsvm import OCSVMDetector
 from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.detector import detector_from_config
+from fedad.core.errors import ConfigError
+from fedad.evaluation.metrics import auroc
 from fedad.fl.engine import run_inprocess
-from fedad.metrics import auroc
 from tests.conftest import make_federation
 
 

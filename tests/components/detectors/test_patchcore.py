@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fedad.detector import detector_from_config
-from fedad.errors import FedadError
 
 from fedad.components.detectors import patchcore
 from fedad.components.detectors.patchcore import PatchCoreDetector, greedy_coreset
 from fedad.components.detectors.pretrained import PretrainedDetector
 from fedad.components.federated import TrainParams
 from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.detector import detector_from_config
+from fedad.core.errors import FedadError
 from fedad.core.messages import Message
 from fedad.fl.engine import run_inprocess
 from fedad.resources import efficientnet_lite0 as lite0
@@ -286,8 +286,8 @@ def test_coreset_and_image_size_keys_shape_each_clients_bank() -> None:
 def test_federated_thresholds_come_from_held_out_scores(method: str) -> None:
     """Each client's (``fedavg``) or the pooled (``centralized``) threshold is the quantile
     of the detector's held-out training scores, above that of its own-bank scores."""
-    from fedad.data.types import dense
-    from fedad.detector import quantile_threshold
+    from fedad.core.detector import quantile_threshold
+    from fedad.core.types import dense
 
     fed = make_federation("image", clients=2)
     setup = Setup("image", fed.feature_shape, rounds=1, seed=0, contamination=0.1, num_clients=2)

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fedad.checkpoints import save_checkpoint
-from fedad.data.types import ClientData, Federation
-from fedad.detector import detector_from_config
-from fedad.errors import ConfigError, FedadError
-from fedad.runs import load_run
 
 from fedad.components.detectors.pretrained import PretrainedDetector, ShrinkageGaussian
 from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.detector import detector_from_config
+from fedad.core.errors import ConfigError, FedadError
+from fedad.core.types import ClientData, Federation
+from fedad.evaluation.metrics import auroc
 from fedad.fl.engine import run_inprocess
-from fedad.metrics import auroc
 from fedad.resources.efficientnet_lite0 import PACKAGE
+from fedad.rundir.checkpoints import save_checkpoint
+from fedad.rundir.load import load_run
 from fedad.runner import summarize
 from tests.conftest import make_federation
 

@@ -16,8 +16,6 @@ import pytest
 
 pytest.importorskip("pyod")
 
-from fedad.detector import detector_from_config, quantile_threshold
-from fedad.errors import FedadError
 from pyod.models.ecod import ECOD
 from pyod.models.iforest import IForest
 from pyod.models.knn import KNN
@@ -35,7 +33,9 @@ from fedad.components.detectors.pyod_reference import (
     PyODOCSVM,
 )
 from fedad.core.algorithm import Setup, build_algorithm
-from fedad.metrics import auroc
+from fedad.core.detector import detector_from_config, quantile_threshold
+from fedad.core.errors import FedadError
+from fedad.evaluation.metrics import auroc
 
 
 def _data(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -9,7 +9,7 @@ import torch
 pytest.importorskip("torch_geometric")
 
 from fedad.components.nn.gin import GIN, dense_graphs
-from fedad.data.types import GraphSet
+from fedad.core.types import GraphSet
 
 
 def graphs(seed: int = 0, n: int = 5, width: int = 3) -> GraphSet:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedad.core.errors import DataError
 from fedad.data.graphs import mutag
 from fedad.data.graphs.mutag import (
     DATA_SHA256,
@@ -22,7 +23,6 @@ from fedad.data.graphs.mutag import (
     parse_mutag,
 )
 from fedad.data.registry import load_dataset
-from fedad.errors import DataError
 
 
 def find_sdist() -> Path | None:

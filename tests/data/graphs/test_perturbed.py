@@ -12,10 +12,10 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from fedad.config import parse_config
+from fedad.core.types import GraphSet
 from fedad.data.graph_domains import make_domain
 from fedad.data.graphs.perturbed import CLASSES, HELD_OUT, perturb, perturbed_set, split
 from fedad.data.registry import load_dataset
-from fedad.data.types import GraphSet
 from fedad.federation import build_federation
 from tests.data.graphs.test_mutag import SDIST_PATH, needs_sdist
 

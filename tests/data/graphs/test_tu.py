@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedad.core.errors import ConfigError, DataError
 from fedad.data.graphs.features import DEGREE_CAP
 from fedad.data.graphs.tu import load_tu
 from fedad.data.registry import dataset_info, list_datasets, load_dataset
-from fedad.errors import ConfigError, DataError
 
 # Three graphs: a triangle (nodes 1-3, label -1), a path 4-5-6-7 (label 1), an edge 8-9
 # with a self-loop on 9 (label -1). Edges listed once, one of them twice.
@@ -218,7 +218,7 @@ def test_too_many_label_values_is_refused(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_a_tu_folder_runs_through_the_federation(tmp_path: Path) -> None:
     from fedad.config import parse_config
-    from fedad.data.types import GraphSet
+    from fedad.core.types import GraphSet
     from fedad.federation import build_federation
 
     rng = np.random.default_rng(0)

@@ -25,7 +25,7 @@ from flwr.app import Message as FlowerMessage  # noqa: E402
 from fedad.federation import build_federation  # noqa: E402
 from fedad.fl.flower.server import serve  # noqa: E402
 from fedad.fl.flower.spec import FlowerRunError, RunSpec  # noqa: E402
-from fedad.runner import build_algorithms  # noqa: E402
+from fedad.resolve import build_algorithms  # noqa: E402
 from tests.fl.flower.fake_flower import FakeFlowerGrid, as_server_app  # noqa: E402
 
 CFG = {

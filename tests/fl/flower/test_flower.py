@@ -34,7 +34,8 @@ from fedad.fl.flower.codec import (  # noqa: E402
 from fedad.fl.flower.results import ResultsDir  # noqa: E402
 from fedad.fl.flower.server import serve  # noqa: E402
 from fedad.fl.flower.spec import FlowerRunError, RunSpec  # noqa: E402
-from fedad.runner import build_algorithms, run_method  # noqa: E402
+from fedad.resolve import build_algorithms  # noqa: E402
+from fedad.runner import run_method  # noqa: E402
 from tests.fl.flower.fake_flower import FakeFlowerGrid, as_server_app, wire  # noqa: E402
 
 CFG = {
@@ -191,7 +192,7 @@ def test_fake_flower_grid_equals_inprocess(sim_spec: bool) -> None:
 
 def test_server_data_learning_curves_and_state_as_inprocess() -> None:
     """ONLAD: server-side data, client state across rounds, ``eval_every`` evaluations."""
-    from fedad.runner import with_server_data
+    from fedad.resolve import with_server_data
 
     raw = {**CFG, "engine": {"eval_every": 1}, "methods": [{"name": "onlad-selective"}]}
     cfg = with_server_data(parse_config(raw))
@@ -384,7 +385,7 @@ def test_node_data_cache_key_covers_everything_but_engine_and_methods() -> None:
 
 @pytest.mark.parametrize("kind", ["image+mask", "graph"])
 def test_node_cache_keeps_graphs_and_masks(kind: str, tmp_path: Path) -> None:
-    from fedad.data.types import GraphSet
+    from fedad.core.types import GraphSet
     from fedad.fl.flower.app import _load_client, _save_client
     from tests.conftest import make_federation
 

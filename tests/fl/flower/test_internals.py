@@ -15,7 +15,7 @@ pytest.importorskip("flwr", reason="flwr (the flower extra) is not installed")
 
 import flwr.supercore.retry
 
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "fedad"
 PUBLIC = (

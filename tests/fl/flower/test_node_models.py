@@ -13,15 +13,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fedad.errors import ConfigError, FedadError
 
 from fedad.config import parse_config
 from fedad.core.algorithm import EVALUATE
+from fedad.core.errors import ConfigError, FedadError
 from fedad.core.messages import Message
 
 pytest.importorskip("flwr", reason="flwr (the flower extra) is not installed")
-
-from fedad.checkpoints import save_checkpoint
 
 from fedad import load
 from fedad.federation import build_federation
@@ -29,7 +27,9 @@ from fedad.fl.flower.app import keep_detector_home, node_model_dir
 from fedad.fl.flower.codec import NODE_MODEL
 from fedad.fl.flower.server import serve
 from fedad.fl.flower.spec import RunSpec, method_label
-from fedad.runner import build_algorithms, run_method, summarize
+from fedad.resolve import build_algorithms
+from fedad.rundir.checkpoints import save_checkpoint
+from fedad.runner import run_method, summarize
 from tests.fl.flower.fake_flower import FakeFlowerGrid, as_server_app
 
 CFG: dict[str, Any] = {
@@ -166,7 +166,7 @@ def test_a_link_out_of_the_models_dir_is_refused(
     models.mkdir()
     outside.mkdir()
     (models / "run-7").symlink_to(outside)
-    with pytest.raises(FedadError, match="is a symbolic link"):  # fedad.outdir refuses it
+    with pytest.raises(FedadError, match="is a symbolic link"):  # fedad.rundir.files refuses it
         _keep(ref.evaluations[1], models, cfg, alg)
     assert not any(outside.iterdir())
 

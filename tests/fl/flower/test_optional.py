@@ -12,10 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from fedad.config import parse_config
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
 from fedad.federation import build_federation
 from fedad.fl.flower import spec
-from fedad.runner import build_algorithms, run_method
+from fedad.resolve import build_algorithms
+from fedad.runner import run_method
 
 CFG = {
     "rounds": 1,

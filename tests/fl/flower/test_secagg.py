@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fedad.errors import RunError
 
 from fedad.config import parse_config
+from fedad.core.errors import RunError
 from fedad.core.messages import Message
 
 pytest.importorskip("flwr", reason="flwr (the flower extra) is not installed")
@@ -23,7 +23,8 @@ pytest.importorskip("flwr", reason="flwr (the flower extra) is not installed")
 from fedad.federation import build_federation
 from fedad.fl.flower.server import serve
 from fedad.fl.flower.spec import RunSpec
-from fedad.runner import build_algorithms, run_method
+from fedad.resolve import build_algorithms
+from fedad.runner import run_method
 from tests.fl.flower.fake_flower import FakeFlowerGrid, as_server_app
 
 CFG: dict[str, Any] = {

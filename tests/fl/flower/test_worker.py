@@ -38,7 +38,7 @@ from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 from flwr.supernode.nodestate import NodeStateFactory
 
-from fedad.errors import ConfigError
+from fedad.core.errors import ConfigError
 from fedad.fl.flower import worker as fw
 from fedad.fl.flower.deploy import local
 from fedad.fl.flower.deploy.launch import free_port, supernode_argv, worker_argv

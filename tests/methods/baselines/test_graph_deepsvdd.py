@@ -11,21 +11,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fedad.checkpoints import save_checkpoint
-from fedad.data.types import Dataset, Federation, GraphSet
-from fedad.detector import detector_from_config
-from fedad.errors import ConfigError, FedadError
-from fedad.runs import load_run
 
 from fedad.components.detectors.neural import DeepSVDDDetector
 from fedad.components.nn.model import GRAPH_HIDDEN, GRAPH_INPUT_LAYER, GRAPH_LAYERS
 from fedad.config import parse_config
 from fedad.core.algorithm import Algorithm, Setup, build_algorithm
+from fedad.core.detector import detector_from_config
+from fedad.core.errors import ConfigError, FedadError
 from fedad.core.messages import unprefixed
+from fedad.core.types import Dataset, Federation, GraphSet
 from fedad.data.registry import register_dataset, unregister_dataset
+from fedad.evaluation.metrics import auroc
 from fedad.fl.drive import RunOutcome
 from fedad.fl.engine import run_inprocess
-from fedad.metrics import auroc
+from fedad.rundir.checkpoints import save_checkpoint
+from fedad.rundir.load import load_run
 from fedad.runner import summarize
 from tests.conftest import make_federation
 from tests.data.datahelpers import synth_graphs
@@ -261,7 +261,8 @@ def test_mixed_widths_on_flower_equal_inprocess(
     from fedad.federation import build_federation
     from fedad.fl.flower.server import serve
     from fedad.fl.flower.spec import RunSpec
-    from fedad.runner import build_algorithms, run_method
+    from fedad.resolve import build_algorithms
+    from fedad.runner import run_method
     from tests.fl.flower.fake_flower import FakeFlowerGrid, as_server_app
 
     monkeypatch.setenv("FEDAD_FLOWER_CACHE", str(tmp_path / "cache"))

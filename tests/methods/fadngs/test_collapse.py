@@ -1,15 +1,15 @@
 """FADngs's encoder learns: the contrastive losses leave their collapsed value in a small
-federation, and the collapse guard (:mod:`fedad.collapse`) says so when not."""
+federation, and the collapse guard (:mod:`fedad.core.collapse`) says so when not."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from fedad.data.types import Federation
 
 from fedad.config import parse_config
 from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.types import Federation
 from fedad.federation import build_federation
 from fedad.fl.drive import RunOutcome
 from fedad.fl.engine import run_inprocess

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedad.detector import detector_from_config
+from fedad.core.detector import detector_from_config
 from fedad.methods.fadngs.detector import FADngsDetector
 
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fedad.data.types import Federation
-from fedad.errors import ConfigError
 
 from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.errors import ConfigError
 from fedad.core.messages import Message
+from fedad.core.types import Federation
 from fedad.fl.drive import RunOutcome
 from fedad.fl.engine import run_inprocess
 from fedad.methods.fadngs.federated import _FADngs
@@ -298,8 +298,8 @@ def test_private_noise_is_not_the_seeds_and_a_round_is_released_once(
 
 
 def test_crafted_covariances_are_refused_in_one_line() -> None:
-    from fedad.detector import detector_from_config
-    from fedad.errors import FedadError
+    from fedad.core.detector import detector_from_config
+    from fedad.core.errors import FedadError
 
     fed = make_federation("image", clients=2)
     algo, out = _run(fed, "fadngs-nosed", rounds=1, warmup_rounds=0)

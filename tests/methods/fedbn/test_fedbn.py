@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fedad.data.types import Federation
 from torch import nn
 
 from fedad.components.detectors.neural import TorchDetector
 from fedad.core.algorithm import Algorithm, Setup, build_algorithm
+from fedad.core.types import Federation
 from fedad.fl.drive import RunOutcome
 from fedad.fl.engine import run_inprocess
 from fedad.methods.fedbn.federated import local_keys, shared_arrays

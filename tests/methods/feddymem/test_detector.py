@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedad.detector import detector_from_config
-from fedad.errors import FedadError
+from fedad.core.detector import detector_from_config
+from fedad.core.errors import FedadError
 from fedad.methods.feddymem.detector import FedDyMemDetector
 from fedad.methods.feddymem.train import feature_scale
 from fedad.resources import efficientnet_lite0 as lite0

@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fedad.data.types import Federation
-from fedad.errors import ConfigError
 
 from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.errors import ConfigError
 from fedad.core.messages import Message
+from fedad.core.types import Federation
 from fedad.fl.drive import RunOutcome
 from fedad.fl.engine import run_inprocess
 from fedad.methods.feddymem.federated import FedDyMem

@@ -9,10 +9,9 @@ import pytest
 
 pytest.importorskip("torch_geometric")
 
-from fedad.data.types import Federation, GraphSet
-
 from fedad.core.algorithm import Setup, build_algorithm
 from fedad.core.messages import Message
+from fedad.core.types import Federation, GraphSet
 from fedad.fl.drive import RunOutcome
 from fedad.fl.engine import run_inprocess
 from fedad.methods.fedstar.detector import FedStarDetector

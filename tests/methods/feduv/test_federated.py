@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fedad.detector import detector_from_config
-from fedad.errors import FedadError
 
 from fedad.core.algorithm import Algorithm, Setup, build_algorithm
+from fedad.core.detector import detector_from_config
+from fedad.core.errors import FedadError
 from fedad.core.messages import Message
 from fedad.fl.drive import RunOutcome
 from fedad.fl.engine import run_inprocess

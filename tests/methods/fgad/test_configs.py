@@ -60,9 +60,9 @@ def test_the_confirm_suite_runs_the_pre_registered_variant() -> None:
 def test_teacher_config_is_the_pre_registered_variant_and_runs_a_round() -> None:
     import numpy as np
 
+    from fedad.evaluation.metrics import auroc
     from fedad.fl.engine import run_inprocess
     from fedad.methods.fgad.federated import FGAD
-    from fedad.metrics import auroc
 
     raw = read_toml(CONFIGS / "fgad_teacher.toml")
     cfg = parse_config(raw)

@@ -9,10 +9,9 @@ import pytest
 
 pytest.importorskip("torch_geometric")
 
-from fedad.data.types import Federation
-
 from fedad.core.algorithm import Setup, build_algorithm
 from fedad.core.messages import Message
+from fedad.core.types import Federation
 from fedad.fl.drive import RunOutcome
 from fedad.fl.engine import run_inprocess
 from fedad.methods.fgad.federated import FGAD
@@ -99,10 +98,9 @@ def test_without_distillation_the_averaged_teacher_head_scores(
 ) -> None:
     """FGAD_v3 with the generator options: the teacher head goes up, the server's head is the
     example-weighted mean of the replies, and that head (not the untrained student) scores."""
-    from fedad.detector import detector_from_config
-
+    from fedad.core.detector import detector_from_config
     from fedad.core.messages import unprefixed
-    from fedad.metrics import auroc
+    from fedad.evaluation.metrics import auroc
 
     fed = make_federation("graph", clients=2)
     algo, out = _run(fed, rounds=2, distill=False, **VGAE_SAMPLED)

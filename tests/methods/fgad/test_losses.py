@@ -199,11 +199,11 @@ def test_generator_options_linear_output_bias_and_scale() -> None:
 
 def test_edge_auc_equals_the_metrics_auroc_over_ordered_pairs_with_and_without_ties() -> None:
     """The fast path (one sort over unordered pairs) and the tie fallback both give
-    :func:`fedad.metrics.auroc` of every ordered pair of the graphs' real nodes."""
+    :func:`fedad.evaluation.metrics.auroc` of every ordered pair of the graphs' real nodes."""
     import numpy as np
 
+    from fedad.evaluation.metrics import auroc
     from fedad.methods.fgad.model import pair_mask
-    from fedad.metrics import auroc
 
     gen = torch.Generator().manual_seed(0)
     for trial in range(12):

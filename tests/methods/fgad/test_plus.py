@@ -12,10 +12,9 @@ import torch
 
 pytest.importorskip("torch_geometric")
 
-from fedad.data.types import Federation, GraphSet
-
 from fedad.core.algorithm import Algorithm, Setup, build_algorithm
 from fedad.core.messages import Message
+from fedad.core.types import Federation, GraphSet
 from fedad.fl.drive import RunOutcome
 from fedad.fl.engine import run_inprocess
 from fedad.methods.fgad import train as fgad_train

@@ -58,7 +58,7 @@ def test_the_vgae_options_learn_the_adjacency_and_the_papers_generator_does_not(
 def test_the_teacher_head_scores_when_asked_and_the_choice_survives_a_checkpoint() -> None:
     import numpy as np
 
-    from fedad.detector import detector_from_config
+    from fedad.core.detector import detector_from_config
     from fedad.methods.fgad.detector import FGADDetector
     from tests.conftest import make_federation
 

@@ -9,10 +9,9 @@ import pytest
 
 pytest.importorskip("torch_geometric")
 
-from fedad.data.types import ClientData, Federation, GraphSet, concat
-
 from fedad.core.algorithm import Setup, build_algorithm
 from fedad.core.messages import Message, unprefixed
+from fedad.core.types import ClientData, Federation, GraphSet, concat
 from fedad.fl.drive import RunOutcome
 from fedad.fl.engine import run_inprocess
 from fedad.methods.gcfl.cluster import bipartition, cosine_distances, dtw, update_norms
@@ -166,7 +165,7 @@ def test_scores_shape_and_determinism() -> None:
 
 
 def test_bad_params_are_one_line_errors() -> None:
-    from fedad.errors import ConfigError
+    from fedad.core.errors import ConfigError
 
     fed = make_federation("graph")
     setup = Setup("graph", fed.feature_shape, rounds=1, seed=0, contamination=0.1,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedad.detector import InputMismatch
+from fedad.core.detector import InputMismatch
 from fedad.methods.onlad.detector import OSELMAutoEncoder
 
 

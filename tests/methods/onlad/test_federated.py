@@ -12,7 +12,8 @@ from fedad.core.messages import Message
 from fedad.federation import build_federation
 from fedad.fl.drive import RunOutcome
 from fedad.methods.onlad.federated import stream_chunks
-from fedad.runner import build_algorithms, run_method, summarize, with_server_data
+from fedad.resolve import build_algorithms, with_server_data
+from fedad.runner import run_method, summarize
 
 
 def _run(method: str, attack: dict[str, Any] | None = None, **params: Any) -> RunOutcome:
@@ -70,7 +71,7 @@ def test_normal_positive_metrics_come_from_onlads_declared_family() -> None:
     """metrics.json keeps its keys in their order: image metrics, then the normal-positive
     ones (ONLAD's Table I), then the run's costs; no pixel keys on data without masks."""
     from fedad.evaluation.families import NORMAL_POSITIVE
-    from fedad.metrics import EVALUATE_KEYS, normal_positive_metrics
+    from fedad.evaluation.metrics import EVALUATE_KEYS, normal_positive_metrics
 
     out = _run("onlad-selective")
     algo, _ = _algo_and(out)

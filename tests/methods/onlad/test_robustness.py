@@ -10,9 +10,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fedad.data.types import ClientData, Federation
-from fedad.detector import detector_from_config
-from fedad.errors import FedadError, RunError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
@@ -21,7 +18,10 @@ import fedad
 from fedad.attacks import attacked_clients, poison_update
 from fedad.config import AttackConfig, parse_config
 from fedad.core.algorithm import Algorithm, Setup, build_algorithm, registry
+from fedad.core.detector import detector_from_config
+from fedad.core.errors import FedadError, RunError
 from fedad.core.messages import Message
+from fedad.core.types import ClientData, Federation
 from fedad.data.idx import FASHION_MNIST_DIR
 from fedad.evaluation.families import pooled_arrays
 from fedad.federation import build_federation
@@ -37,7 +37,8 @@ from fedad.methods.onlad.federated import (
     stream_chunks,
 )
 from fedad.methods.onlad.model import default_hidden
-from fedad.runner import make_setup, run_experiment, run_method, with_server_data
+from fedad.resolve import make_setup, with_server_data
+from fedad.runner import run_experiment, run_method
 from tests.conftest import make_federation
 from tests.methods.onlad.test_federated import _run, _weights
 

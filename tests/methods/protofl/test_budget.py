@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
+from fedad.core.rng import torch_seeded
 from fedad.methods.protofl import train
 from fedad.methods.protofl.augment import cpu_seeded, two_views
 from fedad.methods.protofl.detector import ProtoFLDetector
 from fedad.methods.protofl.model import Encoder, Trunk, instance_contrastive_loss, make_flow
-from fedad.seeding import torch_seeded
 
 
 def test_cpu_seeded_draws_what_torch_seeded_draws() -> None:

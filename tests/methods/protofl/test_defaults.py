@@ -78,7 +78,8 @@ def test_a_default_table_run_trains_the_papers_phase_1(
 
 def test_a_default_image_run_has_no_model_update_for_privacy_to_act_on() -> None:
     from fedad.config import PrivacyConfig
-    from fedad.fl.node import unapplied_note, update_phases
+    from fedad.core.algorithm import update_phases
+    from fedad.fl.node import unapplied_note
 
     images, vectors = _algo("image", (1, 28, 28)), _algo("vector", (6,))
     assert update_phases(images) == () and update_phases(vectors) == ("train",)

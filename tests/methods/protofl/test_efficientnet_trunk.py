@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from fedad.data.types import Federation, dense
 
 from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.types import Federation, dense
 from fedad.fl.drive import RunOutcome
 from fedad.fl.engine import run_inprocess
 from fedad.methods.protofl.detector import ProtoFLDetector
@@ -113,7 +113,7 @@ def test_efficientnet_trunk_on_flower_in_memory_grid(monkeypatch: pytest.MonkeyP
 
 
 def test_efficientnet_trunk_needs_images() -> None:
-    from fedad.errors import ConfigError
+    from fedad.core.errors import ConfigError
 
     setup = Setup("vector", (6,), rounds=1, seed=0, contamination=0.1, num_clients=2)
     with pytest.raises(ConfigError, match="efficientnet"):
@@ -142,7 +142,7 @@ def test_per_sample_distillation_targets_each_images_own_features(
     assert len(seen) == 2
     for got in seen:  # one target per training image: F(x_i), not one prototype
         assert any(got.shape == w.shape and np.allclose(got, w, atol=1e-6) for w in want)
-    from fedad.errors import ConfigError
+    from fedad.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="image"):
         setup = Setup("vector", (6,), rounds=1, seed=0, contamination=0.1, num_clients=2)

@@ -38,9 +38,8 @@ def test_pretrained_trunk_runs_saves_and_reloads() -> None:
 
 
 def test_pretrained_trunk_on_vectors_is_a_config_error() -> None:
-    from fedad.errors import ConfigError
-
     from fedad.core.algorithm import Setup, build_algorithm
+    from fedad.core.errors import ConfigError
 
     setup = Setup("vector", (6,), rounds=1, seed=0, contamination=0.1, num_clients=3)
     with pytest.raises(ConfigError, match="image"):

@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fedad.data.types import Federation
 
 from fedad.core.algorithm import Setup, build_algorithm
 from fedad.core.messages import Message
+from fedad.core.types import Federation
 from fedad.fl.drive import RunOutcome
 from fedad.fl.engine import run_inprocess
 from fedad.fl.server_inputs import public_set
@@ -114,7 +114,7 @@ def test_heads_save_and_load(head: str) -> None:
 
 
 def test_too_many_new_clients_is_a_config_error() -> None:
-    from fedad.errors import ConfigError
+    from fedad.core.errors import ConfigError
 
     setup = Setup("image", (1, 8, 8), rounds=1, seed=0, contamination=0.1, num_clients=3)
     with pytest.raises(ConfigError, match="new_clients"):
@@ -158,7 +158,7 @@ def test_local_phase1_sends_no_model_and_keeps_each_encoder_home(
 
 
 def test_local_phase1_with_new_clients_is_a_config_error() -> None:
-    from fedad.errors import ConfigError
+    from fedad.core.errors import ConfigError
 
     setup = Setup("image", (1, 8, 8), rounds=1, seed=0, contamination=0.1, num_clients=3)
     with pytest.raises(ConfigError, match="phase1"):

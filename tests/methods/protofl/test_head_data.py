@@ -176,7 +176,7 @@ def test_normalize_auto_is_l2_for_the_efficientnet_trunk_only() -> None:
 def test_a_checkpoint_without_normalize_reads_as_none() -> None:
     """Saved before the key existed: its head was fit on unnormalised h, also with the
     efficientnet trunk (where "auto" now means l2)."""
-    from fedad.detector import detector_from_config
+    from fedad.core.detector import detector_from_config
     from fedad.methods.protofl.detector_params import ProtoFLDetectorParams
 
     saved = {"kind": "image", "input_shape": [1, 28, 28], "trunk_input": "efficientnet"}

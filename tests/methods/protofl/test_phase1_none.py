@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fedad.data.types import Federation, dense
 
 from fedad.core.algorithm import Setup, build_algorithm
 from fedad.core.messages import Message
+from fedad.core.types import Federation, dense
 from fedad.fl.drive import RunOutcome
 from fedad.fl.engine import run_inprocess
 from fedad.methods.protofl import detector as detector_module
@@ -74,7 +74,7 @@ def test_the_frozen_trunk_runs_once_per_sample(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_phase1_none_with_new_clients_is_a_config_error() -> None:
-    from fedad.errors import ConfigError
+    from fedad.core.errors import ConfigError
 
     setup = Setup("image", (1, 8, 8), rounds=1, seed=0, contamination=0.1, num_clients=3)
     with pytest.raises(ConfigError, match="new_clients"):

@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fedad.detector import detector_from_config
 from sklearn.metrics import roc_auc_score
 from torch import nn
 
 from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.detector import detector_from_config
 from fedad.methods.protofl.detector import ProtoFLDetector
 from fedad.methods.protofl.detector_params import ProtoFLDetectorParams
 from fedad.methods.protofl.federated import ProtoFL

@@ -9,7 +9,6 @@ from typing import Any, cast
 import numpy as np
 import pytest
 import torch
-from fedad.errors import FedadError
 from torch import nn
 
 from fedad.components.detectors.neural import TorchDetector
@@ -17,6 +16,7 @@ from fedad.components.federated import client_rng
 from fedad.components.train import iterate_batches
 from fedad.core.algorithm import Setup, build_algorithm
 from fedad.core.context import ServerContext
+from fedad.core.errors import FedadError
 from fedad.fl.drive import RunOutcome
 from fedad.fl.engine import run_inprocess
 from fedad.methods.scaffold.control import (

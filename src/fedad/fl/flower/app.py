@@ -229,7 +229,8 @@ def load_node(spec: RunSpec, context: Context) -> Node:
         _ALGORITHMS.clear()
         algorithm = _ALGORITHMS[akey] = spec.build_algorithm()
 
-    from fedad.fl.node import node_handlers, update_phases
+    from fedad.core.algorithm import update_phases
+    from fedad.fl.node import node_handlers
 
     cfg = node_config_of(spec, context)
     data = client_data(cfg, pid)

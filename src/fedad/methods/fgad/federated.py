@@ -51,9 +51,9 @@ from fedad.core.rng import rng as seeded_rng
 from fedad.core.rounds import fedavg_rounds
 from fedad.core.types import ClientData, GraphSet
 from fedad.evaluation.families import MetricFamily, ranking_scores
+from fedad.evaluation.metrics import auroc
 from fedad.methods.fgad.detector import GENERATOR, FGADDetector, FGADDetectorParams
 from fedad.methods.fgad.train import LOSS_KEYS
-from fedad.metrics import auroc
 
 TRAIN = "train"
 OWN = "own"

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedad.evaluation.metrics import auroc
 from fedad.methods.fgad.model import NORMAL, pair_mask
-from fedad.metrics import auroc
 
 __all__ = [
     "balanced_reconstruction_loss",
@@ -134,7 +134,7 @@ def edge_auc(logits: torch.Tensor, adj: torch.Tensor, mask: torch.Tensor) -> flo
         return None
     s = logits[sel].detach().cpu().numpy()
     order = np.argsort(s)
-    if np.any(np.diff(s[order]) == 0):  # ties: the tie-averaged ranks of fedad.metrics
+    if np.any(np.diff(s[order]) == 0):  # ties: the tie-averaged ranks of fedad.evaluation.metrics
         return auroc(y.astype(np.int64), s.astype(np.float64))
     ranks = np.flatnonzero(y[order]) + 1.0  # the edges' 1-based ranks
     return (float(ranks.sum()) - n1 * (n1 + 1) / 2.0) / (n1 * (len(y) - n1))

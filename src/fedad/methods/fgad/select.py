@@ -22,11 +22,11 @@ import torch
 
 from fedad.components.nn.gin import dense_graphs, dense_nodes
 from fedad.core.types import ClientData, Federation, GraphSet
+from fedad.evaluation.metrics import auroc
 from fedad.methods.fgad.detector import FGADDetector
 from fedad.methods.fgad.losses import edge_prior_shift
 from fedad.methods.fgad.model import Generator
 from fedad.methods.fgad.train import degree_cap, degree_features, sample_adjacency
-from fedad.metrics import auroc
 
 InProcessRun = Callable[..., Any]
 """The in-process engine's run function (:func:`fedad.fl.engine.run_inprocess`), passed in by

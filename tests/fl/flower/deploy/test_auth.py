@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fedad.errors import FedadError
+from fedad.core.errors import FedadError
 from fedad.fl.flower.deploy.auth import (
     check_private_key,
     check_public_key,

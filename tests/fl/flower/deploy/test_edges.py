@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from fedad.errors import FedadError, Interrupted
+from fedad.core.errors import FedadError, Interrupted
 from fedad.fl.flower.deploy import local
 from fedad.fl.flower.deploy.launch import check_port_free, free_port, parse_address, wait_reachable
 from fedad.fl.flower.deploy.local import LocalDeployment, active_deployments
@@ -302,7 +302,7 @@ def test_local_superlink_port_taken_is_one_line(
 def _build(tmp_path: Path) -> tuple[object, object, object]:
     from fedad.config import load_config
     from fedad.federation import build_federation
-    from fedad.runner import build_algorithms
+    from fedad.resolve import build_algorithms
 
     cfg_path = tmp_path / "c.toml"
     cfg_path.write_text(CONFIG)

@@ -5,17 +5,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fedad.seeding import rng as seeded_rng
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fedad.config import PrivacyConfig
-from fedad.core.algorithm import Requirements, Setup, build_algorithm, registry
+from fedad.core.algorithm import Requirements, Setup, build_algorithm, registry, update_phases
 from fedad.core.messages import Message
+from fedad.core.rng import rng as seeded_rng
+from fedad.evaluation.metrics import auroc
 from fedad.fl.engine import run_inprocess
-from fedad.fl.node import update_phases
 from fedad.methods.baselines.federated import FedAvg
-from fedad.metrics import auroc
 from fedad.privacy import (
     clip_l2,
     gaussian_mechanism,
@@ -98,7 +97,8 @@ SECAGG_CFG: dict = {
 def _fedavg(detector: str, secagg: bool) -> tuple[float, dict[str, np.ndarray]]:
     from fedad.config import parse_config
     from fedad.federation import build_federation
-    from fedad.runner import build_algorithms, run_method
+    from fedad.resolve import build_algorithms
+    from fedad.runner import run_method
 
     raw = {
         **SECAGG_CFG,
@@ -131,7 +131,8 @@ def test_secagg_on_a_method_without_a_mean_phase_says_so() -> None:
     pytest.importorskip("flwr", reason="SecAgg+ is Flower's")
     from fedad.config import parse_config
     from fedad.federation import build_federation
-    from fedad.runner import build_algorithms, run_method
+    from fedad.resolve import build_algorithms
+    from fedad.runner import run_method
 
     raw = {**SECAGG_CFG, "rounds": 1, "privacy": {"secagg": True}, "methods": [{"name": "local"}]}
     cfg = parse_config(raw)
@@ -326,7 +327,8 @@ def _final(engine: str, privacy: PrivacyConfig) -> dict[str, np.ndarray]:
     """The global model after two FedAvg rounds of one seed on ``engine``."""
     from fedad.config import parse_config
     from fedad.federation import build_federation
-    from fedad.runner import build_algorithms, run_method
+    from fedad.resolve import build_algorithms
+    from fedad.runner import run_method
 
     raw = {
         "seed": 3, "rounds": 2,
@@ -385,9 +387,8 @@ def test_worker_processes_draw_private_noise() -> None:
 def test_the_resolved_config_records_the_noise_source() -> None:
     """``--resume`` compares resolved configs: a run resumed with the other noise source is
     refused, naming the key."""
-    from fedad.claim import config_difference
-
     from fedad.config import dump_toml, parse_config
+    from fedad.rundir.claim import config_difference
 
     raw = {"data": {"name": "digits", "normal": [0], "anomaly": [1]},
            "privacy": {"noise_multiplier": 1.0},

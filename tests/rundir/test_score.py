@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 import fedad
 from fedad.cli.app import app
-from fedad.errors import FedadError
-from fedad.inputs import read_inputs
+from fedad.core.errors import FedadError
+from fedad.rundir.inputs import read_inputs
 from tests.data.test_table import frame
 
 runner = CliRunner()

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from fedad.claim import RunDir
 from fedad.config import parse_config
-from fedad.errors import FedadError, Interrupted
+from fedad.core.errors import FedadError, Interrupted
+from fedad.rundir.claim import RunDir
 from fedad.rundir.layout import ASIDE_DIR, STATE_DIR
 from fedad.runner import run_experiment
 from fedad.seeds import run_seeds
-from tests.test_fingerprint import snapshot, table_config, write_table
+from tests.rundir.test_fingerprint import snapshot, table_config, write_table
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ def test_an_interrupt_while_the_report_is_written_keeps_every_method(
 KILL_AT = """
 import os, sys
 from pathlib import Path
-import fedad.claim as claim
+import fedad.rundir.claim as claim
 
 limit, count = int(sys.argv[2]), [0]
 real = claim.move

@@ -1,13 +1,20 @@
-"""The catalog (:mod:`fedad.catalog`): each method folder's declarations agree with the classes
+"""The catalog (:mod:`fedad.core.catalog`): each method folder's declarations agree with the classes
 they name, and a run imports only the methods and detectors its config names."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from fedad.catalog import declare_detector, declare_method, detector_entries, method_entries
-from fedad.detector import detector_class, detector_classes
 
 from fedad.core.algorithm import method_class, method_names, registry
+from fedad.core.catalog import (
+    declare_detector,
+    declare_method,
+    detector_entries,
+    method_entries,
+)
+from fedad.core.detector import detector_class, detector_classes
 from tests.fresh import run_fresh
 
 
@@ -58,7 +65,7 @@ def test_a_run_imports_only_its_methods() -> None:
         "import sys\n"
         "import fedad.runner\n"
         "from fedad.core.algorithm import method_class\n"
-        "from fedad.detector import detector_class\n"
+        "from fedad.core.detector import detector_class\n"
         "assert method_class('onlad') is not None\n"
         "assert detector_class('oselm-autoencoder') is not None\n"
         "mods = {m.split('.')[2] for m in sys.modules\n"
@@ -75,8 +82,7 @@ def test_a_declared_method_takes_summary_kinds_and_detectors_from_its_declaratio
 ) -> None:
     """The catalog entry is the one source: the class gets its values at registration, and a
     declared class that writes its own is refused."""
-    import fedad.catalog as catalog
-
+    import fedad.core.catalog as catalog
     from fedad.core import algorithm
 
     monkeypatch.setattr(algorithm, "_REGISTRY", dict(algorithm._REGISTRY))
@@ -114,3 +120,52 @@ def test_no_method_base_class_writes_a_summary_or_kinds() -> None:
         for klass in cls.__mro__[1:]:
             if klass.__module__.startswith("fedad.methods.") and klass not in registered:
                 assert not {"summary", "kinds"} & set(vars(klass)), klass
+
+
+def _plugin(root: Path, module: str, body: str) -> None:
+    """An installed package of one module whose entry point in group ``fedad.methods``
+    names it (a ``.dist-info`` folder on the path, as pip writes one)."""
+    info = root / "fedad_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fedad-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[fedad.methods]\nplugin = {module}\n")
+    (root / f"{module}.py").write_text(body)
+
+
+def test_a_plugin_package_declares_methods_beside_the_built_in_ones(tmp_path: Path) -> None:
+    """The catalog imports every package of the entry-point group at its first look-up: the
+    built-in methods and another package's, with nothing of fedad importing either."""
+    _plugin(
+        tmp_path,
+        "my_methods",
+        "from fedad.core.catalog import declare_method\n"
+        "declare_method('my-method', 'my_methods_impl', 'a plugin', ('vector',))\n",
+    )
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from fedad.core.catalog import method_entries\n"
+        "names = method_entries()\n"
+        "assert 'my-method' in names and 'onlad' in names, sorted(names)\n"
+        "assert names['my-method'].summary == 'a plugin'\n"
+    )
+    run_fresh(code)
+
+
+def test_a_plugin_that_fails_to_import_is_one_line(tmp_path: Path) -> None:
+    _plugin(tmp_path, "broken_methods", "raise RuntimeError('half installed')\n")
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from fedad.core.catalog import method_entries\n"
+        "from fedad.core.errors import FedadError\n"
+        "try:\n"
+        "    method_entries()\n"
+        "except FedadError as err:\n"
+        "    text = str(err)\n"
+        "else:\n"
+        "    raise AssertionError('no error')\n"
+        "assert \"plugin 'plugin' (broken_methods)\" in text and 'half installed' in text, text\n"
+        "assert '\\n' not in text\n"
+    )
+    run_fresh(code)

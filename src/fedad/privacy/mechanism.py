@@ -1,4 +1,4 @@
-"""Privacy tooling: the Gaussian mechanism on what clients share.
+"""The Gaussian mechanism on what clients share.
 
 Client-side update privatisation as in DP-FedAvg (McMahan et al., 2018; Abadi et al., 2016):
 a client's update :math:`u = w_k - w` (returned minus received arrays of a model-update
@@ -29,7 +29,7 @@ server only if the server cannot know the noise: a server that could regenerate
   across processes, unlike :func:`hash`), so two phases never share noise.
 
 A server that asks for the same round twice gets fresh private noise each time: every
-answer is a release, counted as one by :func:`fedad.accounting.client_level_guarantee`.
+answer is a release, counted as one by :func:`fedad.privacy.accounting.client_level_guarantee`.
 """
 
 from __future__ import annotations

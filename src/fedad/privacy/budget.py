@@ -1,18 +1,16 @@
 """A run's privacy budget: the noise calibrated to ``privacy.target_epsilon`` before the
 methods train, and each method's guarantee after (``metrics.json``'s ``privacy``), both
-from :mod:`fedad.accounting` (dp-accounting, imported only by runs that use privacy)."""
+from :mod:`fedad.privacy.accounting` (dp-accounting, imported only by runs that use privacy)."""
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from fedad.config import ExperimentConfig, PrivacyConfig
-from fedad.core.algorithm import Algorithm
-from fedad.fl.drive import RunOutcome
-from fedad.fl.node import update_phases
+from fedad.core.algorithm import Algorithm, update_phases
 
 __all__ = ["privacy_guarantee", "with_calibrated_noise"]
 
@@ -32,13 +30,13 @@ def with_calibrated_noise(
     """``cfg`` with ``privacy.noise_multiplier`` set from ``privacy.target_epsilon``: the
     smallest noise that keeps every method's planned releases (``rounds`` x its privatised
     phases, at the sampling rate of ``engine.fraction``) within the target at
-    ``privacy.delta`` (default :func:`~fedad.accounting.default_delta`). The result names
+    ``privacy.delta`` (default :func:`~fedad.privacy.accounting.default_delta`). The result names
     the noise and delta and no target, so that the resolved config runs again as written."""
     p = cfg.privacy
     if p.target_epsilon is None:
         return cfg
     # dp-accounting (with scipy.signal and absl) is imported only by runs that use privacy
-    from fedad.accounting import calibrate_noise_multiplier, default_delta
+    from fedad.privacy.accounting import calibrate_noise_multiplier, default_delta
 
     q, t = _planned_releases(cfg, list(algorithms), n)
     delta = p.delta if p.delta is not None else default_delta(n)
@@ -51,11 +49,17 @@ def with_calibrated_noise(
 
 
 def privacy_guarantee(
-    cfg: ExperimentConfig, algorithm: Algorithm, outcome: RunOutcome, n: int
+    cfg: ExperimentConfig,
+    algorithm: Algorithm,
+    releases: Mapping[str, list[int]],
+    array_replies: Sequence[str],
+    n: int,
 ) -> dict[str, Any]:
-    """``metrics.json``'s ``privacy`` of one method
-    (:func:`fedad.accounting.client_level_guarantee`)."""
-    from fedad.accounting import client_level_guarantee, default_delta
+    """``metrics.json``'s ``privacy`` of one method whose run made ``releases`` (per phase,
+    the node count of each send) and got arrays back in ``array_replies`` (a run's
+    :class:`~fedad.fl.drive.RunOutcome` holds both;
+    :func:`fedad.privacy.accounting.client_level_guarantee`)."""
+    from fedad.privacy.accounting import client_level_guarantee, default_delta
 
     p = cfg.privacy
     return client_level_guarantee(
@@ -63,7 +67,7 @@ def privacy_guarantee(
         p.clip,
         p.delta if p.delta is not None else default_delta(n),
         n,
-        outcome.releases,
+        releases,
         update_phases(algorithm),
-        outcome.array_replies,
+        array_replies,
     )

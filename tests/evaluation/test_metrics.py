@@ -1,4 +1,4 @@
-"""Exact-number, agreement and property tests for fedad.metrics."""
+"""Exact-number, agreement and property tests for fedad.evaluation.metrics."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from sklearn.metrics import (
 )
 from sklearn.metrics import roc_curve as sk_roc_curve
 
-from fedad.metrics import (
+from fedad.evaluation.metrics import (
     EVALUATE_KEYS,
     aupr,
     auroc,

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from fedad import fingerprint
 from fedad.config import parse_config
-from fedad.errors import FedadError
-from fedad.fingerprint import Fingerprint, federation_digest, files_digest
+from fedad.core.errors import FedadError
+from fedad.rundir.fingerprint import Fingerprint, federation_digest, files_digest
 from fedad.rundir.layout import STATE_DIR
 from fedad.runner import run_experiment
 

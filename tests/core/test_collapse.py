@@ -1,4 +1,4 @@
-"""The collapse guard's pure functions (fedad.collapse)."""
+"""The collapse guard's pure functions (fedad.core.collapse)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from fedad.collapse import NOT_LEARNING, add_loss_ratio, collapse_message
+from fedad.core.collapse import NOT_LEARNING, add_loss_ratio, collapse_message
 
 
 def test_loss_ratio_only_from_finite_positive_values() -> None:

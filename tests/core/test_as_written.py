@@ -8,9 +8,9 @@ from typing import Any, Literal
 import pytest
 from pydantic import Field, ValidationError
 
-from fedad.as_written import AsWritten
 from fedad.config import parse_config
-from fedad.errors import ConfigError
+from fedad.core.as_written import AsWritten
+from fedad.core.errors import ConfigError
 from tests.test_config import BASE
 
 

@@ -2,7 +2,7 @@
 
 DP-FedAvg (McMahan et al., 2018): each round the server samples :math:`k` of the :math:`n`
 clients, a sampled client clips its update to L2 norm :math:`C` and adds Gaussian noise of
-standard deviation :math:`\\sigma C` (:mod:`fedad.privacy`, on the client), and :math:`T`
+standard deviation :math:`\\sigma C` (:mod:`fedad.privacy.mechanism`, on the client), and :math:`T`
 such releases compose.
 
 **Adjacency and sensitivity.** fedad samples a *fixed number* :math:`k` of clients per
@@ -32,7 +32,7 @@ under add/remove adjacency (sensitivity :math:`C`), the common shortcut, which u
 clients per round, and add/remove adjacency a secret federation size.
 
 **Who the guarantee holds against.** The noise is drawn on the client (privately unless
-``privacy.noise_source = "seeded"``, see :mod:`fedad.privacy`), so the mechanism holds
+``privacy.noise_source = "seeded"``, see :mod:`fedad.privacy.mechanism`), so the mechanism holds
 against the server as well as against anyone who sees the models. Amplification by
 sampling, though, needs the sample to be secret, and the server chose it: against the
 server a client's guarantee is that of the releases it took part in, at worst all

@@ -9,7 +9,7 @@ import pytest
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from fedad.accounting import (
+from fedad.privacy.accounting import (
     accounted_epsilon,
     calibrate_noise_multiplier,
     default_delta,
@@ -55,7 +55,7 @@ def test_the_sampled_rdp_at_order_two_by_hand() -> None:
     import numpy as np
     from dp_accounting.rdp import RdpAccountant
 
-    from fedad.accounting import REPLACE_ONE, _sampled
+    from fedad.privacy.accounting import REPLACE_ONE, _sampled
 
     sigma, k, n = 3.0, 2, 10
     acc = RdpAccountant([2], REPLACE_ONE)
@@ -158,7 +158,7 @@ def test_default_delta_and_bad_arguments() -> None:
 
 
 def test_guarantee_counts_the_releases_it_was_given() -> None:
-    from fedad.accounting import client_level_guarantee
+    from fedad.privacy.accounting import client_level_guarantee
 
     g = client_level_guarantee(
         1.2, 1.0, 1e-3, 10, {"train": [5, 5, 4], "evaluate": [10]}, ("train",),
@@ -175,7 +175,7 @@ def test_guarantee_counts_the_releases_it_was_given() -> None:
 
 
 def test_unnoised_arrays_mean_no_epsilon() -> None:
-    from fedad.accounting import client_level_guarantee
+    from fedad.privacy.accounting import client_level_guarantee
 
     g = client_level_guarantee(
         1.0, 1.0, 1e-3, 4, {"train": [4], "bank": [4]}, ("train",), ["bank", "train"]
@@ -223,7 +223,7 @@ def test_target_epsilon_calibrates_the_run(tmp_path: object) -> None:
 
 def test_target_epsilon_config_errors() -> None:
     from fedad.config import parse_config
-    from fedad.errors import ConfigError
+    from fedad.core.errors import ConfigError
 
     base = {"data": {"name": "digits", "normal": [0], "anomaly": [1]},
             "methods": [{"name": "fedavg", "detector": "autoencoder"}]}  # fmt: skip

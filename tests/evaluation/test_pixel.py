@@ -1,4 +1,4 @@
-"""Exact tests for fedad.pixel_metrics: pixel AUROC against scikit-learn, PRO against a slow
+"""Exact tests for fedad.evaluation.pixel: pixel AUROC against scikit-learn, PRO against a slow
 reference written straight from the definition of [Bergmann et al. 2021]."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from sklearn.metrics import roc_auc_score
 
-import fedad.pixel_metrics as pixel_metrics_module
-from fedad.pixel_metrics import PIXEL_KEYS, pixel_auroc, pixel_metrics, pro_score
+import fedad.evaluation.pixel as pixel_metrics_module
+from fedad.evaluation.pixel import PIXEL_KEYS, pixel_auroc, pixel_metrics, pro_score
 
 # --------------------------------------------------------------------------- reference
 

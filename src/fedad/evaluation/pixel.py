@@ -9,7 +9,7 @@ switch together (ties are never broken by position).
 
 Both metrics return a plain ``float`` and ``nan`` where they are undefined (only one class of
 pixel, or no pixels at all). Callers writing JSON should turn ``nan`` into ``null``, as
-:mod:`fedad.metrics` does with ``None``.
+:mod:`fedad.evaluation.metrics` does with ``None``.
 
 Notation used below, all pixels of all images pooled::
 
