@@ -39,7 +39,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from pathlib import Path
 from typing import Any
 
-from fedad.config import ExperimentConfig, dump_toml
+from fedad.config import ExperimentConfig, dump_toml, parse_config
 from fedad.core.errors import FedadError, Interrupted, MethodsFailed
 from fedad.evaluation.seeds import aggregate, history_with_seeds
 from fedad.interrupts import keep_swallowed_signals, raise_interrupted
@@ -323,7 +323,6 @@ def _worker(
     raw: dict[str, Any], seed: int, d: str, resume: bool, keep_going: bool = False
 ) -> tuple[str, Any]:
     """Run one seed in a worker; the outcome as plain data (exceptions do not cross)."""
-    from fedad.config import parse_config
     from fedad.runner import run_experiment
 
     path = Path(d)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from fedad.config import parse_config
 from fedad.core import algorithm as algmod
+from fedad.core import detector as detector_module
 from fedad.core.algorithm import (
     Algorithm,
     ClientState,
@@ -139,7 +140,7 @@ RAW = {
 @pytest.fixture
 def toy() -> Iterator[None]:
     register(_Toy)
-    if "toy-center" not in __import__("fedad.core.detector").detector._DETECTORS:
+    if "toy-center" not in detector_module._DETECTORS:
         register_detector("toy-center")(_CenterDetector)
     register_resource("toy-res", _Tiny, input_spec=_Tiny.input_spec, feature_dim=4, overwrite=True)
     SEEN.clear()

@@ -28,7 +28,11 @@ from fedad.bench.leaderboard import render_leaderboard
 from fedad.bench.results import rows_of_run, write_results
 from fedad.bench.suites import Federation, Suite, data_kind
 from fedad.config import ExperimentConfig, parse_config
+from fedad.core.algorithm import build_algorithm
 from fedad.core.errors import FedadError, Interrupted
+from fedad.federation import build_federation
+from fedad.fl.server_inputs import check_requirements, supplied_fields
+from fedad.resolve import make_setup, with_server_data
 from fedad.rundir.files import (
     anchored,
     link_error,
@@ -40,6 +44,9 @@ from fedad.rundir.files import (
     write_text,
 )
 from fedad.rundir.layout import METRICS_FILE
+from fedad.rundir.read import read_metrics
+from fedad.rundir.seeds import seed_dir
+from fedad.seeds import run_seeds
 
 __all__ = ["BenchRequest", "run_bench"]
 
@@ -208,11 +215,6 @@ def federation_config(fed: Federation, req: BenchRequest) -> tuple[ExperimentCon
 def usable(cfg: ExperimentConfig) -> tuple[ExperimentConfig, list[dict[str, str]]]:
     """``cfg`` without the methods whose requirements its data cannot meet (each built on
     the first seed's federation, as a run checks them), and those left out with why."""
-    from fedad.core.algorithm import build_algorithm
-    from fedad.federation import build_federation
-    from fedad.fl.server_inputs import check_requirements, supplied_fields
-    from fedad.resolve import make_setup, with_server_data
-
     first = with_server_data(cfg.for_seed(cfg.seed_list()[0]))
     fed = build_federation(first)
     setup, fields = make_setup(first, fed), supplied_fields(fed)
@@ -236,9 +238,6 @@ Done = dict[str, tuple[ExperimentConfig, str]]
 
 def collect(req: BenchRequest, done: Done) -> list[dict[str, Any]]:
     """Every row finished so far: per federation run, each seed's ``metrics.json``."""
-    from fedad.rundir.read import read_metrics
-    from fedad.rundir.seeds import seed_dir
-
     rows: list[dict[str, Any]] = []
     for name, (cfg, kind) in done.items():
         run = req.out / RUNS / name
@@ -273,8 +272,6 @@ def _failed_row(
 
 
 def _failed_seeds(path: Path) -> dict[int, str]:
-    from fedad.rundir.read import read_metrics
-
     if not path.is_file():
         return {}
     failed = read_metrics(path)["experiment"].get("failed_seeds", [])
@@ -347,8 +344,6 @@ def _run_all(
     on_run: OnRun | None,
     run_callbacks: dict[str, Any] | None,
 ) -> list[dict[str, Any]]:
-    from fedad.seeds import run_seeds
-
     done: Done = {}
     failures: dict[str, str] = {}
     extra: dict[str, Any] = {"excluded": plan.excluded, "failures": failures}

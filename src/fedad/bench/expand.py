@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fedad.core.algorithm import method_class
+from fedad.core.catalog import method_entries
 from fedad.core.errors import ConfigError
 
 __all__ = ["Pair", "expand_methods", "pairs_for", "parse_methods"]
@@ -39,9 +41,6 @@ class Pair:
 
 def pairs_for(kind: str) -> list[Pair]:
     """Every (method, detector) pair declared for data of ``kind``, in catalog order."""
-    from fedad.core.algorithm import method_class
-    from fedad.core.catalog import method_entries
-
     out: list[Pair] = []
     for name, entry in method_entries().items():
         cls = method_class(name)

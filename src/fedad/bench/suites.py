@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from fedad.config import parse_config
 from fedad.core.errors import ConfigError
+from fedad.data.registry import dataset_info
 from fedad.toml_files import apply_overrides, read_toml
 
 __all__ = ["Federation", "Suite", "load_target", "shipped_suites", "suite_from_config"]
@@ -71,8 +72,6 @@ FAMILIES = {"vector": "tables", "image": "images", "graph": "graphs"}
 def _kind(raw: dict[str, Any], where: str) -> str:
     """The family a federation is ranked in: ``tables``, ``images``, ``graphs``, ``defects``
     (a defect set, with pixel masks) or ``one-vs-rest`` (its partition scheme)."""
-    from fedad.data.registry import dataset_info
-
     data = raw.get("data")
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         raise ConfigError(f"{where}: a federation needs [data] with a name")
@@ -85,8 +84,6 @@ def _kind(raw: dict[str, Any], where: str) -> str:
 
 def data_kind(fed: Federation) -> str:
     """The data kind (``vector``, ``image``, ``graph``) of a federation's data set."""
-    from fedad.data.registry import dataset_info
-
     return dataset_info(fed.raw["data"]["name"]).kind
 
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from fedad.core.errors import ConfigError
 from fedad.core.types import GraphSet
+from fedad.data.registry import dataset_info, list_datasets, load_dataset, normalize_name
 
 __all__ = ["MAX_PIXELS", "public_images", "public_names"]
 
@@ -69,8 +70,6 @@ SKIMAGE_IMAGES: dict[str, str] = {
 
 def public_names() -> list[str]:
     """Names :func:`public_images` accepts: the built-in sets, then registered image sets."""
-    from fedad.data.registry import dataset_info, list_datasets
-
     registered = [n for n, _ in list_datasets() if dataset_info(n).kind == "image"]
     return [*BUILTIN, *(n for n in registered if n not in BUILTIN)]
 
@@ -92,8 +91,6 @@ def public_images(name: str, n: int, shape: tuple[int, int, int], seed: int = 0)
 
 def _check(name: str, n: int, shape: tuple[int, int, int], seed: int) -> tuple[int, int, int]:
     if name not in BUILTIN:
-        from fedad.data.registry import dataset_info, list_datasets, normalize_name
-
         if normalize_name(name) not in {n for n, _ in list_datasets()}:
             known = ", ".join(public_names())
             raise ConfigError(f"unknown public image set '{name}'", f"known: {known}")
@@ -309,8 +306,6 @@ def _skimage(n: int, c: int, h: int, w: int, seed: int) -> np.ndarray:
 
 
 def _registered(name: str, n: int, c: int, h: int, w: int, seed: int) -> np.ndarray:
-    from fedad.data.registry import load_dataset
-
     ds = load_dataset(name)
     x = ds.x
     if isinstance(x, GraphSet) or x.ndim != 4 or x.shape[1] not in (1, 3):

@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fedad.core.algorithm import registry
 from fedad.evaluation.columns import FamilySpec, families_of
 
 
 def known_families() -> tuple[FamilySpec, ...]:
     """The built-in families, ONLAD's normal-positive one (which every method reported
     before families were declared per method) and every family a method declares."""
-    from fedad.core.algorithm import registry
     from fedad.evaluation.families import BUILTIN, NORMAL_POSITIVE
 
     out: dict[str, FamilySpec] = {f.name: f for f in (*BUILTIN, NORMAL_POSITIVE)}

@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from fedad.evaluation.columns import columns_of
+from fedad.evaluation.run_families import run_families
+
 __all__ = ["DROPPED", "SHARED", "aggregate", "aggregate_method", "history_with_seeds"]
 
 SHARED = ("method", "detector", "params", "personalized", "privacy", "score_scale")
@@ -112,9 +115,6 @@ def _columns(
 ) -> dict[str, list[str]]:
     """The union, in order, of the finished seeds' ``columns`` (each seed's runs the same
     methods on the same kind of data, so they are normally equal)."""
-    from fedad.evaluation.columns import columns_of
-    from fedad.evaluation.run_families import run_families
-
     out: dict[str, list[str]] = {}
     for s in done:
         metrics = per_seed[s]  # a seed written before columns were listed: as the report

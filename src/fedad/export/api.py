@@ -26,12 +26,17 @@ import numpy as np
 from fedad.core.detector import BaseDetector
 from fedad.core.errors import FedadError
 from fedad.export import deps
+from fedad.export.assemble import assemble
 from fedad.export.check import parity
 from fedad.export.preprocess import preprocessing
 from fedad.export.registry import Core, exporter_for
 from fedad.export.sidecar import ModelEntry, sidecar
-from fedad.rundir.files import refuse_inside_run, target_path
+from fedad.export.torchgraph import to_onnx
+from fedad.rundir.files import refuse_inside_run, staged_dir, target_path, write_text
 from fedad.rundir.inputs import Inputs
+from fedad.rundir.load import load_run
+from fedad.rundir.score import _check_fit as check
+from fedad.rundir.score import _client
 
 if TYPE_CHECKING:
     from fedad.rundir.load import Run
@@ -66,7 +71,6 @@ def export_run(
     out = target_path(out)
     refuse_inside_run(out)
     _check_out(out, force)
-    from fedad.rundir.load import load_run
 
     run = load_run(run_dir)
     inputs = _inputs(run)
@@ -103,9 +107,6 @@ def build(
     """The ONNX model (not yet checked) of ``det`` for the run's ``inputs``, deciding at
     ``thresholds`` (one per client it serves), and its :class:`Core`."""
     import torch
-
-    from fedad.export.assemble import assemble
-    from fedad.export.torchgraph import to_onnx
 
     shape = tuple(int(s) for s in inputs.feature_shape)
     core = exporter_for(det, label)(det, shape)
@@ -172,8 +173,6 @@ def _inputs(run: Run) -> Inputs:
 def _clients(run: Run, label: str, client: str | None) -> list[int]:
     """The clients to export: ``client`` only, or every client whose detector the run
     holds."""
-    from fedad.rundir.score import _client
-
     if label not in run.detectors and label not in run.node_models:
         raise FedadError(
             f"run '{run.path}' has no method '{label}'", f"methods: {', '.join(run.detectors)}"
@@ -194,8 +193,6 @@ def _clients(run: Run, label: str, client: str | None) -> list[int]:
 def _check_fit(inputs: Inputs, det: BaseDetector, run_dir: Path, label: str) -> None:
     """``inputs.json`` must describe what the detector takes (both are the run's, both
     untrusted; :func:`fedad.rundir.score._check_fit`)."""
-    from fedad.rundir.score import _check_fit as check
-
     check(inputs, det, run_dir, label)
     spec = det.expected_input()
     if spec is not None and spec[0] != "image" and math.prod(spec[1]) != inputs.width:
@@ -268,8 +265,6 @@ def _check_out(out: Path, force: bool) -> None:
 
 def _write(out: Path, blobs: dict[str, bytes], text: str) -> None:
     """The export, written beside ``out`` and renamed into place."""
-    from fedad.rundir.files import staged_dir, write_text
-
     with staged_dir(out) as tmp:
         for name, blob in blobs.items():
             _write_bytes(tmp / name, blob)

@@ -30,6 +30,7 @@ import numpy as np
 
 from fedad.core.detector import BaseDetector, flag, localizes
 from fedad.core.errors import FedadError
+from fedad.data.table import _value
 from fedad.export import deps
 from fedad.export.preprocess import MISSING_TEXT
 
@@ -160,8 +161,6 @@ def text_cell(v: Any, categories: tuple[str, ...]) -> str:
     with the categories (stripped); a value the model would read as missing that is not a
     category gets a trailing space, which no category has, so that it reads as the unseen
     category fedad makes of it."""
-    from fedad.data.table import _value
-
     s = _value(v)
     return s + " " if s in MISSING_TEXT and s not in categories else s
 

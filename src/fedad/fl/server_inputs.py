@@ -17,6 +17,7 @@ import numpy as np
 from fedad.core.algorithm import Algorithm, Requirements, SampleField
 from fedad.core.errors import ConfigError
 from fedad.core.types import Federation
+from fedad.data.public import public_images
 
 PUBLIC_STREAM = zlib.crc32(b"fedad-public-set")
 """Mixed into the run's seed for the public set's own random stream."""
@@ -87,7 +88,6 @@ def public_set(algorithm: Algorithm) -> np.ndarray | None:
     req = requirements(algorithm)
     if req.public is None:
         return None
-    from fedad.data.public import public_images
 
     seed = (int(algorithm.setup.seed) ^ PUBLIC_STREAM) % (1 << 63)
     return public_images(req.public.name, req.public.n, _public_shape(algorithm, req), seed)

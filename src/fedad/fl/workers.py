@@ -37,9 +37,11 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from fedad.blas import limit_blas_threads
 from fedad.config import AttackConfig, ExperimentConfig, PrivacyConfig
 from fedad.core.messages import Message
 from fedad.core.types import ClientData, Federation
+from fedad.fl.node import node_handlers
 
 __all__ = ["WorkerPool", "resolve_workers"]
 
@@ -78,9 +80,6 @@ def _serve(conn: Connection, setup: _Setup) -> None:
     ``("run", [(node id, message), ...])`` answers one :data:`Result` per message; ``None``
     stops."""
     import torch
-
-    from fedad.blas import limit_blas_threads
-    from fedad.fl.node import node_handlers
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent stops the workers
     torch.set_num_threads(setup.threads)

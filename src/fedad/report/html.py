@@ -49,7 +49,7 @@ from fedad.report.figures import (
     read_map_sample,
 )
 from fedad.report.fmt import CSS, DASH, esc, figure_html, fmt, num
-from fedad.rundir.files import reading
+from fedad.rundir.files import anchored, reading, write_text
 from fedad.rundir.layout import CONFIG_FILE, HISTORY_FILE, METRICS_FILE, REPORT_FILE, SCORES_FILE
 from fedad.rundir.read import (
     MethodScores,
@@ -542,8 +542,6 @@ def write_report(run_dir: str | Path) -> Path:
     :func:`fedad.evaluation.metrics.evaluate_clients` when a method has none. Raises
     :class:`~fedad.core.errors.FedadError` when ``metrics.json`` is missing or malformed.
     """
-    from fedad.rundir.files import anchored, write_text
-
     run = Path(run_dir)
     text = render_report(run)
     out = run / REPORT_FILE

@@ -67,6 +67,7 @@ from fedad.rundir.layout import (
     SEED_DIRS,
     STATE_DIR,
 )
+from fedad.rundir.load import read_npz
 
 log = logging.getLogger("fedad")
 _LABEL = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
@@ -489,8 +490,6 @@ class RunDir:
 
     def load_done(self, labels: list[str]) -> dict[str, Done]:
         """The finished methods among ``labels`` (untrusted files: checked, one-line errors)."""
-        from fedad.rundir.load import read_npz
-
         d = self.root / STATE_DIR / DONE_DIR
         out: dict[str, Done] = {}
         for label in labels:

@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedad.core.errors import FedadError
+from fedad.data.encoding import Encoding
+from fedad.data.image_folder import read_images
+from fedad.data.table import encode_categories, numeric_float32
 from fedad.rundir.files import read_text
 from fedad.rundir.layout import INPUTS_FILE
 
@@ -127,9 +130,6 @@ class Inputs:
         training means when the run did so (else an error), standardized."""
         import pandas as pd
 
-        from fedad.data.encoding import Encoding
-        from fedad.data.table import encode_categories, numeric_float32
-
         if self.kind != "vector":
             raise FedadError(
                 f"this run's models take {self.kind} data, not table rows",
@@ -209,8 +209,6 @@ class Inputs:
     ) -> tuple[np.ndarray, list[Path]]:
         """Image files as model inputs ``(N, C, H, W)`` in [0, 1]: converted to the run's
         channels and resized to its size, as the ``image_folder`` loader does."""
-        from fedad.data.image_folder import read_images
-
         if self.kind != "image" or len(self.feature_shape) != 3:
             raise FedadError(
                 f"this run's models take {self.kind} data, not images",

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from fedad.config import MAX_CLIENTS
 from fedad.core.detector import BaseDetector, detector_from_config
 from fedad.core.errors import FedadError
 from fedad.rundir.files import read_text, reading
@@ -109,8 +110,6 @@ def client_count(config: dict[str, Any], metrics: dict[str, Any]) -> int:
     """How many clients the run had: ``metrics.json``'s ``experiment.clients``, else the
     resolved ``config.toml``'s ``partition.clients``, else the most a config may ask for
     (:data:`fedad.config.MAX_CLIENTS`); never more than that. Client ids are ``0..n-1``."""
-    from fedad.config import MAX_CLIENTS
-
     part = config.get("partition")
     for n in (
         metrics.get("experiment", {}).get("clients"),

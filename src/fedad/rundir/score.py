@@ -24,6 +24,7 @@ import numpy as np
 
 from fedad.core.detector import BaseDetector, flag
 from fedad.core.errors import FedadError
+from fedad.data.image_folder import list_images
 from fedad.data.table import TABLE_SUFFIXES, label_values, read_table
 from fedad.rundir.files import reading
 from fedad.rundir.inputs import Inputs, read_inputs
@@ -161,8 +162,6 @@ def score_data(
 
 
 def _image_files(folder: Path, skip_bad_files: bool) -> list[Path]:
-    from fedad.data.image_folder import list_images
-
     return list_images(folder, skip_bad_files=skip_bad_files)
 
 

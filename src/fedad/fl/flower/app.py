@@ -57,12 +57,13 @@ from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedad.config import ExperimentConfig, read_toml
-from fedad.core.algorithm import EVALUATE, Algorithm, Handler
+from fedad.config import ExperimentConfig, dump_toml, parse_config, read_toml
+from fedad.core.algorithm import EVALUATE, Algorithm, Handler, ServerResult, update_phases
 from fedad.core.errors import ConfigError, FedadError
 from fedad.core.messages import Message, unprefixed
 from fedad.core.secagg import rounding_seed
 from fedad.core.types import ClientData, Features, Samples
+from fedad.federation import build_federation
 from fedad.fl.flower.codec import (
     HELLO,
     META_KEY,
@@ -80,8 +81,12 @@ from fedad.fl.flower.results import ResultsDir
 from fedad.fl.flower.secagg import RefusedReply, checked, decode_content, encode_fitres
 from fedad.fl.flower.server import serve
 from fedad.fl.flower.spec import RunSpec
+from fedad.fl.node import node_handlers
 from fedad.fl.timeline import timeline_event
+from fedad.rundir.checkpoints import save_checkpoint
+from fedad.rundir.files import anchored, mkdir, staged_dir, write_text
 from fedad.rundir.layout import CONFIG_FILE, METRICS_FILE
+from fedad.rundir.read import read_npz
 
 if TYPE_CHECKING:
     from fedad.fl.drive import RunOutcome  # (pulls in scipy: not needed by the handshake)
@@ -134,8 +139,6 @@ def _load_client(path: Path) -> ClientData:
     directories' ``.npz`` files (:func:`fedad.rundir.read.read_npz`): the cache lies in a
     run's ``.flower/`` or a folder the node names, so it gets the same checks; a cache
     larger than that reader's cap (8 GiB) is refused and so rebuilt."""
-    from fedad.rundir.read import read_npz
-
     z = read_npz(path)
     train = Samples.from_arrays(z, "train/")
     test = Samples.from_arrays(z, "test/")
@@ -164,7 +167,6 @@ def client_data(cfg: ExperimentConfig, partition_id: int) -> ClientData:
             return _load_client(path)
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, FedadError):
             pass  # a damaged or outdated cache file: rebuild it below
-    from fedad.federation import build_federation
 
     clients = build_federation(cfg).clients
     _FEDERATIONS.clear()  # one federation per process is enough
@@ -181,7 +183,6 @@ def node_config_of(spec: RunSpec, context: Context) -> ExperimentConfig:
     local = context.node_config.get(DATA_CONFIG_KEY)
     if not local:
         return cfg
-    from fedad.config import parse_config
 
     raw = read_toml(str(local))
     if "data" not in raw:
@@ -228,9 +229,6 @@ def load_node(spec: RunSpec, context: Context) -> Node:
     if algorithm is None:
         _ALGORITHMS.clear()
         algorithm = _ALGORITHMS[akey] = spec.build_algorithm()
-
-    from fedad.core.algorithm import update_phases
-    from fedad.fl.node import node_handlers
 
     cfg = node_config_of(spec, context)
     data = client_data(cfg, pid)
@@ -291,12 +289,7 @@ def keep_detector_home(
         )
     if not _SAFE_LABEL.fullmatch(label) or label in (".", ".."):
         raise ValueError(f"the method label {label[:40]!r} cannot name a folder")
-    from fedad.config import dump_toml
-    from fedad.core.algorithm import ServerResult
-    from fedad.core.errors import FedadError
     from fedad.fl.drive import RunOutcome
-    from fedad.rundir.checkpoints import save_checkpoint
-    from fedad.rundir.files import anchored, mkdir, staged_dir, write_text
 
     root = Path(models_dir).resolve()
     folder = node_model_dir(root, run_id, partition_id)
@@ -508,7 +501,6 @@ def server_normal_of(spec: RunSpec) -> Features | None:
     cfg = spec.config()
     if cfg.data.server_normal <= 0:
         return None
-    from fedad.federation import build_federation
 
     return build_federation(cfg).server_normal
 

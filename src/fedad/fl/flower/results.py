@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedad.core.algorithm import ServerResult
 from fedad.core.errors import FedadError
 from fedad.core.messages import Message
+from fedad.rundir.read import read_npz
 
 if TYPE_CHECKING:  # the engine pulls in scipy; the ClientApp's handshake stays light
     from fedad.fl.drive import RunOutcome
@@ -140,9 +142,7 @@ class ResultsDir:
         tmp.replace(self.error_file)
 
     def read(self) -> RunOutcome:
-        from fedad.core.algorithm import ServerResult
         from fedad.fl.drive import RunOutcome
-        from fedad.rundir.read import read_npz
 
         doc = json.loads(self.outcome_file.read_text())
         # the run directory's one .npz reader: this is fedad's own hand-off, but it lies in

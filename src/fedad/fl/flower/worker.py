@@ -54,6 +54,8 @@ import httpx
 from flwr.app import Context, Error
 from flwr.app import Message as FlowerMessage
 
+from fedad.core.algorithm import registry
+from fedad.fl.flower.app import load_node
 from fedad.fl.flower.codec import HELLO
 from fedad.fl.flower.internals import (
     AcquireTaskRequest,
@@ -82,6 +84,7 @@ from fedad.fl.flower.internals import (
     push_task_output,
     run_from_proto,
 )
+from fedad.fl.flower.spec import RunSpec
 from fedad.fl.timeline import timeline_event
 
 CLIENT_APP_REF = "fedad.fl.flower.app:client_app"
@@ -356,9 +359,6 @@ def prepare_node(context: Context) -> None:
     """Build the node's data and algorithm for the run of ``context`` now, so that its first
     real message does not wait for them (:func:`fedad.fl.flower.app.load_node`, cached in
     this process). A failure here is left for that message to report."""
-    from fedad.fl.flower.app import load_node
-    from fedad.fl.flower.spec import RunSpec
-
     t0 = time.perf_counter()
     try:
         load_node(RunSpec.from_run_config(context.run_config), context)
@@ -375,8 +375,6 @@ def warm_up() -> None:
     a throw-away tensor (torch's first step imports more of torch: 1.4 s here), so that the
     first message of a run does not pay for them."""
     import torch
-
-    from fedad.core.algorithm import registry
 
     registry()  # imports every declared method's modules
 

@@ -29,6 +29,7 @@ from fedad.core.detector import (
 )
 from fedad.core.rng import rng as seeded_rng
 from fedad.core.rng import torch_seeded
+from fedad.core.types import GraphSet
 from fedad.devices import resolve_device
 from fedad.methods.fgad.model import NORMAL, FGADNet, Generator
 from fedad.methods.fgad.train import degree_cap, train_epoch
@@ -311,8 +312,6 @@ class FGADDetector(BaseDetector):
 
 def _width(x: GraphSet) -> int:
     """The node-feature width of a graph set (one-line error when there is none)."""
-    from fedad.core.types import GraphSet
-
     if not isinstance(x, GraphSet):
         raise TypeError(f"FGAD scores graphs (a GraphSet), not {type(x).__name__}")
     w = x.shape[1]

@@ -20,8 +20,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedad.blas import one_blas_thread
 from fedad.components.nn.gin import dense_graphs, dense_nodes
-from fedad.core.types import ClientData, Federation, GraphSet
+from fedad.core.algorithm import Setup, build_algorithm
+from fedad.core.messages import Message
+from fedad.core.types import ClientData, Federation, GraphSet, concat
 from fedad.evaluation.metrics import auroc
 from fedad.methods.fgad.detector import FGADDetector
 from fedad.methods.fgad.losses import edge_prior_shift
@@ -148,10 +151,6 @@ def _train(
     """One candidate trained on ``fed`` in this process: every client's detector (its own
     networks, the server's final head) and the last round's client-weighted ``loss_g`` and
     ``recon_constant``."""
-    from fedad.blas import one_blas_thread
-    from fedad.core.algorithm import Setup, build_algorithm
-    from fedad.core.messages import Message
-
     setup = Setup(
         "graph",
         fed.feature_shape,
@@ -216,8 +215,6 @@ def validate(
 
 def concat_graphs(parts: Sequence[GraphSet]) -> GraphSet:
     """One graph set of ``parts`` in order."""
-    from fedad.core.types import concat
-
     out = concat(list(parts))
     assert isinstance(out, GraphSet)
     return out

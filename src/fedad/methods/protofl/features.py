@@ -19,12 +19,12 @@ import numpy as np
 import torch
 
 from fedad.methods.protofl.augment import cpu_seeded, image_augmenter
+from fedad.resources import get_resource
+from fedad.resources.efficientnet_lite0 import STAGES
 
 
 def embed(backbone: str, x: np.ndarray, size: int, device: str | torch.device) -> np.ndarray:
     """``(N, D)`` float32 features of images ``x`` ``(N, C, H, W)`` in [0, 1]."""
-    from fedad.resources import get_resource
-
     net = get_resource(backbone, device)
     return net.embed(np.ascontiguousarray(x, dtype=np.float32), size=size)
 
@@ -83,8 +83,6 @@ def tail_start(tune_stages: int) -> int:
 
 def prefix_shape(tune_stages: int, size: int) -> tuple[int, int, int]:
     """``(C, H, W)`` of the frozen prefix's output for ``size`` px inputs."""
-    from fedad.resources.efficientnet_lite0 import STAGES
-
     stage = tail_start(tune_stages) - 1
     side = -(-size // 2)  # the stem's stride (TensorFlow's SAME padding: ceil)
     for _r, _k, stride, _e, _ci, _co in STAGES[:stage]:
@@ -101,8 +99,6 @@ def prefix_maps(
     the stages before the trainable tail) for images ``x`` ``(N, C, H, W)`` in [0, 1]; in
     batches of 64 in channels-last layout, as the backbone embeds images for the
     ``pretrained`` detector (its depthwise convolutions are faster so on the CPU)."""
-    from fedad.resources import get_resource
-
     net = get_resource("efficientnet-lite0", device)
     stage = tail_start(tune_stages) - 1
     shape = prefix_shape(tune_stages, size)

@@ -72,6 +72,7 @@ from fedad.methods.protofl.detector_params import (
 )
 from fedad.methods.protofl.model import Encoder
 from fedad.methods.protofl.train import one_thread_below_grain, train_encoder
+from fedad.resources import get_resource, resource_info
 
 PROTOTYPE = "prototype"
 LOSSES = ("loss", "l_pd", "l_p")
@@ -306,8 +307,6 @@ class ProtoFL(Algorithm):
     # -- models -----------------------------------------------------------------------------
     @property
     def proto_dim(self) -> int:
-        from fedad.resources import resource_info
-
         return resource_info(self.params.backbone).feature_dim
 
     def make_encoder(self) -> Encoder:
@@ -343,8 +342,6 @@ class ProtoFL(Algorithm):
 
     def prototypes(self, public: np.ndarray, k: int) -> np.ndarray:
         """[ProtoFL eq. 6]: :math:`v_j = \\mathcal{F}(s_j)` for ``k`` distinct public images."""
-        from fedad.resources import get_resource
-
         if len(public) < k:
             raise RunError(
                 f"protofl: the public set has {len(public)} images for {k} joined clients",

@@ -21,6 +21,9 @@ import torch.nn.functional as F
 import zuko
 from torch import nn
 
+from fedad.resources import get_resource
+from fedad.resources.efficientnet_lite0 import STAGES, EfficientNetLite0
+
 
 def _groups(channels: int) -> int:
     """Largest of 8, 4, 2, 1 that divides ``channels``."""
@@ -252,8 +255,6 @@ class PretrainedTail(nn.Module):
         super().__init__()
         import itertools
 
-        from fedad.resources.efficientnet_lite0 import STAGES, EfficientNetLite0
-
         first = [0, *itertools.accumulate(s[0] for s in STAGES)][start - 1]
         with torch.device("meta"):  # no random draws: the weights come from load_pretrained
             net = EfficientNetLite0()
@@ -266,8 +267,6 @@ class PretrainedTail(nn.Module):
     def load_pretrained(self) -> PretrainedTail:
         """Copy the shipped weights' entries of these layers (the full network's keys; the
         network is loaded and checked once per process by :mod:`fedad.resources`)."""
-        from fedad.resources import get_resource
-
         full = get_resource("efficientnet-lite0", "cpu").state_dict()
         own = {}
         for key in self.state_dict():
