@@ -55,9 +55,7 @@ with Flower's own quantization functions) but no masking: all clients live in on
 there is nothing to hide, and masks cancel exactly modulo :math:`2^{32}`. Its aggregate is
 therefore bit-identical to the one a Flower engine unmasks (tested).
 
-Because the server sees only the sum, it cannot check single replies: each client checks
-its own (:func:`check_secure_reply`) before masking, and a client that fails the check
-drops out, which SecAgg+ tolerates down to the reconstruction threshold.
+What each client checks before masking, and the settings: :mod:`fedad.core.secagg`.
 """
 
 from __future__ import annotations
