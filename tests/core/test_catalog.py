@@ -169,3 +169,15 @@ def test_a_plugin_that_fails_to_import_is_one_line(tmp_path: Path) -> None:
         "assert '\\n' not in text\n"
     )
     run_fresh(code)
+
+
+def test_the_built_in_methods_do_not_depend_on_installed_metadata() -> None:
+    """Run from its source folder, or beside metadata of an older install that lacks the
+    entry point, fedad still finds its own methods."""
+    code = (
+        "import importlib.metadata as md\n"
+        "md.entry_points = lambda **kw: md.EntryPoints(())\n"
+        "from fedad.core.catalog import method_entries, detector_entries\n"
+        "assert 'onlad' in method_entries() and 'oselm-autoencoder' in detector_entries()\n"
+    )
+    run_fresh(code)

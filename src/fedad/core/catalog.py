@@ -77,18 +77,26 @@ _DETECTORS: dict[str, DetectorEntry] = {}
 
 ENTRY_POINT_GROUP = "fedad.methods"
 """The entry-point group whose packages declare methods and detectors when imported."""
+BUILTIN = importlib.metadata.EntryPoint("builtin", "fedad.methods", ENTRY_POINT_GROUP)
+"""fedad's own entry (as in ``pyproject.toml``), used as well when the metadata that Python
+finds lacks it: fedad run from its source folder (``PYTHONPATH=src``) or beside metadata
+written by an older install still has its built-in methods."""
 _discovered = False
 
 
 def discover() -> None:
-    """Import every package of :data:`ENTRY_POINT_GROUP` (once per process): their
-    ``declare_*`` calls fill the catalog. A plugin that fails to import is a one-line
-    :class:`~fedad.core.errors.FedadError` naming it."""
+    """Import every package of :data:`ENTRY_POINT_GROUP` (once per process), fedad's own
+    (:data:`BUILTIN`) always among them: their ``declare_*`` calls fill the catalog. A
+    plugin that fails to import is a one-line :class:`~fedad.core.errors.FedadError` naming
+    it."""
     global _discovered
     if _discovered:
         return
     _discovered = True
-    for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    points = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    if not any(p.value == BUILTIN.value for p in points):
+        points.insert(0, BUILTIN)
+    for point in points:
         try:
             point.load()
         except Exception as err:
